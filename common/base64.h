@@ -1,0 +1,26 @@
+/* Standard base64 (RFC 4648, with padding), as etcd's JSON gateway uses for keys and values. */
+#ifndef TAGC_COMMON_BASE64_H
+#define TAGC_COMMON_BASE64_H
+
+#include <stddef.h>
+
+#include "status.h"
+
+/* Characters needed to encode n bytes, excluding the terminating NUL. */
+size_t tagc_base64_encoded_len(size_t n);
+
+/* Encodes n bytes into out (capacity >= tagc_base64_encoded_len(n) + 1), NUL-terminated. */
+void tagc_base64_encode(const void *data, size_t n, char *out);
+
+/* Encodes into a new malloc'd string (caller frees). NULL when out of memory. */
+char *tagc_base64_encode_new(const void *data, size_t n);
+
+/* Decodes len characters of text into out (capacity >= 3 * (len / 4) + 1); the decoded
+ * bytes are also NUL-terminated for convenience. TAGC_EPROTO on bad characters, bad padding
+ * or a length that is not a multiple of 4. */
+tagc_status tagc_base64_decode(const char *text, size_t len, unsigned char *out, size_t *out_len);
+
+/* Decodes into a new malloc'd NUL-terminated buffer (caller frees). */
+tagc_status tagc_base64_decode_new(const char *text, unsigned char **out, size_t *out_len);
+
+#endif

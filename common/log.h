@@ -1,0 +1,40 @@
+/* The one logging function of tagc.
+ *
+ * Each line carries a level and a subsystem name ("comm", "etcd", "train", ...). Output goes
+ * to stderr: human-readable when stderr is a terminal, one JSON object per line otherwise
+ * (or when forced). A filter spec chooses the minimum level, globally and per subsystem:
+ * "info" or "warn,comm=debug,etcd=error". Thread-safe: each line is written with one call. */
+#ifndef TAGC_COMMON_LOG_H
+#define TAGC_COMMON_LOG_H
+
+#include "status.h"
+
+typedef enum tagc_log_level {
+  TAGC_LOG_DEBUG = 0,
+  TAGC_LOG_INFO = 1,
+  TAGC_LOG_WARN = 2,
+  TAGC_LOG_ERROR = 3,
+  TAGC_LOG_OFF = 4
+} tagc_log_level;
+
+typedef enum tagc_log_format { TAGC_LOG_AUTO = 0, TAGC_LOG_TEXT, TAGC_LOG_JSON } tagc_log_format;
+
+/* Sets the filter (NULL keeps the default "info") and output format. Returns TAGC_EINVAL
+ * with a detail message for a malformed spec. Call once at start, before threads log. */
+tagc_status tagc_log_configure(const char *spec, tagc_log_format format);
+
+/* Sets a process-wide tag added to every line (e.g. "rank=1"); NULL clears it. */
+void tagc_log_set_tag(const char *tag);
+
+/* True when a message of this level for this subsystem would be written. */
+int tagc_log_enabled(tagc_log_level level, const char *subsys);
+
+void tagc_log(tagc_log_level level, const char *subsys, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+#define LOG_DEBUG(sub, ...) tagc_log(TAGC_LOG_DEBUG, sub, __VA_ARGS__)
+#define LOG_INFO(sub, ...) tagc_log(TAGC_LOG_INFO, sub, __VA_ARGS__)
+#define LOG_WARN(sub, ...) tagc_log(TAGC_LOG_WARN, sub, __VA_ARGS__)
+#define LOG_ERROR(sub, ...) tagc_log(TAGC_LOG_ERROR, sub, __VA_ARGS__)
+
+#endif

@@ -1,0 +1,168 @@
+/* Unit tests of common/: CRC32C, base64, JSON helpers, option parsing, log filter. */
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <fcntl.h>
+#include <unistd.h>
+
+#include "common/base64.h"
+#include "common/crc32c.h"
+#include "common/json.h"
+#include "common/log.h"
+#include "common/options.h"
+#include "test.h"
+
+static void test_crc32c(void) {
+  CHECK_EQ_INT(tagc_crc32c(0, "123456789", 9), 0xe3069283u); /* RFC 3720 check value */
+  CHECK_EQ_INT(tagc_crc32c_portable(0, "123456789", 9), 0xe3069283u);
+  unsigned char buf[4099];
+  for (size_t i = 0; i < sizeof buf; i++)
+    buf[i] = (unsigned char)(i * 7 + 3);
+  uint32_t whole = tagc_crc32c(0, buf, sizeof buf);
+  CHECK_EQ_INT(tagc_crc32c_portable(0, buf, sizeof buf), whole);
+  CHECK_EQ_INT(tagc_crc32c(tagc_crc32c(0, buf, 1000), buf + 1000, sizeof buf - 1000), whole);
+  buf[17] ^= 1;
+  CHECK(tagc_crc32c(0, buf, sizeof buf) != whole);
+}
+
+static void test_base64(void) {
+  const char *cases[][2] = {{"", ""}, {"f", "Zg=="}, {"fo", "Zm8="}, {"foo", "Zm9v"},
+                            {"foob", "Zm9vYg=="}, {"/tagc/job/gen", "L3RhZ2Mvam9iL2dlbg=="}};
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    char enc[64];
+    tagc_base64_encode(cases[i][0], strlen(cases[i][0]), enc);
+    CHECK_EQ_STR(enc, cases[i][1]);
+    unsigned char *dec;
+    size_t n;
+    CHECK_OK(tagc_base64_decode_new(cases[i][1], &dec, &n));
+    CHECK_EQ_INT(n, strlen(cases[i][0]));
+    CHECK(memcmp(dec, cases[i][0], n) == 0);
+    free(dec);
+  }
+  unsigned char out[16];
+  size_t n;
+  CHECK_EQ_INT(tagc_base64_decode("Zg=", 3, out, &n), TAGC_EPROTO);
+  CHECK_EQ_INT(tagc_base64_decode("Z*==", 4, out, &n), TAGC_EPROTO);
+  CHECK_EQ_INT(tagc_base64_decode("Z=g=", 4, out, &n), TAGC_EPROTO);
+  CHECK_EQ_INT(tagc_base64_decode("Zg==Zg==", 8, out, &n), TAGC_EPROTO);
+}
+
+static void test_json(void) {
+  json_t *v;
+  CHECK_EQ_INT(tagc_json_parse("{\"a\":", 5, &v), TAGC_EPROTO);
+  CHECK_OK(tagc_json_parse("{\"rev\":\"9223372036854775807\",\"n\":3,\"s\":\"x\",\"bad\":\"12x\"}", 55, &v));
+  int64_t x;
+  CHECK_OK(tagc_json_get_i64_str(v, "rev", 0, &x));
+  CHECK_EQ_INT(x, INT64_MAX);
+  CHECK_OK(tagc_json_get_i64_str(v, "n", 0, &x));
+  CHECK_EQ_INT(x, 3);
+  CHECK_OK(tagc_json_get_i64_str(v, "missing", 42, &x));
+  CHECK_EQ_INT(x, 42);
+  CHECK_EQ_INT(tagc_json_get_i64_str(v, "bad", 0, &x), TAGC_EPROTO);
+  CHECK_EQ_INT(tagc_json_get_int(v, "s", &x), TAGC_EPROTO);
+  CHECK_EQ_INT(tagc_json_get_int(v, "nope", &x), TAGC_ENOTFOUND);
+  json_decref(v);
+}
+
+typedef struct cfg {
+  int64_t steps;
+  double lr;
+  int verbose;
+  char *out;
+  char *compress;
+} cfg;
+
+static const tagc_opt opts[] = {
+    {"steps", TAGC_OPT_INT, offsetof(cfg, steps), "10", 1, 1e6, NULL, "steps to run"},
+    {"lr", TAGC_OPT_DOUBLE, offsetof(cfg, lr), "0.001", 0, 1, NULL, "learning rate"},
+    {"verbose", TAGC_OPT_BOOL, offsetof(cfg, verbose), "false", 0, -1, NULL, "talk more"},
+    {"out", TAGC_OPT_STRING, offsetof(cfg, out), "out", 0, -1, NULL, "output directory"},
+    {"compress", TAGC_OPT_CHOICE, offsetof(cfg, compress), "tagc", 0, -1, "tagc|bf16|none", "policy"},
+};
+static const tagc_opt_program prog = {"t", NULL, "test program", opts, sizeof opts / sizeof opts[0]};
+
+static tagc_status parse(cfg *c, int argc, char **argv) {
+  memset(c, 0, sizeof *c);
+  int help, np;
+  char *pos[2];
+  tagc_status st = tagc_opts_parse(&prog, c, argc, argv, pos, 2, &np, &help);
+  return st;
+}
+
+static void test_options(void) {
+  cfg c;
+  char *a1[] = {"t", "--steps", "20", "--lr=0.5", "--verbose", "--compress", "none"};
+  CHECK_OK(parse(&c, 7, a1));
+  CHECK_EQ_INT(c.steps, 20);
+  CHECK_NEAR(c.lr, 0.5, 0);
+  CHECK_EQ_INT(c.verbose, 1);
+  CHECK_EQ_STR(c.compress, "none");
+  CHECK_EQ_STR(c.out, "out");
+  tagc_opts_free(&prog, &c);
+
+  char *bad[][3] = {{"t", "--steps", "0"},       {"t", "--steps", "x1"}, {"t", "--lr", "nan"},
+                    {"t", "--compress", "zip"}, {"t", "--bogus", "1"},  {"t", "--verbose=maybe", "a"},
+                    {"t", "a", "b"}};
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    tagc_status st = parse(&c, i == 6 ? 3 : (i == 5 ? 2 : 3), bad[i]);
+    if (i == 6) {
+      CHECK_OK(st); /* two positionals fit */
+    } else {
+      CHECK_MSG(st == TAGC_EINVAL, "case %zu gave %d", i, st);
+      CHECK(strlen(tagc_last_error()) > 0 && strchr(tagc_last_error(), '\n') == NULL);
+    }
+    tagc_opts_free(&prog, &c);
+  }
+  char *missing[] = {"t", "--steps"};
+  CHECK_EQ_INT(parse(&c, 2, missing), TAGC_EINVAL);
+  tagc_opts_free(&prog, &c);
+
+  /* precedence: flag > env > file > default */
+  char path[] = "/tmp/tagc-test-opts-XXXXXX";
+  int fd = mkstemp(path);
+  const char *js = "{\"steps\": 30, \"lr\": 0.25, \"out\": \"fromfile\"}";
+  CHECK(write(fd, js, strlen(js)) == (ssize_t)strlen(js));
+  close(fd);
+  setenv("TAGC_LR", "0.125", 1);
+  char *a2[] = {"t", "--config", path, "--steps", "40"};
+  CHECK_OK(parse(&c, 5, a2));
+  CHECK_EQ_INT(c.steps, 40);
+  CHECK_NEAR(c.lr, 0.125, 0);
+  CHECK_EQ_STR(c.out, "fromfile");
+  tagc_opts_free(&prog, &c);
+  unsetenv("TAGC_LR");
+
+  const char *badjs[] = {"{\"steps\": ", "{\"stepz\": 3}", "{\"steps\": \"3\"}", "[1]"};
+  for (size_t i = 0; i < 4; i++) {
+    fd = open(path, O_WRONLY | O_TRUNC);
+    CHECK(write(fd, badjs[i], strlen(badjs[i])) == (ssize_t)strlen(badjs[i]));
+    close(fd);
+    char *a3[] = {"t", "--config", path};
+    tagc_status st = parse(&c, 3, a3);
+    CHECK_MSG(st == TAGC_EINVAL || st == TAGC_EPROTO, "bad json %zu gave %d", i, st);
+    tagc_opts_free(&prog, &c);
+  }
+  unlink(path);
+  char *a4[] = {"t", "--config", "/nonexistent/x.json"};
+  CHECK_EQ_INT(parse(&c, 3, a4), TAGC_ENOTFOUND);
+  tagc_opts_free(&prog, &c);
+}
+
+static void test_log(void) {
+  CHECK_OK(tagc_log_configure("warn,comm=debug", TAGC_LOG_JSON));
+  CHECK(tagc_log_enabled(TAGC_LOG_DEBUG, "comm"));
+  CHECK(!tagc_log_enabled(TAGC_LOG_INFO, "etcd"));
+  CHECK(tagc_log_enabled(TAGC_LOG_ERROR, "etcd"));
+  CHECK_EQ_INT(tagc_log_configure("loud", TAGC_LOG_JSON), TAGC_EINVAL);
+  CHECK_EQ_INT(tagc_log_configure("x=", TAGC_LOG_JSON), TAGC_EINVAL);
+  CHECK_OK(tagc_log_configure("info", TAGC_LOG_AUTO));
+}
+
+int main(void) {
+  test_crc32c();
+  test_base64();
+  test_json();
+  test_options();
+  test_log();
+  return TEST_END();
+}
