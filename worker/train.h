@@ -1,0 +1,45 @@
+/* The training loop of a worker: data, schedule, steps, evaluation, metrics and summary.
+ *
+ * tagc_train_run() trains from step 0 (or a resume point) to cfg->steps, printing one
+ * progress line per second (and on the first, last and evaluation steps), appending one JSON
+ * object per step to OUT/metrics.jsonl, and writing OUT/summary.json at the end. */
+#ifndef TAGC_WORKER_TRAIN_H
+#define TAGC_WORKER_TRAIN_H
+
+#include <stdint.h>
+
+#include "common/options.h"
+#include "common/status.h"
+
+typedef struct tagc_train_config {
+  char *corpus;
+  char *out;
+  int64_t steps;
+  int64_t batch;       /* global batch, in sequences */
+  int64_t micro_batch; /* sequences per forward/backward; 0 = the whole local batch */
+  int64_t ctx;
+  int64_t layers;
+  int64_t heads;
+  int64_t dim;
+  double lr;
+  double min_lr_ratio;
+  int64_t warmup;
+  double weight_decay;
+  double grad_clip;
+  double beta1, beta2, eps;
+  int64_t seed;
+  int64_t eval_every;
+  int64_t eval_windows;
+  int64_t threads;
+  char *log;
+  char *compress;
+} tagc_train_config;
+
+/* The option table of tagc-worker (and of tagctl run, which forwards to it). */
+extern const tagc_opt_program tagc_train_program;
+
+/* Runs the training loop described by cfg. Errors: bad configuration or corpus
+ * (TAGC_EINVAL / TAGC_ENOTFOUND / TAGC_EIO, detail set), out of memory, non-finite loss. */
+tagc_status tagc_train_run(const tagc_train_config *cfg);
+
+#endif
