@@ -17,10 +17,8 @@ int main(int argc, char **argv) {
     return st != TAGC_OK ? 2 : 0;
   }
   st = tagc_log_configure(cfg.log, TAGC_LOG_AUTO);
-  if (st == TAGC_OK) {
-    tagc_opts_log(&tagc_train_program, &cfg);
+  if (st == TAGC_OK)
     st = tagc_train_run(&cfg);
-  }
   if (st != TAGC_OK)
     fprintf(stderr, "tagc-worker: %s\n", tagc_last_error());
   tagc_opts_free(&tagc_train_program, &cfg);

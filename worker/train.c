@@ -13,6 +13,7 @@
 
 #include <jansson.h>
 
+#include "common/crc32c.h"
 #include "common/json.h"
 #include "common/log.h"
 #include "common/timeutil.h"
@@ -225,6 +226,8 @@ static tagc_status write_summary(const trainer *t, int64_t steps, double train_l
                         "compress", t->cfg->compress, "blas", openblas_get_config(), "threads",
                         t->threads, "params", (json_int_t)t->layout.n_params, "seed",
                         (json_int_t)t->cfg->seed);
+  uint32_t crc = tagc_crc32c(0, t->params, t->layout.n_params * sizeof(float));
+  json_object_set_new(s, "params_crc32c", json_integer(crc));
   if (!s)
     return tagc_errorf(TAGC_ENOMEM, "summary");
   json_object_set_new(s, "model", json_pack("{s:i, s:i, s:i, s:i, s:i}", "vocab", 256, "ctx",
@@ -256,6 +259,7 @@ tagc_status tagc_train_run(const tagc_train_config *cfg) {
   trainer t;
   tagc_status st;
   TAGC_CHECK_GOTO(trainer_init(&t, cfg), st, done);
+  tagc_opts_log(&tagc_train_program, cfg);
   LOG_INFO("train", "model: %d layers, width %d, %d heads, context %d, %zu parameters; batch %lld "
            "(micro %d); %d threads; BLAS %s", t.layout.cfg.n_layer, t.layout.cfg.d_model,
            t.layout.cfg.n_head, t.layout.cfg.ctx, t.layout.n_params, (long long)cfg->batch,
