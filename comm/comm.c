@@ -1,0 +1,427 @@
+/* Communicator front end: validation, the collective algorithms over the backend's
+ * primitives (see comm_backend.h), the sticky failure state and the counters. */
+#include "comm/comm.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "comm/comm_backend.h"
+#include "common/log.h"
+#include "common/timeutil.h"
+
+struct tagc_comm {
+  const comm_backend_ops *ops;
+  void *impl;
+  tagc_comm_backend backend;
+  int rank;
+  int world;
+  double default_timeout;
+  _Atomic int state;       /* TAGC_OK or the status that broke the communicator */
+  _Atomic int failed_peer; /* suspected rank or -1 */
+  pthread_mutex_t stats_lock;
+  tagc_comm_stats stats;
+};
+
+void tagc_comm_config_init(tagc_comm_config *cfg) {
+  memset(cfg, 0, sizeof *cfg);
+  cfg->version = TAGC_COMM_CONFIG_VERSION;
+  cfg->backend = TAGC_COMM_GLOO;
+  cfg->rank = 0;
+  cfg->world_size = 1;
+  cfg->prefix = "comm";
+  cfg->timeout_s = 60.0;
+}
+
+static tagc_status validate_config(const tagc_comm_config *cfg) {
+  if (!cfg)
+    return tagc_errorf(TAGC_EINVAL, "comm config: NULL");
+  if (cfg->version != TAGC_COMM_CONFIG_VERSION)
+    return tagc_errorf(TAGC_EINVAL, "comm config: version %d, expected %d", cfg->version,
+                       TAGC_COMM_CONFIG_VERSION);
+  if (cfg->backend != TAGC_COMM_GLOO && cfg->backend != TAGC_COMM_NCCL)
+    return tagc_errorf(TAGC_EINVAL, "comm config: unknown backend %d", (int)cfg->backend);
+  if (cfg->world_size < 1 || cfg->rank < 0 || cfg->rank >= cfg->world_size)
+    return tagc_errorf(TAGC_EINVAL, "comm config: rank %d of world size %d", cfg->rank,
+                       cfg->world_size);
+  if (!cfg->store)
+    return tagc_errorf(TAGC_EINVAL, "comm config: no bootstrap store");
+  if (!cfg->prefix || !cfg->prefix[0])
+    return tagc_errorf(TAGC_EINVAL, "comm config: empty key prefix");
+  if (!(cfg->timeout_s > 0))
+    return tagc_errorf(TAGC_EINVAL, "comm config: timeout_s must be > 0");
+  return TAGC_OK;
+}
+
+tagc_status tagc_comm_create(const tagc_comm_config *cfg, tagc_comm **out) {
+  if (!out)
+    return tagc_errorf(TAGC_EINVAL, "comm create: NULL output");
+  TAGC_CHECK(validate_config(cfg));
+  tagc_comm *c = calloc(1, sizeof *c);
+  if (!c)
+    return tagc_errorf(TAGC_ENOMEM, "comm create: out of memory");
+  double t0 = tagc_now();
+  tagc_status st = cfg->backend == TAGC_COMM_GLOO ? comm_gloo_create(cfg, &c->ops, &c->impl)
+                                                  : comm_nccl_create(cfg, &c->ops, &c->impl);
+  if (st != TAGC_OK) {
+    free(c);
+    return st;
+  }
+  c->backend = cfg->backend;
+  c->rank = cfg->rank;
+  c->world = cfg->world_size;
+  c->default_timeout = cfg->timeout_s;
+  atomic_init(&c->state, TAGC_OK);
+  atomic_init(&c->failed_peer, -1);
+  pthread_mutex_init(&c->stats_lock, NULL);
+  LOG_DEBUG("comm", "%s communicator %s: rank %d of %d connected in %.3f s",
+            c->backend == TAGC_COMM_GLOO ? "gloo" : "nccl", cfg->prefix, c->rank, c->world,
+            tagc_now() - t0);
+  *out = c;
+  return TAGC_OK;
+}
+
+void tagc_comm_destroy(tagc_comm *comm) {
+  if (!comm)
+    return;
+  comm->ops->destroy(comm->impl);
+  pthread_mutex_destroy(&comm->stats_lock);
+  free(comm);
+}
+
+/* Records the first failure; later ones keep the first status and peer. */
+static void mark_broken(tagc_comm *c, tagc_status st, int peer) {
+  int expected = TAGC_OK;
+  if (atomic_compare_exchange_strong(&c->state, &expected, (int)st))
+    atomic_store(&c->failed_peer, peer);
+}
+
+void tagc_comm_abort(tagc_comm *comm) {
+  if (!comm)
+    return;
+  mark_broken(comm, TAGC_EABORTED, -1);
+  comm->ops->abort(comm->impl);
+}
+
+tagc_status tagc_comm_status(const tagc_comm *comm) {
+  return comm ? (tagc_status)atomic_load(&((tagc_comm *)comm)->state) : TAGC_EINVAL;
+}
+
+int tagc_comm_failed_peer(const tagc_comm *comm) {
+  return comm ? atomic_load(&((tagc_comm *)comm)->failed_peer) : -1;
+}
+
+int tagc_comm_rank(const tagc_comm *comm) {
+  return comm->rank;
+}
+
+int tagc_comm_world_size(const tagc_comm *comm) {
+  return comm->world;
+}
+
+tagc_comm_backend tagc_comm_backend_of(const tagc_comm *comm) {
+  return comm->backend;
+}
+
+const char *tagc_comm_opkind_name(tagc_comm_opkind kind) {
+  static const char *const names[TAGC_COMM_OP_COUNT] = {
+      "allgather", "reduce_scatter", "allreduce", "alltoall", "broadcast", "barrier"};
+  return (unsigned)kind < TAGC_COMM_OP_COUNT ? names[kind] : "unknown";
+}
+
+void tagc_comm_stats_get(const tagc_comm *comm, tagc_comm_stats *out) {
+  tagc_comm *c = (tagc_comm *)comm;
+  pthread_mutex_lock(&c->stats_lock);
+  *out = c->stats;
+  pthread_mutex_unlock(&c->stats_lock);
+}
+
+void tagc_comm_stats_reset(tagc_comm *comm) {
+  pthread_mutex_lock(&comm->stats_lock);
+  memset(&comm->stats, 0, sizeof comm->stats);
+  pthread_mutex_unlock(&comm->stats_lock);
+}
+
+/* One collective call in progress: its deadline and the payload bytes it moved. */
+typedef struct op_call {
+  tagc_comm *c;
+  tagc_comm_opkind kind;
+  double start;
+  double deadline;
+  uint64_t sent;
+  uint64_t recv;
+} op_call;
+
+/* Starts a call: fails at once on a broken communicator. */
+static tagc_status op_begin(op_call *op, tagc_comm *c, tagc_comm_opkind kind,
+                            double timeout_s) {
+  op->c = c;
+  op->kind = kind;
+  op->start = tagc_now();
+  op->deadline = op->start + (timeout_s > 0 ? timeout_s : c->default_timeout);
+  op->sent = op->recv = 0;
+  tagc_status st = (tagc_status)atomic_load(&c->state);
+  if (st != TAGC_OK)
+    return tagc_errorf(st, "comm %s: communicator already failed (%s)",
+                       tagc_comm_opkind_name(kind), tagc_strerror(st));
+  return TAGC_OK;
+}
+
+/* Ends a call: breaks the communicator on a transport failure and updates the counters.
+ * An abort that raced with the failure wins, so the caller sees TAGC_EABORTED. */
+static tagc_status op_end(op_call *op, tagc_status st, int peer) {
+  tagc_comm *c = op->c;
+  if (st != TAGC_OK && st != TAGC_EINVAL) {
+    mark_broken(c, st, peer);
+    tagc_status final = (tagc_status)atomic_load(&c->state);
+    if (final != st)
+      st = tagc_errorf(final, "comm %s: %s", tagc_comm_opkind_name(op->kind),
+                       tagc_strerror(final));
+    LOG_DEBUG("comm", "%s failed: %s (peer %d)", tagc_comm_opkind_name(op->kind),
+              tagc_last_error(), atomic_load(&c->failed_peer));
+  }
+  pthread_mutex_lock(&c->stats_lock);
+  tagc_comm_op_stats *s = &c->stats.op[op->kind];
+  s->calls++;
+  s->seconds += tagc_now() - op->start;
+  if (st == TAGC_OK) {
+    s->bytes_sent += op->sent;
+    s->bytes_recv += op->recv;
+  } else if (st != TAGC_EINVAL) {
+    s->errors++;
+  }
+  pthread_mutex_unlock(&c->stats_lock);
+  return st;
+}
+
+/* Runs one exchange and accounts its payload bytes. */
+static tagc_status exchange(op_call *op, const comm_xfer *x, int n, int *peer) {
+  tagc_status st = op->c->ops->exchange(op->c->impl, x, n, op->deadline, peer);
+  if (st != TAGC_OK)
+    return st;
+  for (int i = 0; i < n; i++) {
+    op->sent += x[i].send_bytes;
+    op->recv += x[i].recv_bytes;
+  }
+  return TAGC_OK;
+}
+
+static size_t dtype_size(tagc_dtype dt) {
+  return dt == TAGC_DTYPE_F32 ? sizeof(float) : sizeof(uint64_t);
+}
+
+static tagc_status check_reduction(const char *what, tagc_dtype dt, tagc_redop op,
+                                   tagc_wire wire) {
+  if (dt != TAGC_DTYPE_F32 && dt != TAGC_DTYPE_U64)
+    return tagc_errorf(TAGC_EINVAL, "comm %s: unknown dtype %d", what, (int)dt);
+  if (op != TAGC_REDOP_SUM && op != TAGC_REDOP_MAX && op != TAGC_REDOP_BOR)
+    return tagc_errorf(TAGC_EINVAL, "comm %s: unknown reduction %d", what, (int)op);
+  if (op == TAGC_REDOP_BOR && dt != TAGC_DTYPE_U64)
+    return tagc_errorf(TAGC_EINVAL, "comm %s: bitwise OR needs the u64 dtype", what);
+  if (wire != TAGC_WIRE_NATIVE &&
+      !(wire == TAGC_WIRE_BF16 && dt == TAGC_DTYPE_F32 && op == TAGC_REDOP_SUM))
+    return tagc_errorf(TAGC_EINVAL, "comm %s: bf16 wire needs f32 sum", what);
+  return TAGC_OK;
+}
+
+static int ranges_overlap(const void *a, size_t na, const void *b, size_t nb) {
+  const char *pa = a, *pb = b;
+  return na && nb && pa < pb + nb && pb < pa + na;
+}
+
+/* Peer list helper: x[i] for the W-1 peers in order rank+1, rank+2, ... (mod W). */
+static int peer_at(const tagc_comm *c, int i) {
+  return (c->rank + 1 + i) % c->world;
+}
+
+tagc_status tagc_comm_allgather(tagc_comm *comm, const void *send, void *recv, size_t bytes,
+                                double timeout_s) {
+  if (!comm || (bytes && (!send || !recv)))
+    return tagc_errorf(TAGC_EINVAL, "comm allgather: NULL argument");
+  op_call op;
+  TAGC_CHECK(op_begin(&op, comm, TAGC_COMM_OP_ALLGATHER, timeout_s));
+  char *out = recv;
+  int n = comm->world - 1, peer = -1;
+  comm_xfer x[n > 0 ? n : 1];
+  for (int i = 0; i < n; i++) {
+    int p = peer_at(comm, i);
+    x[i] = (comm_xfer){p, send, bytes, out + (size_t)p * bytes, bytes};
+  }
+  tagc_status st = TAGC_OK;
+  if (bytes && send != out + (size_t)comm->rank * bytes)
+    st = comm->ops->copy(comm->impl, out + (size_t)comm->rank * bytes, send, bytes);
+  if (st == TAGC_OK && bytes)
+    st = exchange(&op, x, n, &peer);
+  return op_end(&op, st, peer);
+}
+
+tagc_status tagc_comm_alltoall(tagc_comm *comm, const void *send, void *recv, size_t bytes,
+                               double timeout_s) {
+  if (!comm || (bytes && (!send || !recv)))
+    return tagc_errorf(TAGC_EINVAL, "comm alltoall: NULL argument");
+  size_t total = bytes * (size_t)comm->world;
+  if (ranges_overlap(send, total, recv, total))
+    return tagc_errorf(TAGC_EINVAL, "comm alltoall: send and recv overlap");
+  op_call op;
+  TAGC_CHECK(op_begin(&op, comm, TAGC_COMM_OP_ALLTOALL, timeout_s));
+  const char *in = send;
+  char *out = recv;
+  int n = comm->world - 1, peer = -1;
+  comm_xfer x[n > 0 ? n : 1];
+  for (int i = 0; i < n; i++) {
+    int p = peer_at(comm, i);
+    x[i] = (comm_xfer){p, in + (size_t)p * bytes, bytes, out + (size_t)p * bytes, bytes};
+  }
+  tagc_status st = TAGC_OK;
+  if (bytes) {
+    size_t me = (size_t)comm->rank * bytes;
+    st = comm->ops->copy(comm->impl, out + me, in + me, bytes);
+    if (st == TAGC_OK)
+      st = exchange(&op, x, n, &peer);
+  }
+  return op_end(&op, st, peer);
+}
+
+tagc_status tagc_comm_broadcast(tagc_comm *comm, void *buf, size_t bytes, int root,
+                                double timeout_s) {
+  if (!comm || (bytes && !buf))
+    return tagc_errorf(TAGC_EINVAL, "comm broadcast: NULL argument");
+  if (root < 0 || root >= comm->world)
+    return tagc_errorf(TAGC_EINVAL, "comm broadcast: root %d of world size %d", root,
+                       comm->world);
+  op_call op;
+  TAGC_CHECK(op_begin(&op, comm, TAGC_COMM_OP_BROADCAST, timeout_s));
+  int n = 0, peer = -1;
+  comm_xfer x[comm->world];
+  if (comm->rank == root) {
+    for (int i = 0; i < comm->world - 1; i++)
+      x[n++] = (comm_xfer){peer_at(comm, i), buf, bytes, NULL, 0};
+  } else {
+    x[n++] = (comm_xfer){root, NULL, 0, buf, bytes};
+  }
+  tagc_status st = bytes ? exchange(&op, x, comm->world > 1 ? n : 0, &peer) : TAGC_OK;
+  return op_end(&op, st, peer);
+}
+
+tagc_status tagc_comm_barrier(tagc_comm *comm, double timeout_s) {
+  if (!comm)
+    return tagc_errorf(TAGC_EINVAL, "comm barrier: NULL communicator");
+  op_call op;
+  TAGC_CHECK(op_begin(&op, comm, TAGC_COMM_OP_BARRIER, timeout_s));
+  int n = comm->world - 1, peer = -1;
+  tagc_status st = TAGC_OK;
+  /* One token byte in scratch (the send side) and one receive byte per peer after it. */
+  char *tokens = n > 0 ? comm->ops->scratch(comm->impl, (size_t)comm->world) : NULL;
+  if (n > 0 && !tokens)
+    st = tagc_errorf(TAGC_ENOMEM, "comm barrier: out of memory");
+  comm_xfer x[n > 0 ? n : 1];
+  for (int i = 0; i < n && st == TAGC_OK; i++)
+    x[i] = (comm_xfer){peer_at(comm, i), tokens, 1, tokens + 1 + i, 1};
+  if (st == TAGC_OK && n > 0)
+    st = exchange(&op, x, n, &peer);
+  return op_end(&op, st, peer);
+}
+
+/* Reduce-scatter of W equal blocks of `count` elements. Pairwise exchange: block j goes to
+ * rank j, this rank collects every rank's block `rank` in rows of a scratch matrix (its own
+ * block copied in locally) and reduces them in rank order. With a bf16 wire the whole input
+ * is first rounded into scratch, and the rows hold bf16. Shared by reduce-scatter and the
+ * first half of all-reduce, which passes per-block counts and offsets. */
+typedef struct rs_layout {
+  const size_t *count; /* elements of block j */
+  const size_t *offset; /* element offset of block j in the input */
+} rs_layout;
+
+static tagc_status reduce_scatter_blocks(op_call *op, const void *send, void *recv,
+                                         rs_layout lay, tagc_dtype dt, tagc_redop rop,
+                                         tagc_wire wire, int *peer) {
+  tagc_comm *c = op->c;
+  int w = c->world, me = c->rank;
+  size_t es = dtype_size(dt), wes = wire == TAGC_WIRE_BF16 ? 2 : es;
+  size_t mine = lay.count[me];
+  size_t total = lay.offset[w - 1] + lay.count[w - 1];
+  size_t rows_bytes = (size_t)w * mine * wes;
+  size_t wire_bytes = wire == TAGC_WIRE_BF16 ? total * wes : 0;
+  char *scratch = c->ops->scratch(c->impl, rows_bytes + wire_bytes);
+  if (!scratch)
+    return tagc_errorf(TAGC_ENOMEM, "comm reduce: scratch of %zu bytes",
+                       rows_bytes + wire_bytes);
+  char *rows = scratch;
+  const char *in = send;
+  if (wire == TAGC_WIRE_BF16) {
+    TAGC_CHECK(c->ops->to_bf16(c->impl, (uint16_t *)(scratch + rows_bytes), send, total));
+    in = scratch + rows_bytes;
+  }
+  comm_xfer x[w];
+  int n = 0;
+  for (int i = 0; i < w - 1; i++) {
+    int p = peer_at(c, i);
+    x[n++] = (comm_xfer){p, in + lay.offset[p] * wes, lay.count[p] * wes,
+                         rows + (size_t)p * mine * wes, mine * wes};
+  }
+  TAGC_CHECK(c->ops->copy(c->impl, rows + (size_t)me * mine * wes, in + lay.offset[me] * wes,
+                          mine * wes));
+  TAGC_CHECK(exchange(op, x, n, peer));
+  if (mine == 0)
+    return TAGC_OK;
+  return c->ops->reduce(c->impl, recv, rows, w, mine, dt, rop, wire);
+}
+
+tagc_status tagc_comm_reduce_scatter(tagc_comm *comm, const void *send, void *recv,
+                                     size_t count, tagc_dtype dtype, tagc_redop op,
+                                     tagc_wire wire, double timeout_s) {
+  if (!comm || (count && (!send || !recv)))
+    return tagc_errorf(TAGC_EINVAL, "comm reduce_scatter: NULL argument");
+  TAGC_CHECK(check_reduction("reduce_scatter", dtype, op, wire));
+  size_t es = dtype_size(dtype);
+  if (ranges_overlap(send, count * es * (size_t)comm->world, recv, count * es))
+    return tagc_errorf(TAGC_EINVAL, "comm reduce_scatter: send and recv overlap");
+  op_call call;
+  TAGC_CHECK(op_begin(&call, comm, TAGC_COMM_OP_REDUCE_SCATTER, timeout_s));
+  size_t counts[comm->world], offsets[comm->world];
+  for (int j = 0; j < comm->world; j++) {
+    counts[j] = count;
+    offsets[j] = (size_t)j * count;
+  }
+  int peer = -1;
+  tagc_status st = TAGC_OK;
+  if (count)
+    st = reduce_scatter_blocks(&call, send, recv, (rs_layout){counts, offsets}, dtype, op,
+                               wire, &peer);
+  return op_end(&call, st, peer);
+}
+
+tagc_status tagc_comm_allreduce(tagc_comm *comm, const void *send, void *recv, size_t count,
+                                tagc_dtype dtype, tagc_redop op, double timeout_s) {
+  if (!comm || (count && (!send || !recv)))
+    return tagc_errorf(TAGC_EINVAL, "comm allreduce: NULL argument");
+  TAGC_CHECK(check_reduction("allreduce", dtype, op, TAGC_WIRE_NATIVE));
+  size_t es = dtype_size(dtype);
+  if (send != recv && ranges_overlap(send, count * es, recv, count * es))
+    return tagc_errorf(TAGC_EINVAL, "comm allreduce: send and recv partially overlap");
+  op_call call;
+  TAGC_CHECK(op_begin(&call, comm, TAGC_COMM_OP_ALLREDUCE, timeout_s));
+  int w = comm->world, me = comm->rank, peer = -1;
+  size_t counts[w], offsets[w];
+  for (int j = 0; j < w; j++) {
+    counts[j] = count / (size_t)w + ((size_t)j < count % (size_t)w);
+    offsets[j] = j ? offsets[j - 1] + counts[j - 1] : 0;
+  }
+  char *out = recv;
+  tagc_status st = TAGC_OK;
+  if (count)
+    st = reduce_scatter_blocks(&call, send, out + offsets[me] * es,
+                               (rs_layout){counts, offsets}, dtype, op, TAGC_WIRE_NATIVE,
+                               &peer);
+  comm_xfer x[w];
+  int n = 0;
+  for (int i = 0; i < w - 1; i++) {
+    int p = peer_at(comm, i);
+    x[n++] = (comm_xfer){p, out + offsets[me] * es, counts[me] * es, out + offsets[p] * es,
+                         counts[p] * es};
+  }
+  if (st == TAGC_OK && count)
+    st = exchange(&call, x, n, &peer);
+  return op_end(&call, st, peer);
+}

@@ -1,0 +1,62 @@
+/* Internal interface between the communicator front end (comm.c: validation, algorithms,
+ * failure state, counters) and a transport backend (comm_gloo.cc, comm_nccl.cu).
+ *
+ * Every collective is built from the same few primitives, so both backends run the same
+ * algorithms, move the same bytes and reduce in the same fixed rank order:
+ *   exchange  post point-to-point sends and receives with several peers, wait for all;
+ *   copy      local copy inside the backend's memory (host or device);
+ *   to_bf16   round fp32 to bf16 (round to nearest even) for the wire;
+ *   reduce    combine nrows equal rows in row order 0, 1, ... into out (fp32 accumulation).
+ * A backend that fails an exchange breaks itself (closes connections / aborts) before it
+ * returns, so no late transfer can touch caller memory afterwards. */
+#ifndef TAGC_COMM_COMM_BACKEND_H
+#define TAGC_COMM_COMM_BACKEND_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "comm/comm.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* One peer's part of an exchange; a zero byte count means no transfer in that direction. */
+typedef struct comm_xfer {
+  int peer;
+  const void *send;
+  size_t send_bytes;
+  void *recv;
+  size_t recv_bytes;
+} comm_xfer;
+
+typedef struct comm_backend_ops {
+  /* Runs all transfers of x[0..n) and waits until they complete or the absolute monotonic
+   * deadline (tagc_now() seconds) passes. On failure sets *peer to the suspected rank. */
+  tagc_status (*exchange)(void *impl, const comm_xfer *x, int n, double deadline, int *peer);
+  tagc_status (*copy)(void *impl, void *dst, const void *src, size_t bytes);
+  tagc_status (*to_bf16)(void *impl, uint16_t *dst, const float *src, size_t n);
+  /* rows: nrows rows of count elements, contiguous; element type is bf16 for
+   * TAGC_WIRE_BF16, else dtype. out: count elements of dtype. */
+  tagc_status (*reduce)(void *impl, void *out, const void *rows, int nrows, size_t count,
+                        tagc_dtype dtype, tagc_redop op, tagc_wire wire);
+  /* Backend-owned scratch of at least bytes (host or device memory), kept between calls;
+   * NULL when allocation fails. */
+  void *(*scratch)(void *impl, size_t bytes);
+  /* Wakes or cancels a pending exchange; any thread; idempotent. */
+  void (*abort)(void *impl);
+  void (*destroy)(void *impl);
+} comm_backend_ops;
+
+/* Backend constructors: connect per cfg (validated by the caller) and return the backend's
+ * ops and state. Errors as for tagc_comm_create(). */
+tagc_status comm_gloo_create(const tagc_comm_config *cfg, const comm_backend_ops **ops,
+                             void **impl);
+tagc_status comm_nccl_create(const tagc_comm_config *cfg, const comm_backend_ops **ops,
+                             void **impl);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,305 @@
+// Gloo backend: the only C++ in comm/. Exports comm_gloo_create() and the backend ops of
+// comm_backend.h; every C++ exception is caught here and becomes a tagc_status.
+//
+// Transfers use Gloo's unbound buffers over its TCP full mesh: one buffer per peer and
+// direction, all posted at once with one slot per exchange, then waited for in peer order
+// with the time left to the deadline. abort() (any thread) calls abortWaitRecv/abortWaitSend
+// on the registered buffers; Gloo keeps that flag until the wait consumes it, so an abort that
+// arrives before the wait still ends it. After any failure the connections are closed under
+// the pairs' locks, so no late transfer writes into the caller's memory and peers see
+// "connection closed" at once.
+#include <signal.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <exception>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include <gloo/context.h>
+#include <gloo/rendezvous/context.h>
+#include <gloo/rendezvous/store.h>
+#include <gloo/transport/tcp/device.h>
+#include <gloo/transport/unbound_buffer.h>
+
+#include "comm/comm_backend.h"
+#include "comm/reduce_host.h"
+#include "common/timeutil.h"
+
+namespace {
+
+// gloo::rendezvous::Store over a tagc_store, with every key under the generation prefix.
+class PrefixedStore : public gloo::rendezvous::Store {
+ public:
+  PrefixedStore(tagc_store *store, std::string prefix, double timeout_s)
+      : store_(store), prefix_(std::move(prefix)), timeout_s_(timeout_s) {}
+
+  void set(const std::string &key, const std::vector<char> &data) override {
+    tagc_status st = tagc_store_set(store_, full(key).c_str(), data.data(), data.size());
+    if (st != TAGC_OK)
+      throw std::runtime_error(std::string("store set: ") + tagc_last_error());
+  }
+
+  std::vector<char> get(const std::string &key) override {
+    void *value = nullptr;
+    size_t len = 0;
+    tagc_status st = tagc_store_get(store_, full(key).c_str(), timeout_s_, &value, &len);
+    if (st != TAGC_OK)
+      throw std::runtime_error(std::string("store get: ") + tagc_last_error());
+    std::vector<char> out(static_cast<char *>(value), static_cast<char *>(value) + len);
+    std::free(value);
+    return out;
+  }
+
+  void wait(const std::vector<std::string> &keys) override {
+    wait(keys, std::chrono::milliseconds(static_cast<long>(timeout_s_ * 1000)));
+  }
+
+  void wait(const std::vector<std::string> &keys,
+            const std::chrono::milliseconds &timeout) override {
+    double deadline = tagc_now() + timeout.count() / 1000.0;
+    for (const auto &key : keys) {
+      void *value = nullptr;
+      size_t len = 0;
+      double left = deadline - tagc_now();
+      tagc_status st = tagc_store_get(store_, full(key).c_str(), left > 0 ? left : 0, &value,
+                                      &len);
+      if (st != TAGC_OK)
+        throw std::runtime_error(std::string("store wait: ") + tagc_last_error());
+      std::free(value);
+    }
+  }
+
+ private:
+  std::string full(const std::string &key) const { return prefix_ + "/" + key; }
+
+  tagc_store *store_;
+  std::string prefix_;
+  double timeout_s_;
+};
+
+struct GlooComm {
+  std::shared_ptr<gloo::transport::Device> device;
+  std::shared_ptr<gloo::rendezvous::Context> context;
+  std::vector<char> scratch;
+
+  // Guards the fields below against abort() from another thread.
+  std::mutex lock;
+  bool aborted = false;
+  bool busy = false;     // an exchange is between posting and its last wait
+  bool closed = false;   // connections closed after a failure or abort
+  std::vector<gloo::transport::UnboundBuffer *> pending;
+};
+
+using Buffer = std::unique_ptr<gloo::transport::UnboundBuffer>;
+
+// Closes every pair; the caller holds g->lock.
+void close_locked(GlooComm *g) {
+  if (g->closed)
+    return;
+  g->closed = true;
+  try {
+    g->context->closeConnections();
+  } catch (const std::exception &) {
+    // The connections are being torn down either way; nothing more to do.
+  }
+}
+
+// Ends an exchange: unregisters its buffers and, after a failure, closes the connections.
+void finish(GlooComm *g, bool failed) {
+  std::lock_guard<std::mutex> guard(g->lock);
+  g->busy = false;
+  g->pending.clear();
+  if (failed)
+    close_locked(g);
+}
+
+std::chrono::milliseconds time_left(double deadline) {
+  double left = deadline - tagc_now();
+  long ms = left > 0 ? static_cast<long>(left * 1000.0 + 0.999) : 0;
+  return std::chrono::milliseconds(ms);
+}
+
+// Classifies a failed wait or post: abort beats timeout beats peer failure.
+tagc_status failure(GlooComm *g, double deadline, int peer, const char *what,
+                    const char *detail) {
+  bool aborted;
+  {
+    std::lock_guard<std::mutex> guard(g->lock);
+    aborted = g->aborted;
+  }
+  if (aborted)
+    return tagc_errorf(TAGC_EABORTED, "gloo %s: aborted", what);
+  if (tagc_now() >= deadline - 1e-3)
+    return tagc_errorf(TAGC_ETIMEDOUT, "gloo %s: timed out waiting for rank %d", what, peer);
+  return tagc_errorf(TAGC_EPEER, "gloo %s: rank %d failed: %s", what, peer, detail);
+}
+
+// Waits for one buffer in one direction; false with *st set on failure.
+bool wait_one(GlooComm *g, gloo::transport::UnboundBuffer *b, bool recv, int peer,
+              double deadline, tagc_status *st) {
+  const char *what = recv ? "recv" : "send";
+  try {
+    auto left = time_left(deadline);
+    if (left.count() <= 0) {
+      *st = failure(g, deadline, peer, what, "deadline");
+      return false;
+    }
+    bool done = recv ? b->waitRecv(nullptr, left) : b->waitSend(nullptr, left);
+    if (!done)
+      *st = failure(g, deadline, peer, what, "aborted");
+    return done;
+  } catch (const std::exception &e) {
+    *st = failure(g, deadline, peer, what, e.what());
+    return false;
+  }
+}
+
+tagc_status gloo_exchange(void *impl, const comm_xfer *x, int n, double deadline, int *peer) {
+  GlooComm *g = static_cast<GlooComm *>(impl);
+  std::vector<Buffer> sends(n), recvs(n);
+  uint64_t slot;
+  try {
+    slot = static_cast<uint64_t>(g->context->nextSlot());
+    for (int i = 0; i < n; i++) {
+      if (x[i].send_bytes)
+        sends[i] = g->context->createUnboundBuffer(const_cast<void *>(x[i].send),
+                                                   x[i].send_bytes);
+      if (x[i].recv_bytes)
+        recvs[i] = g->context->createUnboundBuffer(x[i].recv, x[i].recv_bytes);
+    }
+  } catch (const std::exception &e) {
+    return tagc_errorf(TAGC_ENOMEM, "gloo exchange: %s", e.what());
+  }
+  {
+    std::lock_guard<std::mutex> guard(g->lock);
+    if (g->aborted || g->closed)
+      return tagc_errorf(TAGC_EABORTED, "gloo exchange: aborted");
+    g->busy = true;
+    for (int i = 0; i < n; i++) {
+      if (sends[i])
+        g->pending.push_back(sends[i].get());
+      if (recvs[i])
+        g->pending.push_back(recvs[i].get());
+    }
+  }
+  tagc_status st = TAGC_OK;
+  int i = 0;
+  try {
+    for (; i < n; i++) {
+      if (recvs[i])
+        recvs[i]->recv(x[i].peer, slot);
+      if (sends[i])
+        sends[i]->send(x[i].peer, slot);
+    }
+  } catch (const std::exception &e) {
+    *peer = x[i].peer;
+    st = failure(g, deadline, x[i].peer, "post", e.what());
+  }
+  for (i = 0; i < n && st == TAGC_OK; i++) {
+    if (recvs[i] && !wait_one(g, recvs[i].get(), true, x[i].peer, deadline, &st))
+      *peer = x[i].peer;
+  }
+  for (i = 0; i < n && st == TAGC_OK; i++) {
+    if (sends[i] && !wait_one(g, sends[i].get(), false, x[i].peer, deadline, &st))
+      *peer = x[i].peer;
+  }
+  finish(g, st != TAGC_OK);
+  return st;
+}
+
+tagc_status gloo_copy(void *, void *dst, const void *src, size_t bytes) {
+  std::memmove(dst, src, bytes);
+  return TAGC_OK;
+}
+
+tagc_status gloo_to_bf16(void *, uint16_t *dst, const float *src, size_t n) {
+  comm_f32_to_bf16(dst, src, n);
+  return TAGC_OK;
+}
+
+tagc_status gloo_reduce(void *, void *out, const void *rows, int nrows, size_t count,
+                        tagc_dtype dtype, tagc_redop op, tagc_wire wire) {
+  comm_reduce_rows(out, rows, nrows, count, dtype, op, wire);
+  return TAGC_OK;
+}
+
+void *gloo_scratch(void *impl, size_t bytes) {
+  GlooComm *g = static_cast<GlooComm *>(impl);
+  try {
+    if (g->scratch.size() < bytes)
+      g->scratch.resize(bytes);
+  } catch (const std::exception &) {
+    return nullptr;
+  }
+  return g->scratch.data();
+}
+
+void gloo_abort(void *impl) {
+  GlooComm *g = static_cast<GlooComm *>(impl);
+  std::lock_guard<std::mutex> guard(g->lock);
+  g->aborted = true;
+  if (!g->busy) {
+    close_locked(g);
+    return;
+  }
+  for (auto *b : g->pending) {
+    b->abortWaitRecv();
+    b->abortWaitSend();
+  }
+}
+
+void gloo_destroy(void *impl) {
+  GlooComm *g = static_cast<GlooComm *>(impl);
+  {
+    std::lock_guard<std::mutex> guard(g->lock);
+    close_locked(g);
+  }
+  g->context.reset();
+  g->device.reset();
+  delete g;
+}
+
+const comm_backend_ops gloo_ops = {gloo_exchange, gloo_copy,    gloo_to_bf16, gloo_reduce,
+                                   gloo_scratch,  gloo_abort,   gloo_destroy};
+
+// A peer that closes its socket must not kill this process with SIGPIPE.
+void ignore_sigpipe() {
+  struct sigaction old;
+  if (sigaction(SIGPIPE, nullptr, &old) == 0 && old.sa_handler == SIG_DFL &&
+      !(old.sa_flags & SA_SIGINFO))
+    signal(SIGPIPE, SIG_IGN);
+}
+
+} // namespace
+
+extern "C" tagc_status comm_gloo_create(const tagc_comm_config *cfg,
+                                        const comm_backend_ops **ops, void **impl) {
+  ignore_sigpipe();
+  GlooComm *g = new (std::nothrow) GlooComm();
+  if (!g)
+    return tagc_errorf(TAGC_ENOMEM, "gloo create: out of memory");
+  double deadline = tagc_now() + cfg->timeout_s;
+  try {
+    gloo::transport::tcp::attr attr(cfg->host ? cfg->host : "127.0.0.1");
+    g->device = gloo::transport::tcp::CreateDevice(attr);
+    g->context = std::make_shared<gloo::rendezvous::Context>(cfg->rank, cfg->world_size);
+    g->context->setTimeout(std::chrono::milliseconds(static_cast<long>(cfg->timeout_s * 1000)));
+    PrefixedStore store(cfg->store, cfg->prefix, cfg->timeout_s);
+    g->context->connectFullMesh(store, g->device);
+  } catch (const std::exception &e) {
+    tagc_status st = tagc_now() >= deadline ? TAGC_ETIMEDOUT : TAGC_EPEER;
+    tagc_errorf(st, "gloo create (rank %d of %d, prefix %s): %s", cfg->rank,
+                cfg->world_size, cfg->prefix, e.what());
+    g->context.reset();
+    g->device.reset();
+    delete g;
+    return st;
+  }
+  *ops = &gloo_ops;
+  *impl = g;
+  return TAGC_OK;
+}

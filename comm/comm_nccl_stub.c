@@ -1,0 +1,10 @@
+/* NCCL backend placeholder for builds without CUDA/NCCL. */
+#include "comm/comm_backend.h"
+
+tagc_status comm_nccl_create(const tagc_comm_config *cfg, const comm_backend_ops **ops,
+                             void **impl) {
+  (void)cfg;
+  (void)ops;
+  (void)impl;
+  return tagc_errorf(TAGC_EUNSUPPORTED, "comm: this build has no NCCL backend");
+}

@@ -1,0 +1,228 @@
+/* Store vtable wrappers and the directory-backed store. */
+#include "comm/store.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "common/timeutil.h"
+
+tagc_status tagc_store_set(tagc_store *store, const char *key, const void *value, size_t len) {
+  if (!store || !key || !key[0] || (!value && len))
+    return tagc_errorf(TAGC_EINVAL, "store set: missing store, key or value");
+  return store->ops->set(store, key, value, len);
+}
+
+tagc_status tagc_store_get(tagc_store *store, const char *key, double timeout_s, void **value,
+                           size_t *len) {
+  if (!store || !key || !key[0] || !value || !len)
+    return tagc_errorf(TAGC_EINVAL, "store get: missing store, key or output");
+  return store->ops->get(store, key, timeout_s, value, len);
+}
+
+tagc_status tagc_store_remove(tagc_store *store, const char *key) {
+  if (!store || !key || !key[0])
+    return tagc_errorf(TAGC_EINVAL, "store remove: missing store or key");
+  return store->ops->remove ? store->ops->remove(store, key) : TAGC_OK;
+}
+
+void tagc_store_free(tagc_store *store) {
+  if (store)
+    store->ops->free(store);
+}
+
+typedef struct file_store {
+  tagc_store base;
+  char *dir;
+} file_store;
+
+/* dir + "/" + escaped key (each byte outside [A-Za-z0-9._-] becomes %XX); malloc'd. */
+static char *key_path(const file_store *fs, const char *key) {
+  size_t n = strlen(fs->dir) + 2 + 3 * strlen(key) + 1;
+  char *path = malloc(n);
+  if (!path)
+    return NULL;
+  char *p = path + sprintf(path, "%s/", fs->dir);
+  for (const unsigned char *k = (const unsigned char *)key; *k; k++) {
+    int plain = (*k >= 'a' && *k <= 'z') || (*k >= 'A' && *k <= 'Z') ||
+                (*k >= '0' && *k <= '9') || *k == '.' || *k == '_' || *k == '-';
+    if (plain && !(k == (const unsigned char *)key && *k == '.'))
+      *p++ = (char)*k;
+    else
+      p += sprintf(p, "%%%02X", *k);
+  }
+  *p = '\0';
+  return path;
+}
+
+static tagc_status write_all(int fd, const void *data, size_t len) {
+  const char *p = data;
+  while (len > 0) {
+    ssize_t w = write(fd, p, len);
+    if (w < 0 && errno == EINTR)
+      continue;
+    if (w < 0)
+      return tagc_errorf(TAGC_EIO, "store write: %s", strerror(errno));
+    p += w;
+    len -= (size_t)w;
+  }
+  return TAGC_OK;
+}
+
+static tagc_status file_set(tagc_store *store, const char *key, const void *value, size_t len) {
+  file_store *fs = (file_store *)store;
+  char *path = key_path(fs, key);
+  char *tmp = path ? malloc(strlen(path) + 32) : NULL;
+  tagc_status st = TAGC_OK;
+  if (!tmp) {
+    st = tagc_errorf(TAGC_ENOMEM, "store set: out of memory");
+    goto fail;
+  }
+  sprintf(tmp, "%s.tmp%ld", path, (long)getpid());
+  int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) {
+    st = tagc_errorf(TAGC_EIO, "store set %s: %s", tmp, strerror(errno));
+    goto fail;
+  }
+  st = write_all(fd, value, len);
+  if (close(fd) != 0 && st == TAGC_OK)
+    st = tagc_errorf(TAGC_EIO, "store set %s: close: %s", tmp, strerror(errno));
+  if (st == TAGC_OK && rename(tmp, path) != 0)
+    st = tagc_errorf(TAGC_EIO, "store set %s: rename: %s", path, strerror(errno));
+  if (st != TAGC_OK)
+    unlink(tmp);
+fail:
+  free(tmp);
+  free(path);
+  return st;
+}
+
+/* Reads the whole file; TAGC_ENOTFOUND when it does not exist (yet). */
+static tagc_status read_file(const char *path, void **value, size_t *len) {
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    if (errno == ENOENT)
+      return TAGC_ENOTFOUND;
+    return tagc_errorf(TAGC_EIO, "store get %s: %s", path, strerror(errno));
+  }
+  size_t cap = 256, n = 0;
+  char *buf = malloc(cap);
+  tagc_status st = buf ? TAGC_OK : tagc_errorf(TAGC_ENOMEM, "store get: out of memory");
+  while (st == TAGC_OK) {
+    if (n + 1 >= cap) {
+      char *bigger = realloc(buf, cap * 2);
+      if (!bigger) {
+        st = tagc_errorf(TAGC_ENOMEM, "store get: out of memory");
+        break;
+      }
+      buf = bigger;
+      cap *= 2;
+    }
+    ssize_t r = read(fd, buf + n, cap - n - 1);
+    if (r < 0 && errno == EINTR)
+      continue;
+    if (r < 0)
+      st = tagc_errorf(TAGC_EIO, "store get %s: %s", path, strerror(errno));
+    else if (r == 0)
+      break;
+    else
+      n += (size_t)r;
+  }
+  close(fd);
+  if (st != TAGC_OK) {
+    free(buf);
+    return st;
+  }
+  buf[n] = '\0';
+  *value = buf;
+  *len = n;
+  return TAGC_OK;
+}
+
+static tagc_status file_get(tagc_store *store, const char *key, double timeout_s, void **value,
+                            size_t *len) {
+  file_store *fs = (file_store *)store;
+  char *path = key_path(fs, key);
+  if (!path)
+    return tagc_errorf(TAGC_ENOMEM, "store get: out of memory");
+  double deadline = tagc_now() + timeout_s;
+  double pause = 0.001;
+  tagc_status st;
+  while ((st = read_file(path, value, len)) == TAGC_ENOTFOUND) {
+    double left = deadline - tagc_now();
+    if (left <= 0) {
+      st = tagc_errorf(TAGC_ETIMEDOUT, "store get: key %s not set within %.3g s", key,
+                       timeout_s);
+      break;
+    }
+    tagc_sleep(pause < left ? pause : left);
+    pause = pause * 2 < 0.05 ? pause * 2 : 0.05;
+  }
+  free(path);
+  return st;
+}
+
+static tagc_status file_remove(tagc_store *store, const char *key) {
+  char *path = key_path((file_store *)store, key);
+  if (!path)
+    return tagc_errorf(TAGC_ENOMEM, "store remove: out of memory");
+  tagc_status st = TAGC_OK;
+  if (unlink(path) != 0 && errno != ENOENT)
+    st = tagc_errorf(TAGC_EIO, "store remove %s: %s", path, strerror(errno));
+  free(path);
+  return st;
+}
+
+static void file_free(tagc_store *store) {
+  file_store *fs = (file_store *)store;
+  free(fs->dir);
+  free(fs);
+}
+
+static const tagc_store_ops file_ops = {file_set, file_get, file_remove, file_free};
+
+tagc_status tagc_store_file_new(const char *dir, tagc_store **out) {
+  if (!dir || !dir[0] || !out)
+    return tagc_errorf(TAGC_EINVAL, "file store: missing directory");
+  if (mkdir(dir, 0755) != 0 && errno != EEXIST)
+    return tagc_errorf(TAGC_EIO, "file store: mkdir %s: %s", dir, strerror(errno));
+  file_store *fs = calloc(1, sizeof *fs);
+  char *copy = strdup(dir);
+  if (!fs || !copy) {
+    free(fs);
+    free(copy);
+    return tagc_errorf(TAGC_ENOMEM, "file store: out of memory");
+  }
+  fs->base.ops = &file_ops;
+  fs->dir = copy;
+  *out = &fs->base;
+  return TAGC_OK;
+}
+
+tagc_status tagc_store_file_remove_all(const char *dir) {
+  if (!dir || !dir[0])
+    return tagc_errorf(TAGC_EINVAL, "file store: missing directory");
+  DIR *d = opendir(dir);
+  if (!d)
+    return errno == ENOENT ? TAGC_OK
+                           : tagc_errorf(TAGC_EIO, "file store: opendir %s: %s", dir,
+                                         strerror(errno));
+  tagc_status st = TAGC_OK;
+  struct dirent *e;
+  while ((e = readdir(d)) != NULL) {
+    if (e->d_name[0] == '.' && (!e->d_name[1] || (e->d_name[1] == '.' && !e->d_name[2])))
+      continue;
+    if (unlinkat(dirfd(d), e->d_name, 0) != 0 && st == TAGC_OK)
+      st = tagc_errorf(TAGC_EIO, "file store: unlink %s/%s: %s", dir, e->d_name,
+                       strerror(errno));
+  }
+  closedir(d);
+  if (st == TAGC_OK && rmdir(dir) != 0)
+    st = tagc_errorf(TAGC_EIO, "file store: rmdir %s: %s", dir, strerror(errno));
+  return st;
+}

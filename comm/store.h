@@ -1,0 +1,66 @@
+/* Key-value store used to bootstrap communicators (exchange addresses, NCCL unique ids).
+ *
+ * A store is a tiny vtable so the bootstrap can be swapped: a directory on a shared file
+ * system today (tagc_store_file_new), etcd keys later (the coordinator implements the same
+ * ops). Keys are short printable strings ("gen/7/boot/rank_0"); values are opaque bytes.
+ * Values are immutable once set: writers never overwrite a key with a different value within
+ * one generation, which is what makes a plain directory good enough.
+ *
+ * Threading: a store may be used by one thread at a time unless the implementation says
+ * otherwise (the file store is safe from any number of threads and processes). */
+#ifndef TAGC_COMM_STORE_H
+#define TAGC_COMM_STORE_H
+
+#include <stddef.h>
+
+#include "common/status.h"
+
+typedef struct tagc_store tagc_store;
+
+typedef struct tagc_store_ops {
+  /* Stores len bytes under key, replacing any previous value atomically. */
+  tagc_status (*set)(tagc_store *store, const char *key, const void *value, size_t len);
+  /* Blocks until key exists or timeout_s seconds pass (TAGC_ETIMEDOUT). On success *value is
+   * a new malloc'd buffer (NUL-terminated for convenience, not counted in *len). */
+  tagc_status (*get)(tagc_store *store, const char *key, double timeout_s, void **value,
+                     size_t *len);
+  /* Removes key; removing a missing key is not an error. May be NULL (no-op). */
+  tagc_status (*remove)(tagc_store *store, const char *key);
+  /* Frees the store and everything it owns. */
+  void (*free)(tagc_store *store);
+} tagc_store_ops;
+
+/* Implementations embed this as their first member. */
+struct tagc_store {
+  const tagc_store_ops *ops;
+};
+
+/* Sets key to the len bytes at value. TAGC_EINVAL for a NULL or empty key, TAGC_EIO when
+ * the backing storage fails. Blocking (one write). */
+tagc_status tagc_store_set(tagc_store *store, const char *key, const void *value, size_t len);
+
+/* Waits up to timeout_s seconds for key and returns its value in a new malloc'd buffer
+ * (*value, caller frees; NUL-terminated, terminator not counted in *len).
+ * TAGC_ETIMEDOUT when the key did not appear in time, TAGC_EIO on storage errors. */
+tagc_status tagc_store_get(tagc_store *store, const char *key, double timeout_s, void **value,
+                           size_t *len);
+
+/* Removes key (absent keys are fine). */
+tagc_status tagc_store_remove(tagc_store *store, const char *key);
+
+/* Frees the store; NULL is a no-op. */
+void tagc_store_free(tagc_store *store);
+
+/* A store backed by a directory (created if missing; its parent must exist). Each key is one
+ * file, written to a temporary name and renamed, so readers never see partial values; key
+ * characters other than [A-Za-z0-9._-] are escaped in the file name. Safe to share between
+ * threads and processes on one host or a shared file system. The directory itself is left in
+ * place by tagc_store_free(); remove it with tagc_store_file_remove_all().
+ * Errors: TAGC_EINVAL (NULL dir), TAGC_EIO (cannot create), TAGC_ENOMEM. */
+tagc_status tagc_store_file_new(const char *dir, tagc_store **out);
+
+/* Removes every file in the directory of a file store and the directory itself (tests and
+ * tagctl clean-up). Only plain files directly inside dir are removed. */
+tagc_status tagc_store_file_remove_all(const char *dir);
+
+#endif
