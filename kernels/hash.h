@@ -1,0 +1,63 @@
+/* Hash and counter-based random functions shared by the CPU and CUDA kernels.
+ *
+ * Everything here is a pure function of its arguments, header-only and usable from host
+ * and device code (TAGC_HD), so the CPU oracle and the CUDA port compute identical block
+ * rows, signs and stochastic-rounding draws. Changing any constant changes the sketch
+ * format: bump TAGC_WIRE_VERSION (kernels/wire.h) when you do. */
+#ifndef TAGC_KERNELS_HASH_H
+#define TAGC_KERNELS_HASH_H
+
+#include <stdint.h>
+
+#if defined(__CUDACC__)
+#define TAGC_HD __host__ __device__ __forceinline__
+#else
+#define TAGC_HD static inline
+#endif
+
+/* MurmurHash3's 32-bit finaliser: a bijection of uint32 with full avalanche. */
+TAGC_HD uint32_t tagc_fmix32(uint32_t h) {
+  h ^= h >> 16;
+  h *= 0x85EBCA6Bu;
+  h ^= h >> 13;
+  h *= 0xC2B2AE35u;
+  h ^= h >> 16;
+  return h;
+}
+
+/* MurmurHash3's 64-bit finaliser. */
+TAGC_HD uint64_t tagc_fmix64(uint64_t k) {
+  k ^= k >> 33;
+  k *= 0xFF51AFD7ED558CCDull;
+  k ^= k >> 33;
+  k *= 0xC4CEB9FE1A85EC53ull;
+  k ^= k >> 33;
+  return k;
+}
+
+/* Uniform integer in [0, range) from a 32-bit hash (multiply-shift, no division). */
+TAGC_HD uint32_t tagc_hash_range(uint32_t h, uint32_t range) {
+  return (uint32_t)(((uint64_t)h * range) >> 32);
+}
+
+/* The raw hash behind row j (0..2) of block `block` at retry `attempt` (see
+ * tagc_layout_init for how attempts remove duplicate row triples):
+ *   x = fmix32(block * 0x9E3779B1 + seed)
+ *   h = fmix32(x + 0x85EBCA77 * (3 * attempt + j + 1))
+ * Bit 0 of h is the sign (1 = negative); the high bits choose the row. */
+TAGC_HD uint32_t tagc_block_hash(uint32_t seed, uint32_t block, uint32_t attempt, uint32_t j) {
+  uint32_t x = tagc_fmix32(block * 0x9E3779B1u + seed);
+  return tagc_fmix32(x + 0x85EBCA77u * (3u * attempt + j + 1u));
+}
+
+/* Counter-based random 32 bits for (seed, step, index): the same triple always gives the
+ * same value, on any device and thread count. Used by bf16 stochastic rounding with
+ * index = the element's position in the caller's flat tensor. */
+TAGC_HD uint32_t tagc_rng_u32(uint64_t seed, uint64_t step, uint64_t index) {
+  uint64_t k = tagc_fmix64(seed ^ 0x9E3779B97F4A7C15ull);
+  k = tagc_fmix64(k ^ (step * 0xD1B54A32D192ED03ull));
+  k = tagc_fmix64(k ^ (index * 0x8CB92BA72F3D8DD7ull + 0x632BE59BD9B4E019ull));
+  return (uint32_t)(k >> 32);
+}
+
+#endif
