@@ -1,0 +1,48 @@
+/* Asynchronous checkpoint saver: the training step copies its shard into a host buffer and
+ * returns; a background thread writes it, runs the barrier and (rank 0) commits.
+ *
+ * Threading: the barrier callback of the config is called on the saver's background thread,
+ * never on the thread that calls submit. With a communicator, that barrier must be safe to run
+ * concurrently with the training thread's collectives (e.g. its own communicator or a store
+ * barrier). One saver per rank; its functions may be called from one thread at a time. */
+#ifndef TAGC_CKPT_SAVER_H
+#define TAGC_CKPT_SAVER_H
+
+#include "ckpt/ckpt.h"
+
+typedef struct tagc_ckpt_saver tagc_ckpt_saver;
+
+typedef struct tagc_ckpt_saver_stats {
+  int64_t saves_done;          /* saves finished (ok or failed) */
+  int64_t saves_failed;
+  int64_t backpressure_waits;  /* submits that had to wait for the previous save */
+  double last_stall_s;         /* time the latest submit blocked the caller (wait + copy) */
+  double last_write_s;         /* background time of the latest finished save */
+  int64_t last_step;           /* step of the latest finished save, -1 before the first */
+  tagc_status last_status;     /* its result */
+  tagc_ckpt_committed last_committed; /* rank 0: what the latest successful commit produced */
+} tagc_ckpt_saver_stats;
+
+/* Copies cfg (dir, layout names, ranges) and allocates the host buffer for this rank's shard
+ * (sum of range counts x streams floats), then starts the background thread.
+ * Errors: TAGC_EINVAL (bad config), TAGC_ENOMEM, TAGC_EINTERNAL (thread creation). */
+tagc_status tagc_ckpt_saver_create(const tagc_ckpt_writer_config *cfg, tagc_ckpt_saver **out);
+
+/* Hands step's shard to the background thread: waits (logged as backpressure) while the
+ * previous save is still running, copies data (same shape as tagc_ckpt_write_shard) and a
+ * deep copy of meta, then returns. Errors: TAGC_EINVAL, TAGC_ENOMEM, TAGC_EABORTED after
+ * destroy began. The result of the save itself is in the stats and in tagc_ckpt_saver_wait(). */
+tagc_status tagc_ckpt_saver_submit(tagc_ckpt_saver *sv, int64_t step, const float *const *data,
+                                   const tagc_ckpt_meta *meta);
+
+/* Blocks until no save is pending or running; returns the status of the latest save
+ * (TAGC_OK when none ran). */
+tagc_status tagc_ckpt_saver_wait(tagc_ckpt_saver *sv);
+
+/* Copies the counters. */
+void tagc_ckpt_saver_stats_get(tagc_ckpt_saver *sv, tagc_ckpt_saver_stats *out);
+
+/* Finishes a pending save, stops the thread and frees everything. NULL is a no-op. */
+void tagc_ckpt_saver_destroy(tagc_ckpt_saver *sv);
+
+#endif

@@ -1,0 +1,229 @@
+/* Asynchronous saver: one background thread, one host buffer, backpressure on overlap. */
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ckpt/ckpt_internal.h"
+#include "ckpt/ckpt_saver.h"
+#include "common/log.h"
+#include "common/timeutil.h"
+
+struct tagc_ckpt_saver {
+  tagc_ckpt_writer_config cfg; /* points into the copies below */
+  char *dir;
+  char **unit_names, **stream_names;
+  int64_t *numel;
+  tagc_ckpt_range *ranges;
+  float *buffer;               /* this rank's shard, all units and streams */
+  const float **views;         /* [n_units * n_streams] into buffer */
+  size_t buffer_floats;
+
+  pthread_t thread;
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  int busy;     /* a job is being copied, queued or written */
+  int pending;  /* a job is ready for the thread */
+  int stopping;
+  int64_t step;
+  json_t *meta[4]; /* model, sampler, rng, compression (owned copies) */
+  tagc_ckpt_saver_stats stats;
+};
+
+static void *saver_main(void *arg) {
+  tagc_ckpt_saver *sv = arg;
+  pthread_mutex_lock(&sv->mu);
+  for (;;) {
+    while (!sv->pending && !sv->stopping)
+      pthread_cond_wait(&sv->cv, &sv->mu);
+    if (!sv->pending)
+      break;
+    sv->pending = 0;
+    int64_t step = sv->step;
+    pthread_mutex_unlock(&sv->mu);
+
+    double t0 = tagc_now();
+    tagc_ckpt_meta meta = {sv->meta[0], sv->meta[1], sv->meta[2], sv->meta[3]};
+    tagc_ckpt_committed committed = {0};
+    tagc_status st = tagc_ckpt_save(&sv->cfg, step, sv->views, &meta, &committed);
+    if (st != TAGC_OK)
+      LOG_ERROR("ckpt", "checkpoint of step %lld failed on rank %d: %s", (long long)step, sv->cfg.rank,
+                tagc_last_error());
+    for (int i = 0; i < 4; i++) {
+      json_decref(sv->meta[i]);
+      sv->meta[i] = NULL;
+    }
+
+    pthread_mutex_lock(&sv->mu);
+    sv->stats.saves_done++;
+    sv->stats.saves_failed += st != TAGC_OK;
+    sv->stats.last_write_s = tagc_now() - t0;
+    sv->stats.last_step = step;
+    sv->stats.last_status = st;
+    if (st == TAGC_OK && sv->cfg.rank == 0)
+      sv->stats.last_committed = committed;
+    sv->busy = 0;
+    pthread_cond_broadcast(&sv->cv);
+  }
+  pthread_mutex_unlock(&sv->mu);
+  return NULL;
+}
+
+static void free_copies(tagc_ckpt_saver *sv) {
+  for (int u = 0; sv->unit_names && u < sv->cfg.layout.n_units; u++)
+    free(sv->unit_names[u]);
+  for (int s = 0; sv->stream_names && s < sv->cfg.layout.n_streams; s++)
+    free(sv->stream_names[s]);
+  free(sv->unit_names);
+  free(sv->stream_names);
+  free(sv->numel);
+  free(sv->ranges);
+  free(sv->dir);
+  free(sv->buffer);
+  free(sv->views);
+}
+
+/* Deep-copies the config and lays out the host buffer. */
+static tagc_status copy_config(tagc_ckpt_saver *sv, const tagc_ckpt_writer_config *cfg) {
+  int nu = cfg->layout.n_units, ns = cfg->layout.n_streams;
+  sv->cfg = *cfg;
+  sv->dir = strdup(cfg->dir);
+  sv->unit_names = calloc((size_t)nu + 1, sizeof *sv->unit_names);
+  sv->stream_names = calloc((size_t)ns, sizeof *sv->stream_names);
+  sv->numel = calloc((size_t)nu + 1, sizeof *sv->numel);
+  sv->ranges = calloc((size_t)nu + 1, sizeof *sv->ranges);
+  sv->views = calloc((size_t)nu * ns + 1, sizeof *sv->views);
+  if (!sv->dir || !sv->unit_names || !sv->stream_names || !sv->numel || !sv->ranges || !sv->views)
+    return tagc_errorf(TAGC_ENOMEM, "checkpoint saver config");
+  for (int s = 0; s < ns; s++)
+    if (!(sv->stream_names[s] = strdup(cfg->layout.stream_names[s])))
+      return tagc_errorf(TAGC_ENOMEM, "checkpoint saver config");
+  for (int u = 0; u < nu; u++) {
+    if (!(sv->unit_names[u] = strdup(cfg->layout.unit_names[u])))
+      return tagc_errorf(TAGC_ENOMEM, "checkpoint saver config");
+    sv->numel[u] = cfg->layout.unit_numel[u];
+    sv->ranges[u] = cfg->ranges[u];
+    sv->buffer_floats += (size_t)tagc_ckpt_range_count(cfg->ranges[u], sv->numel[u]) * (size_t)ns;
+  }
+  sv->buffer = malloc(sv->buffer_floats * sizeof(float) + 1);
+  if (!sv->buffer)
+    return tagc_errorf(TAGC_ENOMEM, "checkpoint host buffer of %zu floats", sv->buffer_floats);
+  size_t off = 0;
+  for (int u = 0; u < nu; u++) {
+    size_t count = (size_t)tagc_ckpt_range_count(cfg->ranges[u], sv->numel[u]);
+    for (int s = 0; s < ns; s++, off += count)
+      sv->views[(size_t)u * ns + s] = sv->buffer + off;
+  }
+  sv->cfg.dir = sv->dir;
+  sv->cfg.layout.unit_names = (const char *const *)sv->unit_names;
+  sv->cfg.layout.stream_names = (const char *const *)sv->stream_names;
+  sv->cfg.layout.unit_numel = sv->numel;
+  sv->cfg.ranges = sv->ranges;
+  return TAGC_OK;
+}
+
+tagc_status tagc_ckpt_saver_create(const tagc_ckpt_writer_config *cfg, tagc_ckpt_saver **out) {
+  *out = NULL;
+  if (!cfg || !cfg->dir || cfg->world_size < 1 || cfg->rank < 0 || cfg->rank >= cfg->world_size ||
+      (cfg->world_size > 1 && !cfg->barrier) || (cfg->layout.n_units > 0 && !cfg->ranges))
+    return tagc_errorf(TAGC_EINVAL, "checkpoint saver: need dir, rank < world size, ranges, and a barrier for W > 1");
+  TAGC_CHECK(layout_check(&cfg->layout));
+  tagc_ckpt_saver *sv = calloc(1, sizeof *sv);
+  if (!sv)
+    return tagc_errorf(TAGC_ENOMEM, "checkpoint saver");
+  tagc_status st = copy_config(sv, cfg);
+  if (st != TAGC_OK) {
+    free_copies(sv);
+    free(sv);
+    return st;
+  }
+  sv->stats.last_step = -1;
+  pthread_mutex_init(&sv->mu, NULL);
+  pthread_cond_init(&sv->cv, NULL);
+  if (pthread_create(&sv->thread, NULL, saver_main, sv) != 0) {
+    pthread_mutex_destroy(&sv->mu);
+    pthread_cond_destroy(&sv->cv);
+    free_copies(sv);
+    free(sv);
+    return tagc_errorf(TAGC_EINTERNAL, "checkpoint saver: cannot start its thread");
+  }
+  *out = sv;
+  return TAGC_OK;
+}
+
+tagc_status tagc_ckpt_saver_submit(tagc_ckpt_saver *sv, int64_t step, const float *const *data,
+                                   const tagc_ckpt_meta *meta) {
+  int nu = sv->cfg.layout.n_units, ns = sv->cfg.layout.n_streams;
+  if (step < 0 || (nu > 0 && !data))
+    return tagc_errorf(TAGC_EINVAL, "checkpoint submit: step %lld needs data", (long long)step);
+  for (int u = 0; u < nu; u++)
+    for (int s = 0; s < ns; s++)
+      if (tagc_ckpt_range_count(sv->ranges[u], sv->numel[u]) > 0 && !data[(size_t)u * ns + s])
+        return tagc_errorf(TAGC_EINVAL, "checkpoint submit: no data for unit %d stream %d", u, s);
+  double t0 = tagc_now();
+  pthread_mutex_lock(&sv->mu);
+  if (sv->stopping) {
+    pthread_mutex_unlock(&sv->mu);
+    return tagc_errorf(TAGC_EABORTED, "checkpoint saver is shutting down");
+  }
+  if (sv->busy) {
+    LOG_WARN("ckpt", "checkpoint of step %lld waits: the previous save is still running (backpressure)",
+             (long long)step);
+    sv->stats.backpressure_waits++;
+    while (sv->busy)
+      pthread_cond_wait(&sv->cv, &sv->mu);
+  }
+  sv->busy = 1;
+  pthread_mutex_unlock(&sv->mu);
+
+  for (int u = 0; u < nu; u++) {
+    size_t count = (size_t)tagc_ckpt_range_count(sv->ranges[u], sv->numel[u]);
+    for (int s = 0; s < ns && count > 0; s++)
+      memcpy((float *)sv->views[(size_t)u * ns + s], data[(size_t)u * ns + s], count * sizeof(float));
+  }
+  const json_t *src[4] = {0};
+  if (meta) {
+    src[0] = meta->model;
+    src[1] = meta->sampler;
+    src[2] = meta->rng;
+    src[3] = meta->compression;
+  }
+  for (int i = 0; i < 4; i++)
+    sv->meta[i] = src[i] ? json_deep_copy(src[i]) : NULL;
+
+  pthread_mutex_lock(&sv->mu);
+  sv->step = step;
+  sv->pending = 1;
+  sv->stats.last_stall_s = tagc_now() - t0;
+  pthread_cond_broadcast(&sv->cv);
+  pthread_mutex_unlock(&sv->mu);
+  return TAGC_OK;
+}
+
+tagc_status tagc_ckpt_saver_wait(tagc_ckpt_saver *sv) {
+  pthread_mutex_lock(&sv->mu);
+  while (sv->busy)
+    pthread_cond_wait(&sv->cv, &sv->mu);
+  tagc_status st = sv->stats.saves_done ? sv->stats.last_status : TAGC_OK;
+  pthread_mutex_unlock(&sv->mu);
+  return st;
+}
+
+void tagc_ckpt_saver_stats_get(tagc_ckpt_saver *sv, tagc_ckpt_saver_stats *out) {
+  pthread_mutex_lock(&sv->mu);
+  *out = sv->stats;
+  pthread_mutex_unlock(&sv->mu);
+}
+
+void tagc_ckpt_saver_destroy(tagc_ckpt_saver *sv) {
+  if (!sv)
+    return;
+  pthread_mutex_lock(&sv->mu);
+  sv->stopping = 1;
+  pthread_cond_broadcast(&sv->cv);
+  pthread_mutex_unlock(&sv->mu);
+  pthread_join(sv->thread, NULL);
+  pthread_mutex_destroy(&sv->mu);
+  pthread_cond_destroy(&sv->cv);
+  free_copies(sv);
+  free(sv);
+}

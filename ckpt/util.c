@@ -1,0 +1,163 @@
+/* File helpers and directory listing for the checkpoint library. */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "ckpt/ckpt_internal.h"
+
+tagc_status path_fmt(char *buf, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  int n = vsnprintf(buf, CKPT_PATH_MAX, fmt, ap);
+  va_end(ap);
+  if (n < 0 || n >= CKPT_PATH_MAX)
+    return tagc_errorf(TAGC_EINVAL, "checkpoint path too long (%d bytes)", n);
+  return TAGC_OK;
+}
+
+tagc_status write_full(int fd, const void *buf, size_t len, const char *name) {
+  const char *p = buf;
+  while (len > 0) {
+    ssize_t w = write(fd, p, len);
+    if (w < 0 && errno == EINTR)
+      continue;
+    if (w < 0)
+      return tagc_errorf(TAGC_EIO, "write %s: %s", name, strerror(errno));
+    p += w;
+    len -= (size_t)w;
+  }
+  return TAGC_OK;
+}
+
+tagc_status pread_full(int fd, void *buf, size_t len, uint64_t off, const char *name) {
+  char *p = buf;
+  while (len > 0) {
+    ssize_t r = pread(fd, p, len, (off_t)off);
+    if (r < 0 && errno == EINTR)
+      continue;
+    if (r < 0)
+      return tagc_errorf(TAGC_EIO, "read %s: %s", name, strerror(errno));
+    if (r == 0)
+      return tagc_errorf(TAGC_ECORRUPT, "%s: unexpected end of file at byte %llu", name,
+                         (unsigned long long)off);
+    p += r;
+    off += (uint64_t)r;
+    len -= (size_t)r;
+  }
+  return TAGC_OK;
+}
+
+tagc_status fsync_path(const char *path) {
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0)
+    return tagc_errorf(TAGC_EIO, "open %s for fsync: %s", path, strerror(errno));
+  int rc = fsync(fd);
+  int err = errno;
+  close(fd);
+  if (rc != 0)
+    return tagc_errorf(TAGC_EIO, "fsync %s: %s", path, strerror(err));
+  return TAGC_OK;
+}
+
+tagc_status mkdir_p(const char *path) {
+  char buf[CKPT_PATH_MAX];
+  TAGC_CHECK(path_fmt(buf, "%s", path));
+  for (char *p = buf + 1;; p++) {
+    if (*p != '/' && *p != '\0')
+      continue;
+    char saved = *p;
+    *p = '\0';
+    if (mkdir(buf, 0755) != 0 && errno != EEXIST)
+      return tagc_errorf(TAGC_EIO, "mkdir %s: %s", buf, strerror(errno));
+    *p = saved;
+    if (saved == '\0')
+      return TAGC_OK;
+  }
+}
+
+tagc_status remove_dir(const char *path) {
+  DIR *d = opendir(path);
+  if (!d)
+    return errno == ENOENT ? TAGC_OK : tagc_errorf(TAGC_EIO, "opendir %s: %s", path, strerror(errno));
+  tagc_status st = TAGC_OK;
+  struct dirent *e;
+  while ((e = readdir(d)) != NULL) {
+    if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
+      continue;
+    char child[CKPT_PATH_MAX];
+    if (path_fmt(child, "%s/%s", path, e->d_name) != TAGC_OK || unlink(child) != 0) {
+      st = tagc_errorf(TAGC_EIO, "remove %s/%s: %s", path, e->d_name, strerror(errno));
+      break;
+    }
+  }
+  closedir(d);
+  if (st == TAGC_OK && rmdir(path) != 0)
+    st = tagc_errorf(TAGC_EIO, "rmdir %s: %s", path, strerror(errno));
+  return st;
+}
+
+int parse_step_name(const char *name, int64_t *step) {
+  if (strncmp(name, "step-", 5) != 0 || name[5] < '0' || name[5] > '9')
+    return 0;
+  char *end;
+  errno = 0;
+  long long s = strtoll(name + 5, &end, 10);
+  if (errno || *end)
+    return 0;
+  *step = s;
+  return 1;
+}
+
+static int cmp_desc(const void *a, const void *b) {
+  int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+  return (x < y) - (x > y);
+}
+
+tagc_status list_steps(const char *dir, int tmp, int64_t **steps, int *n) {
+  *steps = NULL;
+  *n = 0;
+  DIR *d = opendir(dir);
+  if (!d)
+    return errno == ENOENT ? TAGC_OK : tagc_errorf(TAGC_EIO, "opendir %s: %s", dir, strerror(errno));
+  int cap = 0;
+  struct dirent *e;
+  tagc_status st = TAGC_OK;
+  while ((e = readdir(d)) != NULL) {
+    char name[256];
+    snprintf(name, sizeof name, "%s", e->d_name);
+    size_t len = strlen(name);
+    int is_tmp = len > 4 && strcmp(name + len - 4, ".tmp") == 0;
+    if (is_tmp != tmp)
+      continue;
+    if (is_tmp)
+      name[len - 4] = '\0';
+    int64_t s;
+    if (!parse_step_name(name, &s))
+      continue;
+    if (*n == cap) {
+      cap = cap ? cap * 2 : 16;
+      int64_t *grown = realloc(*steps, (size_t)cap * sizeof **steps);
+      if (!grown) {
+        st = tagc_errorf(TAGC_ENOMEM, "listing %s", dir);
+        break;
+      }
+      *steps = grown;
+    }
+    (*steps)[(*n)++] = s;
+  }
+  closedir(d);
+  if (st != TAGC_OK) {
+    free(*steps);
+    *steps = NULL;
+    *n = 0;
+    return st;
+  }
+  qsort(*steps, (size_t)*n, sizeof **steps, cmp_desc);
+  return TAGC_OK;
+}
