@@ -1,0 +1,186 @@
+#include "etcd_server.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <curl/curl.h>
+
+#include "common/timeutil.h"
+
+int tagc_test_free_port(void) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0)
+    return -1;
+  struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+  socklen_t len = sizeof a;
+  int port = -1;
+  if (bind(fd, (struct sockaddr *)&a, sizeof a) == 0 && getsockname(fd, (struct sockaddr *)&a, &len) == 0)
+    port = ntohs(a.sin_port);
+  close(fd);
+  return port;
+}
+
+static const char *etcd_binary(void) {
+  const char *bin = getenv("TAGC_ETCD_BIN");
+  return bin && *bin ? bin : "/usr/bin/etcd";
+}
+
+static size_t discard(char *p, size_t s, size_t n, void *u) {
+  (void)p;
+  (void)u;
+  return s * n;
+}
+
+static int version_answers(const char *url) {
+  char full[128];
+  snprintf(full, sizeof full, "%s/version", url);
+  CURL *h = curl_easy_init();
+  if (!h)
+    return 0;
+  curl_easy_setopt(h, CURLOPT_URL, full);
+  curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, 500L);
+  curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
+  curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, discard);
+  long code = 0;
+  if (curl_easy_perform(h) == CURLE_OK)
+    curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &code);
+  curl_easy_cleanup(h);
+  return code == 200;
+}
+
+/* The last bytes of the server's log, for error messages. */
+static const char *log_tail(const tagc_test_etcd *e, char *buf, size_t cap) {
+  char path[300];
+  snprintf(path, sizeof path, "%s/etcd.log", e->dir);
+  buf[0] = '\0';
+  FILE *f = fopen(path, "r");
+  if (!f)
+    return buf;
+  fseek(f, 0, SEEK_END);
+  long size = ftell(f);
+  fseek(f, size > (long)cap - 1 ? size - (long)cap + 1 : 0, SEEK_SET);
+  size_t n = fread(buf, 1, cap - 1, f);
+  buf[n] = '\0';
+  fclose(f);
+  return buf;
+}
+
+static void exec_etcd(const tagc_test_etcd *e) {
+  char data[300], log[300], client[64], peer[64], cluster[96];
+  snprintf(data, sizeof data, "%s/data", e->dir);
+  snprintf(log, sizeof log, "%s/etcd.log", e->dir);
+  snprintf(client, sizeof client, "http://127.0.0.1:%d", e->client_port);
+  snprintf(peer, sizeof peer, "http://127.0.0.1:%d", e->peer_port);
+  snprintf(cluster, sizeof cluster, "default=%s", peer);
+  int fd = open(log, O_WRONLY | O_CREAT | O_APPEND, 0644);
+  if (fd >= 0) {
+    dup2(fd, STDOUT_FILENO);
+    dup2(fd, STDERR_FILENO);
+    close(fd);
+  }
+  prctl(PR_SET_PDEATHSIG, SIGKILL);
+  execl(etcd_binary(), "etcd", "--name", "default", "--data-dir", data, "--listen-client-urls", client,
+        "--advertise-client-urls", client, "--listen-peer-urls", peer, "--initial-advertise-peer-urls",
+        peer, "--initial-cluster", cluster, "--heartbeat-interval", "50", "--election-timeout", "500",
+        "--log-level", "warn", (char *)NULL);
+  _exit(127);
+}
+
+static tagc_status spawn_and_wait(tagc_test_etcd *e) {
+  pid_t pid = fork();
+  if (pid < 0)
+    return tagc_errorf(TAGC_EIO, "fork: %s", strerror(errno));
+  if (pid == 0)
+    exec_etcd(e);
+  e->pid = pid;
+  double deadline = tagc_now() + 15;
+  while (tagc_now() < deadline) {
+    int status;
+    if (waitpid(pid, &status, WNOHANG) == pid) {
+      char tail[600];
+      e->pid = 0;
+      return tagc_errorf(TAGC_EIO, "etcd exited with status %d: %s", status, log_tail(e, tail, sizeof tail));
+    }
+    if (version_answers(e->url))
+      return TAGC_OK;
+    tagc_sleep(0.05);
+  }
+  char tail[600];
+  return tagc_errorf(TAGC_ETIMEDOUT, "etcd did not answer within 15 s: %s", log_tail(e, tail, sizeof tail));
+}
+
+tagc_status tagc_test_etcd_start(tagc_test_etcd *e) {
+  memset(e, 0, sizeof *e);
+  if (access(etcd_binary(), X_OK) != 0)
+    return tagc_errorf(TAGC_EUNSUPPORTED, "no etcd binary at %s", etcd_binary());
+  curl_global_init(CURL_GLOBAL_DEFAULT);
+  const char *tmp = getenv("TMPDIR");
+  snprintf(e->dir, sizeof e->dir, "%s/tagc-etcd-XXXXXX", tmp && *tmp ? tmp : "/tmp");
+  if (!mkdtemp(e->dir))
+    return tagc_errorf(TAGC_EIO, "mkdtemp %s: %s", e->dir, strerror(errno));
+  tagc_status st = TAGC_EIO;
+  for (int attempt = 0; attempt < 3 && st != TAGC_OK; attempt++) {
+    e->client_port = tagc_test_free_port();
+    e->peer_port = tagc_test_free_port();
+    snprintf(e->url, sizeof e->url, "http://127.0.0.1:%d", e->client_port);
+    st = spawn_and_wait(e); /* a port taken in between makes etcd exit: pick new ones */
+    if (st != TAGC_OK && e->pid)
+      tagc_test_etcd_kill(e);
+  }
+  if (st != TAGC_OK)
+    tagc_test_etcd_stop(e);
+  return st;
+}
+
+/* Sends sig and reaps the process, waiting up to timeout_s; 0 once it is gone. */
+static int signal_and_reap(pid_t pid, int sig, double timeout_s) {
+  kill(pid, sig);
+  double deadline = tagc_now() + timeout_s;
+  while (tagc_now() < deadline) {
+    pid_t r = waitpid(pid, NULL, WNOHANG);
+    if (r == pid || (r < 0 && errno == ECHILD))
+      return 0;
+    tagc_sleep(0.01);
+  }
+  return -1;
+}
+
+tagc_status tagc_test_etcd_kill(tagc_test_etcd *e) {
+  if (e->pid > 0 && signal_and_reap(e->pid, SIGKILL, 10) != 0)
+    return tagc_errorf(TAGC_ETIMEDOUT, "etcd pid %d did not die", (int)e->pid);
+  e->pid = 0;
+  return TAGC_OK;
+}
+
+tagc_status tagc_test_etcd_restart(tagc_test_etcd *e) {
+  if (e->pid > 0)
+    return tagc_errorf(TAGC_EINVAL, "etcd pid %d is still running", (int)e->pid);
+  return spawn_and_wait(e);
+}
+
+static int remove_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw) {
+  (void)sb;
+  (void)flag;
+  (void)ftw;
+  return remove(path);
+}
+
+void tagc_test_etcd_stop(tagc_test_etcd *e) {
+  if (e->pid > 0 && signal_and_reap(e->pid, SIGTERM, 5) != 0)
+    signal_and_reap(e->pid, SIGKILL, 5);
+  e->pid = 0;
+  if (e->dir[0])
+    nftw(e->dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+  e->dir[0] = '\0';
+}

@@ -1,0 +1,46 @@
+/* Test helper: a real, single-member etcd server on 127.0.0.1 with a temporary data dir and
+ * free ports, for integration and chaos tests.
+ *
+ *   tagc_test_etcd e;
+ *   if (tagc_test_etcd_start(&e) == TAGC_EUNSUPPORTED) TEST_SKIP("no etcd");
+ *   ... use e.url ...
+ *   tagc_test_etcd_stop(&e);
+ *
+ * The server runs with a 50 ms heartbeat and 500 ms election timeout, so leases as short as
+ * 1 s are honoured. It dies with the test process (PR_SET_PDEATHSIG). Set TAGC_ETCD_BIN to
+ * use another binary than /usr/bin/etcd. Not thread-safe: one thread drives one server. */
+#ifndef TAGC_TESTS_COORDINATOR_ETCD_SERVER_H
+#define TAGC_TESTS_COORDINATOR_ETCD_SERVER_H
+
+#include <sys/types.h>
+
+#include "common/status.h"
+
+typedef struct tagc_test_etcd {
+  pid_t pid;            /* 0 when not running */
+  int client_port;
+  int peer_port;
+  char dir[256];        /* temporary directory: data/ and etcd.log */
+  char url[64];         /* "http://127.0.0.1:<client_port>" */
+} tagc_test_etcd;
+
+/* Starts etcd and waits (up to 15 s) until GET /version answers. TAGC_EUNSUPPORTED when the
+ * etcd binary is missing (the caller skips), TAGC_EIO / TAGC_ETIMEDOUT when it does not come
+ * up (the last lines of its log are in the error detail). */
+tagc_status tagc_test_etcd_start(tagc_test_etcd *e);
+
+/* Kills the server (SIGKILL, by PID) but keeps its data and ports, e.g. to test a client
+ * through an outage. */
+tagc_status tagc_test_etcd_kill(tagc_test_etcd *e);
+
+/* Starts a server again on the same data dir and ports after tagc_test_etcd_kill. */
+tagc_status tagc_test_etcd_restart(tagc_test_etcd *e);
+
+/* Stops the server (SIGTERM, then SIGKILL after 5 s, by PID) and removes its directory.
+ * Idempotent. */
+void tagc_test_etcd_stop(tagc_test_etcd *e);
+
+/* A free TCP port on 127.0.0.1 at the time of the call. */
+int tagc_test_free_port(void);
+
+#endif
