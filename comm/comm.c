@@ -153,7 +153,7 @@ typedef struct op_call {
   uint64_t recv;
 } op_call;
 
-/* Starts a call: fails at once on a broken communicator. */
+/* Starts a call: fails at once on a broken communicator (counted as a failed call). */
 static tagc_status op_begin(op_call *op, tagc_comm *c, tagc_comm_opkind kind,
                             double timeout_s) {
   op->c = c;
@@ -162,10 +162,14 @@ static tagc_status op_begin(op_call *op, tagc_comm *c, tagc_comm_opkind kind,
   op->deadline = op->start + (timeout_s > 0 ? timeout_s : c->default_timeout);
   op->sent = op->recv = 0;
   tagc_status st = (tagc_status)atomic_load(&c->state);
-  if (st != TAGC_OK)
-    return tagc_errorf(st, "comm %s: communicator already failed (%s)",
-                       tagc_comm_opkind_name(kind), tagc_strerror(st));
-  return TAGC_OK;
+  if (st == TAGC_OK)
+    return TAGC_OK;
+  pthread_mutex_lock(&c->stats_lock);
+  c->stats.op[kind].calls++;
+  c->stats.op[kind].errors++;
+  pthread_mutex_unlock(&c->stats_lock);
+  return tagc_errorf(st, "comm %s: communicator already failed (%s)",
+                     tagc_comm_opkind_name(kind), tagc_strerror(st));
 }
 
 /* Ends a call: breaks the communicator on a transport failure and updates the counters.

@@ -43,6 +43,11 @@
 #ifndef TAGC_COMM_COMM_H
 #define TAGC_COMM_COMM_H
 
+/* The common/ headers have no C++ guards; the Gloo adapter includes this one. */
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 #include <stddef.h>
 #include <stdint.h>
 
@@ -194,5 +199,9 @@ void tagc_comm_stats_get(const tagc_comm *comm, tagc_comm_stats *out);
 
 /* Zeroes the counters. Any thread. */
 void tagc_comm_stats_reset(tagc_comm *comm);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

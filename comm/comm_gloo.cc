@@ -27,7 +27,9 @@
 
 #include "comm/comm_backend.h"
 #include "comm/reduce_host.h"
+extern "C" {
 #include "common/timeutil.h"
+}
 
 namespace {
 

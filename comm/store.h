@@ -11,6 +11,11 @@
 #ifndef TAGC_COMM_STORE_H
 #define TAGC_COMM_STORE_H
 
+/* The common/ headers have no C++ guards; the Gloo adapter includes this one. */
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 #include <stddef.h>
 
 #include "common/status.h"
@@ -62,5 +67,9 @@ tagc_status tagc_store_file_new(const char *dir, tagc_store **out);
 /* Removes every file in the directory of a file store and the directory itself (tests and
  * tagctl clean-up). Only plain files directly inside dir are removed. */
 tagc_status tagc_store_file_remove_all(const char *dir);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

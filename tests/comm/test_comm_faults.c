@@ -1,0 +1,238 @@
+/* Failure behaviour of the Gloo communicator, with forked ranks: a rank that never calls the
+ * operation (timeout), a peer SIGKILLed while the others are blocked in a collective and
+ * while they run collectives in a loop, abort() from another thread, and a create whose
+ * peers never arrive. Every failing call must return within its timeout plus a small slack,
+ * and a broken communicator must keep failing at once. */
+#include <pthread.h>
+#include <stdint.h>
+
+#include "comm/comm.h"
+#include "common/timeutil.h"
+#include "harness.h"
+#include "test.h"
+
+/* A forked rank counts only its own checks, not those its parent made before the fork. */
+#define RANK_START() (test_failed_ = test_passed_ = 0)
+
+#define SLACK_S 0.5
+
+/* Marks and waits for test events through the ranks' file store. */
+static void mark(const char *dir, const char *key) {
+  tagc_store *s = NULL;
+  if (tagc_store_file_new(dir, &s) == TAGC_OK)
+    tagc_store_set(s, key, "1", 1);
+  tagc_store_free(s);
+}
+
+static int wait_mark(const char *dir, const char *key, double timeout_s) {
+  tagc_store *s = NULL;
+  void *v = NULL;
+  size_t len;
+  int ok = tagc_store_file_new(dir, &s) == TAGC_OK &&
+           tagc_store_get(s, key, timeout_s, &v, &len) == TAGC_OK;
+  free(v);
+  tagc_store_free(s);
+  return ok;
+}
+
+/* Rank 1 never calls the all-reduce: rank 0 times out; later, rank 1's own call fails at
+ * once because rank 0 closed its connections. */
+static int timeout_rank(int rank, int world, const char *dir, void *arg) {
+  (void)arg;
+  RANK_START();
+  tagc_comm *c = harness_comm(rank, world, dir, "timeout", 10.0);
+  CHECK(c != NULL);
+  if (!c)
+    return test_failed_;
+  float x[64] = {0};
+  if (rank == 0) {
+    double t0 = tagc_now();
+    tagc_status st = tagc_comm_allreduce(c, x, x, 64, TAGC_DTYPE_F32, TAGC_REDOP_SUM, 1.0);
+    double took = tagc_now() - t0;
+    CHECK_EQ_INT(st, TAGC_ETIMEDOUT);
+    CHECK_MSG(took >= 0.99 && took <= 1.0 + SLACK_S, "timeout after %.3f s", took);
+    CHECK_EQ_INT(tagc_comm_failed_peer(c), 1);
+    t0 = tagc_now();
+    CHECK_EQ_INT(tagc_comm_barrier(c, 5.0), TAGC_ETIMEDOUT);
+    CHECK(tagc_now() - t0 < 0.1);
+    tagc_comm_stats s;
+    tagc_comm_stats_get(c, &s);
+    CHECK_EQ_INT(s.op[TAGC_COMM_OP_ALLREDUCE].errors, 1);
+    CHECK_EQ_INT(s.op[TAGC_COMM_OP_BARRIER].errors, 1);
+    CHECK_EQ_INT(s.op[TAGC_COMM_OP_ALLREDUCE].bytes_sent, 0);
+    printf("timeout: rank 0 got ETIMEDOUT after %.3f s (timeout 1.0 s)\n", took);
+    mark(dir, "done/0");
+  } else {
+    CHECK(wait_mark(dir, "done/0", 10.0));
+    double t0 = tagc_now();
+    CHECK_EQ_INT(tagc_comm_barrier(c, 5.0), TAGC_EPEER);
+    CHECK_MSG(tagc_now() - t0 < 1.0, "late caller failed after %.3f s", tagc_now() - t0);
+    CHECK_EQ_INT(tagc_comm_failed_peer(c), 0);
+  }
+  tagc_comm_destroy(c);
+  return test_failed_;
+}
+
+/* The last rank builds the communicator and then hangs until it is SIGKILLed; the others are
+ * blocked in an all-reduce with a 10 s timeout and must fail well before it. */
+static int kill_blocked_rank(int rank, int world, const char *dir, void *arg) {
+  (void)arg;
+  RANK_START();
+  tagc_comm *c = harness_comm(rank, world, dir, "killblocked", 10.0);
+  CHECK(c != NULL);
+  if (!c)
+    return test_failed_;
+  if (rank == world - 1) {
+    mark(dir, "victim-ready");
+    for (;;)
+      tagc_sleep(1.0);
+  }
+  float x[4096] = {0};
+  double t0 = tagc_now();
+  tagc_status st = tagc_comm_allreduce(c, x, x, 4096, TAGC_DTYPE_F32, TAGC_REDOP_SUM, 10.0);
+  double took = tagc_now() - t0;
+  CHECK_EQ_INT(st, TAGC_EPEER);
+  CHECK_MSG(took < 5.0, "failed after %.3f s", took);
+  CHECK_EQ_INT(tagc_comm_failed_peer(c), world - 1);
+  printf("kill while blocked: rank %d got %s after %.3f s (peer %d)\n", rank,
+         tagc_strerror(st), took, tagc_comm_failed_peer(c));
+  tagc_comm_destroy(c);
+  return test_failed_;
+}
+
+/* All ranks run large all-reduces in a loop; rank 1 is killed in the middle. Survivors
+ * must see an error on the call that was running (or the next one) within its timeout. */
+static int kill_loop_rank(int rank, int world, const char *dir, void *arg) {
+  (void)arg;
+  RANK_START();
+  tagc_comm *c = harness_comm(rank, world, dir, "killloop", 10.0);
+  CHECK(c != NULL);
+  if (!c)
+    return test_failed_;
+  size_t n = 1 << 20;
+  float *x = calloc(n, sizeof(float));
+  if (rank == 0)
+    mark(dir, "loop-running");
+  tagc_status st = TAGC_OK;
+  double took = 0, limit = tagc_now() + 30.0, timeout = 3.0;
+  int iters = 0;
+  while (st == TAGC_OK && tagc_now() < limit) {
+    double t0 = tagc_now();
+    st = tagc_comm_allreduce(c, x, x, n, TAGC_DTYPE_F32, TAGC_REDOP_SUM, timeout);
+    took = tagc_now() - t0;
+    iters++;
+  }
+  CHECK_MSG(st == TAGC_EPEER || st == TAGC_ETIMEDOUT, "status %d after %d calls", st, iters);
+  CHECK_MSG(took <= timeout + SLACK_S, "failing call took %.3f s", took);
+  printf("kill in loop: rank %d got %s after %d calls, failing call %.3f s (peer %d)\n", rank,
+         tagc_strerror(st), iters, took, tagc_comm_failed_peer(c));
+  free(x);
+  tagc_comm_destroy(c);
+  return test_failed_;
+}
+
+typedef struct abort_arg {
+  tagc_comm *comm;
+  double delay;
+  double when;
+} abort_arg;
+
+static void *abort_later(void *p) {
+  abort_arg *a = p;
+  tagc_sleep(a->delay);
+  a->when = tagc_now();
+  tagc_comm_abort(a->comm);
+  return NULL;
+}
+
+/* Rank 0 blocks in a broadcast from the silent rank 1 with a 30 s timeout; another thread
+ * aborts after 0.3 s, and the call must return TAGC_EABORTED within 1 s of the abort. */
+static int abort_rank(int rank, int world, const char *dir, void *arg) {
+  (void)arg;
+  RANK_START();
+  tagc_comm *c = harness_comm(rank, world, dir, "abort", 10.0);
+  CHECK(c != NULL);
+  if (!c)
+    return test_failed_;
+  char buf[128] = {0};
+  if (rank == 0) {
+    abort_arg a = {c, 0.3, 0};
+    pthread_t t;
+    pthread_create(&t, NULL, abort_later, &a);
+    tagc_status st = tagc_comm_broadcast(c, buf, sizeof buf, 1, 30.0);
+    double returned = tagc_now();
+    pthread_join(t, NULL);
+    CHECK_EQ_INT(st, TAGC_EABORTED);
+    CHECK_MSG(returned - a.when < 1.0, "returned %.3f s after abort", returned - a.when);
+    CHECK_EQ_INT(tagc_comm_status(c), TAGC_EABORTED);
+    CHECK_EQ_INT(tagc_comm_failed_peer(c), -1);
+    CHECK_EQ_INT(tagc_comm_barrier(c, 5.0), TAGC_EABORTED);
+    printf("abort: pending broadcast returned %.4f s after abort()\n", returned - a.when);
+    mark(dir, "aborted");
+  } else {
+    CHECK(wait_mark(dir, "aborted", 10.0));
+    double t0 = tagc_now();
+    CHECK_EQ_INT(tagc_comm_broadcast(c, buf, sizeof buf, 1, 5.0), TAGC_EPEER);
+    CHECK_MSG(tagc_now() - t0 < 1.0, "peer of aborted rank failed after %.3f s",
+              tagc_now() - t0);
+  }
+  tagc_comm_destroy(c);
+  return test_failed_;
+}
+
+/* Abort with nothing pending, then every call fails at once; destroy after abort works. */
+static void test_abort_idle(void) {
+  harness h;
+  CHECK_OK(harness_start(&h, 0, NULL, NULL) == TAGC_EINVAL ? TAGC_OK : TAGC_EINTERNAL);
+  char dir[] = "/tmp/tagc-comm-idle-XXXXXX";
+  CHECK(mkdtemp(dir) != NULL);
+  tagc_comm *c = harness_comm(0, 1, dir, "idle", 5.0);
+  CHECK(c != NULL);
+  if (c) {
+    char b = 0;
+    CHECK_OK(tagc_comm_barrier(c, 0));
+    tagc_comm_abort(c);
+    tagc_comm_abort(c);
+    CHECK_EQ_INT(tagc_comm_broadcast(c, &b, 1, 0, 0), TAGC_EABORTED);
+    CHECK_EQ_INT(tagc_comm_status(c), TAGC_EABORTED);
+    tagc_comm_destroy(c);
+  }
+  CHECK_OK(tagc_store_file_remove_all(dir));
+}
+
+/* Only rank 0 of 2 calls create: it must give up after its timeout. */
+static int create_timeout_rank(int rank, int world, const char *dir, void *arg) {
+  (void)arg;
+  RANK_START();
+  if (rank != 0)
+    return 0;
+  double t0 = tagc_now();
+  tagc_comm *c = harness_comm(rank, world, dir, "lonely", 1.0);
+  double took = tagc_now() - t0;
+  CHECK(c == NULL);
+  CHECK_EQ_INT(tagc_comm_status(c), TAGC_EINVAL);
+  CHECK_MSG(took >= 0.99 && took <= 1.0 + SLACK_S, "create gave up after %.3f s", took);
+  printf("create timeout: rank 0 gave up after %.3f s (%s)\n", took, tagc_last_error());
+  tagc_comm_destroy(c);
+  return test_failed_;
+}
+
+static void test_kill(rank_fn fn, int world, const char *ready_key, double delay) {
+  harness h;
+  CHECK_OK(harness_start(&h, world, fn, NULL));
+  int ready = wait_mark(h.dir, ready_key, 20.0);
+  CHECK(ready);
+  tagc_sleep(delay);
+  harness_kill(&h, fn == kill_blocked_rank ? world - 1 : 1);
+  CHECK_EQ_INT(harness_wait(&h, 30.0), 0);
+}
+
+int main(void) {
+  CHECK_EQ_INT(harness_run(2, timeout_rank, NULL, 30.0), 0);
+  test_kill(kill_blocked_rank, 3, "victim-ready", 0.3);
+  test_kill(kill_loop_rank, 3, "loop-running", 0.5);
+  CHECK_EQ_INT(harness_run(2, abort_rank, NULL, 30.0), 0);
+  test_abort_idle();
+  CHECK_EQ_INT(harness_run(2, create_timeout_rank, NULL, 30.0), 0);
+  return TEST_END();
+}

@@ -1,0 +1,69 @@
+/* The store interface through the directory-backed store: set/get round trips, key escaping,
+ * blocking get with timeout, remove, and clean-up of the directory. */
+#include <stdlib.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "comm/store.h"
+#include "common/timeutil.h"
+#include "test.h"
+
+int main(void) {
+  char dir[] = "/tmp/tagc-store-test-XXXXXX";
+  CHECK(mkdtemp(dir) != NULL);
+  tagc_store *s = NULL;
+  CHECK_OK(tagc_store_file_new(dir, &s));
+  if (!s)
+    return TEST_END();
+
+  const char bin[5] = {'a', 0, 'b', '\n', (char)0xff};
+  CHECK_OK(tagc_store_set(s, "gen/7/boot/rank_0", bin, sizeof bin));
+  CHECK_OK(tagc_store_set(s, "..", "dots", 4));
+  void *v = NULL;
+  size_t len = 0;
+  CHECK_OK(tagc_store_get(s, "gen/7/boot/rank_0", 1.0, &v, &len));
+  CHECK_EQ_INT(len, sizeof bin);
+  CHECK(v && memcmp(v, bin, sizeof bin) == 0 && ((char *)v)[len] == '\0');
+  free(v);
+  CHECK_OK(tagc_store_get(s, "..", 1.0, &v, &len));
+  CHECK(len == 4 && memcmp(v, "dots", 4) == 0);
+  free(v);
+
+  /* Overwrite replaces; a similar key with another separator is a different key. */
+  CHECK_OK(tagc_store_set(s, "gen/7/boot/rank_0", "x", 1));
+  CHECK_OK(tagc_store_get(s, "gen/7/boot/rank_0", 1.0, &v, &len));
+  CHECK(len == 1 && ((char *)v)[0] == 'x');
+  free(v);
+  v = NULL;
+  double t0 = tagc_now();
+  CHECK_EQ_INT(tagc_store_get(s, "gen/7/boot:rank_0", 0.2, &v, &len), TAGC_ETIMEDOUT);
+  double waited = tagc_now() - t0;
+  CHECK_MSG(waited >= 0.2 && waited < 1.0, "get timeout took %.3f s", waited);
+  CHECK(v == NULL);
+
+  /* A value set by another process while get waits is returned. */
+  fflush(NULL);
+  pid_t pid = fork();
+  if (pid == 0) {
+    tagc_sleep(0.1);
+    _exit(tagc_store_set(s, "late", "here", 4) == TAGC_OK ? 0 : 1);
+  }
+  CHECK_OK(tagc_store_get(s, "late", 5.0, &v, &len));
+  CHECK(len == 4 && memcmp(v, "here", 4) == 0);
+  free(v);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+
+  CHECK_OK(tagc_store_remove(s, "late"));
+  CHECK_OK(tagc_store_remove(s, "late"));
+  CHECK_EQ_INT(tagc_store_get(s, "late", 0.0, &v, &len), TAGC_ETIMEDOUT);
+  CHECK_EQ_INT(tagc_store_set(s, "", "x", 1), TAGC_EINVAL);
+  CHECK_EQ_INT(tagc_store_set(NULL, "k", "x", 1), TAGC_EINVAL);
+  CHECK_EQ_INT(tagc_store_file_new(NULL, &s), TAGC_EINVAL);
+
+  tagc_store_free(s);
+  CHECK_OK(tagc_store_file_remove_all(dir));
+  CHECK(access(dir, F_OK) != 0);
+  return TEST_END();
+}
