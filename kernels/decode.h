@@ -23,12 +23,20 @@
 #include <stdint.h>
 
 #include "common/status.h"
+#include "kernels/hash.h"
 #include "kernels/layout.h"
 #include "kernels/stream.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+/* Median of three finite values, correct when any of them are equal. */
+TAGC_HD float tagc_median3(float a, float b, float c) {
+  float lo = a < b ? a : b, hi = a < b ? b : a;
+  float m = hi < c ? hi : c;
+  return lo > m ? lo : m;
+}
 
 typedef struct tagc_decode_stats {
   int64_t nonzero;    /* elements flagged in the global bitmap */

@@ -57,7 +57,7 @@ typedef struct tagc_layout {
 
 /* Fills *l for W shards of shard_numel elements at compression rho (blocks per sketch row;
  * any finite value in [0.25, 4096]) and hash seed, and builds the block-row table.
- * Errors: TAGC_EINVAL for world < 1, shard_numel < 1, rho out of range, or a geometry
+ * Errors: TAGC_EINVAL for world < 1, shard_numel outside [1, 2^32), rho out of range, or a geometry
  * needing TAGC_MAX_ROWS rows or more; TAGC_ENOMEM. On error *l is left freed (safe to
  * tagc_layout_free). Allocates (init time, not the hot path); does not block otherwise.
  * Deterministic: every rank computes the same table from the same arguments. */

@@ -19,7 +19,8 @@
  *    72    4 payload_crc    CRC32C of the payload
  *    76    4 header_crc     CRC32C of bytes 0..75
  * Payload: the sketch (R*1024 values, fp32 or bf16) if present, then the bitmap
- * (shard_padded/64 uint64 words) if present. */
+ * (shard_padded/64 uint64 words) if present, both little-endian (tagc hosts are
+ * little-endian, so the payload is the in-memory arrays byte for byte). */
 #ifndef TAGC_KERNELS_WIRE_H
 #define TAGC_KERNELS_WIRE_H
 
