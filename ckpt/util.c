@@ -158,6 +158,7 @@ tagc_status list_steps(const char *dir, int tmp, int64_t **steps, int *n) {
     *n = 0;
     return st;
   }
-  qsort(*steps, (size_t)*n, sizeof **steps, cmp_desc);
+  if (*n > 1)
+    qsort(*steps, (size_t)*n, sizeof **steps, cmp_desc);
   return TAGC_OK;
 }
