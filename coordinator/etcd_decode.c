@@ -55,6 +55,9 @@ static tagc_status decode_error(const json_t *root, int *retryable) {
   return tagc_etcd_error_status(code, msg ? json_string_value(msg) : "unknown error");
 }
 
+/* How much of a reply body to quote in an error message. */
+static int excerpt(size_t len) { return len < 80 ? (int)len : 80; }
+
 tagc_status tagc_etcd_decode_reply(long http_status, const char *body, size_t len, json_t **out,
                                    int *retryable) {
   *out = NULL;
@@ -65,8 +68,8 @@ tagc_status tagc_etcd_decode_reply(long http_status, const char *body, size_t le
     *retryable = http_status >= 500;
     if (st == TAGC_OK)
       json_decref(root);
-    return tagc_errorf(TAGC_EPROTO, "etcd: HTTP %ld with a reply that is not a JSON object: %.80s",
-                       http_status, body);
+    return tagc_errorf(TAGC_EPROTO, "etcd: HTTP %ld with a reply that is not a JSON object: %.*s",
+                       http_status, excerpt(len), body);
   }
   if (json_object_get(root, "error")) {
     st = decode_error(root, retryable);
@@ -76,8 +79,8 @@ tagc_status tagc_etcd_decode_reply(long http_status, const char *body, size_t le
   if (http_status != 200) {
     *retryable = http_status >= 500;
     json_decref(root);
-    return tagc_errorf(http_status >= 500 ? TAGC_EPEER : TAGC_EPROTO, "etcd: HTTP %ld: %.80s",
-                       http_status, body);
+    return tagc_errorf(http_status >= 500 ? TAGC_EPEER : TAGC_EPROTO, "etcd: HTTP %ld: %.*s",
+                       http_status, excerpt(len), body);
   }
   json_t *result = json_object_get(root, "result");
   if (result) {
