@@ -1,0 +1,196 @@
+/* Asynchronous saver: submit returns after the copy, a second submit waits for the running
+ * save (backpressure), the saved data is the data at submit time, two ranks commit through
+ * their background threads, and a failing barrier is reported without a commit. */
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ckpt/ckpt_saver.h"
+#include "common/json.h"
+#include "common/log.h"
+#include "common/timeutil.h"
+#include "fixture.h"
+#include "test.h"
+
+static tagc_status slow_barrier(void *arg, int64_t step) {
+  (void)step;
+  tagc_sleep(*(double *)arg);
+  return TAGC_OK;
+}
+
+static tagc_status failing_barrier(void *arg, int64_t step) {
+  (void)arg;
+  return tagc_errorf(TAGC_ETIMEDOUT, "barrier of step %lld: peer lost", (long long)step);
+}
+
+static tagc_status thread_barrier(void *arg, int64_t step) {
+  (void)step;
+  pthread_barrier_wait(arg);
+  return TAGC_OK;
+}
+
+static void overwrite(float *data[FX_UNITS * FX_STREAMS], int world, int rank, uint32_t seed) {
+  tagc_ckpt_range r[FX_UNITS];
+  fx_ranges(world, rank, r);
+  for (int u = 0; u < FX_UNITS; u++)
+    for (int s = 0; s < FX_STREAMS; s++)
+      for (int64_t i = 0; i < tagc_ckpt_range_count(r[u], fx_layout.unit_numel[u]); i++)
+        data[u * FX_STREAMS + s][i] = fx_value(u, s, r[u].lo + i, seed);
+}
+
+static void check_step(const char *dir, int64_t step, uint32_t seed) {
+  char path[4200];
+  snprintf(path, sizeof path, "%s/step-%lld", dir, (long long)step);
+  tagc_ckpt_reader *rd;
+  CHECK_OK(tagc_ckpt_open(path, TAGC_CKPT_VERIFY_FULL, &rd));
+  if (rd)
+    CHECK_MSG(fx_check_load(rd, 3, seed) == 0, "step %lld does not hold the submitted data", (long long)step);
+  tagc_ckpt_close(rd);
+}
+
+static void test_backpressure(void) {
+  char *dir = fx_tempdir("saver");
+  double delay = 0.3;
+  tagc_ckpt_range ranges[FX_UNITS];
+  fx_ranges(1, 0, ranges);
+  tagc_ckpt_writer_config cfg = {.dir = dir, .rank = 0, .world_size = 1, .layout = fx_layout, .ranges = ranges,
+                                 .barrier = slow_barrier, .barrier_arg = &delay};
+  tagc_ckpt_saver *sv;
+  CHECK_OK(tagc_ckpt_saver_create(&cfg, &sv));
+  if (!sv)
+    return;
+  float *data[FX_UNITS * FX_STREAMS];
+  fx_shard_alloc(1, 0, 100, data);
+  json_t *sampler = json_pack("{s:I}", "position", (json_int_t)12345);
+  tagc_ckpt_meta meta = {.sampler = sampler};
+
+  double t0 = tagc_now();
+  CHECK_OK(tagc_ckpt_saver_submit(sv, 1, (const float *const *)data, &meta));
+  double first = tagc_now() - t0;
+  CHECK_MSG(first < delay / 2, "first submit blocked %.3f s", first);
+  overwrite(data, 1, 0, 200); /* the training step moves on while step 1 is written */
+  json_object_set_new(sampler, "position", json_integer(999));
+
+  t0 = tagc_now();
+  CHECK_OK(tagc_ckpt_saver_submit(sv, 2, (const float *const *)data, &meta));
+  double second = tagc_now() - t0;
+  CHECK_MSG(second > delay / 2, "second submit did not wait for the first save (%.3f s)", second);
+  CHECK_OK(tagc_ckpt_saver_wait(sv));
+
+  tagc_ckpt_saver_stats stats;
+  tagc_ckpt_saver_stats_get(sv, &stats);
+  CHECK_EQ_INT(stats.saves_done, 2);
+  CHECK_EQ_INT(stats.saves_failed, 0);
+  CHECK_EQ_INT(stats.backpressure_waits, 1);
+  CHECK_EQ_INT(stats.last_step, 2);
+  CHECK_EQ_INT(stats.last_committed.step, 2);
+  CHECK(stats.last_committed.total_bytes > 0);
+  tagc_ckpt_saver_destroy(sv);
+
+  check_step(dir, 1, 100);
+  check_step(dir, 2, 200);
+  tagc_ckpt_reader *rd;
+  char path[4200];
+  snprintf(path, sizeof path, "%s/step-1", dir);
+  CHECK_OK(tagc_ckpt_open(path, TAGC_CKPT_VERIFY_MANIFEST, &rd));
+  if (rd) {
+    int64_t pos = -1;
+    CHECK_OK(tagc_json_get_int(tagc_ckpt_reader_meta(rd, "sampler"), "position", &pos));
+    CHECK_EQ_INT(pos, 12345);
+  }
+  tagc_ckpt_close(rd);
+  json_decref(sampler);
+  fx_shard_free(data);
+  fx_rmtree(dir);
+  free(dir);
+}
+
+static void test_failed_barrier(void) {
+  char *dir = fx_tempdir("saver-fail");
+  tagc_ckpt_range ranges[FX_UNITS];
+  fx_ranges(2, 0, ranges);
+  tagc_ckpt_writer_config cfg = {.dir = dir, .rank = 0, .world_size = 2, .layout = fx_layout, .ranges = ranges,
+                                 .barrier = failing_barrier};
+  tagc_ckpt_saver *sv;
+  CHECK_OK(tagc_ckpt_saver_create(&cfg, &sv));
+  float *data[FX_UNITS * FX_STREAMS];
+  fx_shard_alloc(2, 0, 1, data);
+  CHECK_OK(tagc_ckpt_saver_submit(sv, 5, (const float *const *)data, NULL));
+  CHECK_EQ_INT(tagc_ckpt_saver_wait(sv), TAGC_ETIMEDOUT);
+  tagc_ckpt_saver_stats stats;
+  tagc_ckpt_saver_stats_get(sv, &stats);
+  CHECK_EQ_INT(stats.saves_failed, 1);
+  tagc_ckpt_saver_destroy(sv);
+  tagc_ckpt_reader *rd;
+  CHECK_EQ_INT(tagc_ckpt_find_latest_valid(dir, TAGC_CKPT_VERIFY_MANIFEST, &rd), TAGC_ENOTFOUND);
+  tagc_ckpt_writer_config no_barrier = cfg;
+  no_barrier.barrier = NULL;
+  CHECK_EQ_INT(tagc_ckpt_saver_create(&no_barrier, &sv), TAGC_EINVAL);
+  fx_shard_free(data);
+  fx_rmtree(dir);
+  free(dir);
+}
+
+typedef struct rank_job {
+  const char *dir;
+  int rank;
+  pthread_barrier_t *barrier;
+  tagc_status st;
+} rank_job;
+
+/* One rank of a two-rank job in a thread: three asynchronous saves. */
+static void *rank_main(void *arg) {
+  rank_job *job = arg;
+  tagc_ckpt_range ranges[FX_UNITS];
+  fx_ranges(2, job->rank, ranges);
+  tagc_ckpt_writer_config cfg = {.dir = job->dir, .rank = job->rank, .world_size = 2, .layout = fx_layout,
+                                 .ranges = ranges, .barrier = thread_barrier, .barrier_arg = job->barrier,
+                                 .keep_last = 2};
+  tagc_ckpt_saver *sv;
+  job->st = tagc_ckpt_saver_create(&cfg, &sv);
+  if (job->st != TAGC_OK)
+    return NULL;
+  float *data[FX_UNITS * FX_STREAMS];
+  fx_shard_alloc(2, job->rank, 0, data);
+  for (int step = 1; step <= 3 && job->st == TAGC_OK; step++) {
+    overwrite(data, 2, job->rank, (uint32_t)step);
+    job->st = tagc_ckpt_saver_submit(sv, step * 10, (const float *const *)data, NULL);
+  }
+  if (job->st == TAGC_OK)
+    job->st = tagc_ckpt_saver_wait(sv);
+  tagc_ckpt_saver_destroy(sv);
+  fx_shard_free(data);
+  return NULL;
+}
+
+static void test_two_ranks(void) {
+  char *dir = fx_tempdir("saver-2");
+  pthread_barrier_t barrier;
+  pthread_barrier_init(&barrier, NULL, 2);
+  rank_job jobs[2] = {{dir, 0, &barrier, TAGC_OK}, {dir, 1, &barrier, TAGC_OK}};
+  pthread_t th[2];
+  for (int r = 0; r < 2; r++)
+    pthread_create(&th[r], NULL, rank_main, &jobs[r]);
+  for (int r = 0; r < 2; r++) {
+    pthread_join(th[r], NULL);
+    CHECK_OK(jobs[r].st);
+  }
+  pthread_barrier_destroy(&barrier);
+  check_step(dir, 20, 2);
+  check_step(dir, 30, 3);
+  char path[4200];
+  snprintf(path, sizeof path, "%s/step-10", dir);
+  tagc_ckpt_reader *rd;
+  CHECK_MSG(tagc_ckpt_open(path, TAGC_CKPT_VERIFY_MANIFEST, &rd) == TAGC_ENOTFOUND, "keep_last 2 kept step 10");
+  fx_rmtree(dir);
+  free(dir);
+}
+
+int main(void) {
+  tagc_log_configure("error", TAGC_LOG_TEXT);
+  test_backpressure();
+  test_failed_barrier();
+  test_two_ranks();
+  return TEST_END();
+}
