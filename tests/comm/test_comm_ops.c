@@ -279,7 +279,38 @@ static int ops_rank(int rank, int world, const char *dir, void *arg) {
   return test_failed_;
 }
 
+/* Bad configurations are refused with TAGC_EINVAL before anything connects. */
+static void test_bad_configs(void) {
+  tagc_store *store = NULL;
+  CHECK_OK(tagc_store_file_new("/tmp", &store));
+  tagc_comm_config cfg;
+  tagc_comm *c = NULL;
+  struct {
+    const char *what;
+    int version, rank, world, has_store;
+    const char *prefix;
+    double timeout;
+  } cases[] = {
+      {"version", 99, 0, 1, 1, "p", 1.0}, {"rank", 1, 2, 2, 1, "p", 1.0},
+      {"world", 1, 0, 0, 1, "p", 1.0},    {"store", 1, 0, 1, 0, "p", 1.0},
+      {"prefix", 1, 0, 1, 1, "", 1.0},     {"timeout", 1, 0, 1, 1, "p", 0.0},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    tagc_comm_config_init(&cfg);
+    cfg.version = cases[i].version;
+    cfg.rank = cases[i].rank;
+    cfg.world_size = cases[i].world;
+    cfg.store = cases[i].has_store ? store : NULL;
+    cfg.prefix = cases[i].prefix;
+    cfg.timeout_s = cases[i].timeout;
+    CHECK_MSG(tagc_comm_create(&cfg, &c) == TAGC_EINVAL && c == NULL, "bad %s accepted",
+              cases[i].what);
+  }
+  tagc_store_free(store);
+}
+
 int main(void) {
+  test_bad_configs();
   for (int w = 1; w <= 4; w++) {
     double t0 = tagc_now();
     int bad = harness_run(w, ops_rank, NULL, 60.0);

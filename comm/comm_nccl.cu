@@ -1,0 +1,323 @@
+// NCCL backend: GPU ranks. Built when TAGC_HAVE_NCCL; exports comm_nccl_create() and the
+// backend ops of comm_backend.h.
+//
+// Bootstrap: rank 0 makes a fresh unique id for every communicator and publishes it, base64,
+// under <prefix>/ncclid; init is non-blocking (config.blocking = 0) and polled with
+// ncclCommGetAsyncError against the create timeout, then aborted if it is not done.
+// Exchanges are grouped ncclSend/ncclRecv on the communicator's stream; the host polls a
+// CUDA event and ncclCommGetAsyncError until done, failed, aborted or past the deadline.
+// Every NCCL call on the communicator happens under `lock`, so abort() from another thread
+// can call ncclCommAbort between two polls; the polling thread then finds comm == NULL.
+// Local steps (copy, bf16 rounding, the rank-order reduction) run on the same stream and
+// copy/reduce wait for it, so results are complete when an operation returns.
+#include <cuda_runtime.h>
+#include <nccl.h>
+#include <pthread.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <new>
+
+#include "comm/comm_backend.h"
+extern "C" {
+#include "common/base64.h"
+#include "common/timeutil.h"
+}
+
+namespace {
+
+struct NcclComm {
+  ncclComm_t comm = nullptr; // NULL once aborted
+  cudaStream_t stream = nullptr;
+  cudaEvent_t done = nullptr;
+  int device = 0;
+  void *scratch = nullptr;
+  size_t scratch_bytes = 0;
+  pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+};
+
+// Seconds between polls of a pending init or exchange.
+constexpr double kPollS = 100e-6;
+
+tagc_status cuda_error(cudaError_t e, const char *what) {
+  return tagc_errorf(TAGC_EIO, "nccl backend: %s: %s", what, cudaGetErrorString(e));
+}
+
+tagc_status nccl_error(ncclResult_t r, const char *what) {
+  tagc_status st = (r == ncclRemoteError || r == ncclSystemError) ? TAGC_EPEER : TAGC_EIO;
+  return tagc_errorf(st, "nccl %s: %s (%s)", what, ncclGetErrorString(r), ncclGetLastError(nullptr));
+}
+
+// Aborts the NCCL communicator; the caller holds n->lock.
+void abort_locked(NcclComm *n) {
+  if (n->comm) {
+    ncclCommAbort(n->comm);
+    n->comm = nullptr;
+  }
+}
+
+// Polls until the communicator leaves ncclInProgress (init or a non-blocking group call).
+tagc_status wait_ready(NcclComm *n, double deadline, const char *what) {
+  for (;;) {
+    pthread_mutex_lock(&n->lock);
+    ncclResult_t r = ncclSuccess;
+    if (n->comm)
+      ncclCommGetAsyncError(n->comm, &r);
+    bool gone = n->comm == nullptr;
+    bool late = r == ncclInProgress && tagc_now() >= deadline;
+    if (late || (r != ncclSuccess && r != ncclInProgress))
+      abort_locked(n);
+    pthread_mutex_unlock(&n->lock);
+    if (gone)
+      return tagc_errorf(TAGC_EABORTED, "nccl %s: aborted", what);
+    if (late)
+      return tagc_errorf(TAGC_ETIMEDOUT, "nccl %s: not done by the deadline", what);
+    if (r == ncclSuccess)
+      return TAGC_OK;
+    if (r != ncclInProgress)
+      return nccl_error(r, what);
+    tagc_sleep(kPollS);
+  }
+}
+
+tagc_status nccl_exchange(void *impl, const comm_xfer *x, int n, double deadline, int *peer) {
+  NcclComm *c = static_cast<NcclComm *>(impl);
+  *peer = n == 1 ? x[0].peer : -1;
+  pthread_mutex_lock(&c->lock);
+  if (!c->comm) {
+    pthread_mutex_unlock(&c->lock);
+    return tagc_errorf(TAGC_EABORTED, "nccl exchange: aborted");
+  }
+  ncclResult_t r = ncclGroupStart();
+  for (int i = 0; i < n && r == ncclSuccess; i++) {
+    if (x[i].send_bytes)
+      r = ncclSend(x[i].send, x[i].send_bytes, ncclUint8, x[i].peer, c->comm, c->stream);
+    if (r == ncclSuccess && x[i].recv_bytes)
+      r = ncclRecv(x[i].recv, x[i].recv_bytes, ncclUint8, x[i].peer, c->comm, c->stream);
+  }
+  ncclResult_t end = ncclGroupEnd();
+  if (r == ncclSuccess)
+    r = end;
+  pthread_mutex_unlock(&c->lock);
+  if (r != ncclSuccess && r != ncclInProgress)
+    return nccl_error(r, "send/recv");
+  TAGC_CHECK(wait_ready(c, deadline, "send/recv"));
+  cudaError_t e = cudaEventRecord(c->done, c->stream);
+  if (e != cudaSuccess)
+    return cuda_error(e, "event record");
+  for (;;) {
+    e = cudaEventQuery(c->done);
+    if (e == cudaSuccess)
+      return TAGC_OK;
+    if (e != cudaErrorNotReady)
+      return cuda_error(e, "event query");
+    TAGC_CHECK(wait_ready(c, deadline, "send/recv"));
+    if (tagc_now() >= deadline) {
+      pthread_mutex_lock(&c->lock);
+      abort_locked(c);
+      pthread_mutex_unlock(&c->lock);
+      return tagc_errorf(TAGC_ETIMEDOUT, "nccl send/recv: not done by the deadline");
+    }
+    tagc_sleep(kPollS);
+  }
+}
+
+tagc_status sync_stream(NcclComm *c, const char *what) {
+  cudaError_t e = cudaStreamSynchronize(c->stream);
+  return e == cudaSuccess ? TAGC_OK : cuda_error(e, what);
+}
+
+tagc_status nccl_copy(void *impl, void *dst, const void *src, size_t bytes) {
+  NcclComm *c = static_cast<NcclComm *>(impl);
+  if (dst == src || bytes == 0)
+    return TAGC_OK;
+  cudaError_t e = cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, c->stream);
+  if (e != cudaSuccess)
+    return cuda_error(e, "copy");
+  return sync_stream(c, "copy");
+}
+
+__device__ uint16_t f32_to_bf16(float f) {
+  uint32_t u = __float_as_uint(f);
+  if ((u & 0x7fffffffu) > 0x7f800000u)
+    return static_cast<uint16_t>((u >> 16) | 0x40u);
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return static_cast<uint16_t>(u >> 16);
+}
+
+__device__ float bf16_to_f32(uint16_t h) {
+  return __uint_as_float(static_cast<uint32_t>(h) << 16);
+}
+
+__global__ void to_bf16_kernel(uint16_t *dst, const float *src, size_t n) {
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+       i += (size_t)gridDim.x * blockDim.x)
+    dst[i] = f32_to_bf16(src[i]);
+}
+
+// NaN-propagating maximum, as in the host reduction.
+__device__ float max_f32(float a, float b) {
+  return (b > a || isnan(b)) ? b : a;
+}
+
+// out[i] = rows[0][i] (op) rows[1][i] (op) ..., in row order, fp32 accumulation.
+__global__ void reduce_kernel(void *out, const void *rows, int nrows, size_t count,
+                              tagc_dtype dtype, tagc_redop op, tagc_wire wire) {
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < count;
+       i += (size_t)gridDim.x * blockDim.x) {
+    if (dtype == TAGC_DTYPE_U64) {
+      const uint64_t *r = static_cast<const uint64_t *>(rows);
+      uint64_t acc = r[i];
+      for (int k = 1; k < nrows; k++) {
+        uint64_t v = r[(size_t)k * count + i];
+        acc = op == TAGC_REDOP_SUM ? acc + v : op == TAGC_REDOP_MAX ? (v > acc ? v : acc) : (acc | v);
+      }
+      static_cast<uint64_t *>(out)[i] = acc;
+    } else {
+      const float *r = static_cast<const float *>(rows);
+      const uint16_t *h = static_cast<const uint16_t *>(rows);
+      float acc = wire == TAGC_WIRE_BF16 ? bf16_to_f32(h[i]) : r[i];
+      for (int k = 1; k < nrows; k++) {
+        float v = wire == TAGC_WIRE_BF16 ? bf16_to_f32(h[(size_t)k * count + i])
+                                         : r[(size_t)k * count + i];
+        acc = op == TAGC_REDOP_SUM ? acc + v : max_f32(acc, v);
+      }
+      static_cast<float *>(out)[i] = acc;
+    }
+  }
+}
+
+unsigned grid_for(size_t n) {
+  size_t blocks = (n + 255) / 256;
+  return static_cast<unsigned>(blocks < 4096 ? (blocks ? blocks : 1) : 4096);
+}
+
+tagc_status nccl_to_bf16(void *impl, uint16_t *dst, const float *src, size_t n) {
+  NcclComm *c = static_cast<NcclComm *>(impl);
+  to_bf16_kernel<<<grid_for(n), 256, 0, c->stream>>>(dst, src, n);
+  cudaError_t e = cudaGetLastError();
+  return e == cudaSuccess ? TAGC_OK : cuda_error(e, "bf16 kernel");
+}
+
+tagc_status nccl_reduce(void *impl, void *out, const void *rows, int nrows, size_t count,
+                        tagc_dtype dtype, tagc_redop op, tagc_wire wire) {
+  NcclComm *c = static_cast<NcclComm *>(impl);
+  reduce_kernel<<<grid_for(count), 256, 0, c->stream>>>(out, rows, nrows, count, dtype, op, wire);
+  cudaError_t e = cudaGetLastError();
+  if (e != cudaSuccess)
+    return cuda_error(e, "reduce kernel");
+  return sync_stream(c, "reduce");
+}
+
+void *nccl_scratch(void *impl, size_t bytes) {
+  NcclComm *c = static_cast<NcclComm *>(impl);
+  if (bytes <= c->scratch_bytes)
+    return c->scratch;
+  if (sync_stream(c, "scratch") != TAGC_OK)
+    return nullptr;
+  cudaFree(c->scratch);
+  c->scratch = nullptr;
+  c->scratch_bytes = 0;
+  if (cudaMalloc(&c->scratch, bytes) != cudaSuccess)
+    return nullptr;
+  c->scratch_bytes = bytes;
+  return c->scratch;
+}
+
+void nccl_abort(void *impl) {
+  NcclComm *c = static_cast<NcclComm *>(impl);
+  pthread_mutex_lock(&c->lock);
+  abort_locked(c);
+  pthread_mutex_unlock(&c->lock);
+}
+
+// Frees everything. Abort, not destroy: ncclCommDestroy may wait for peers to finalize.
+void nccl_destroy(void *impl) {
+  NcclComm *c = static_cast<NcclComm *>(impl);
+  abort_locked(c);
+  if (c->stream)
+    cudaStreamSynchronize(c->stream);
+  cudaFree(c->scratch);
+  if (c->done)
+    cudaEventDestroy(c->done);
+  if (c->stream)
+    cudaStreamDestroy(c->stream);
+  pthread_mutex_destroy(&c->lock);
+  delete c;
+}
+
+const comm_backend_ops nccl_ops = {nccl_exchange, nccl_copy,  nccl_to_bf16, nccl_reduce,
+                                   nccl_scratch,  nccl_abort, nccl_destroy};
+
+// Rank 0 publishes a fresh unique id under <prefix>/ncclid; the others wait for it.
+tagc_status share_unique_id(const tagc_comm_config *cfg, ncclUniqueId *id) {
+  char key[512];
+  snprintf(key, sizeof key, "%s/ncclid", cfg->prefix);
+  if (cfg->rank == 0) {
+    ncclResult_t r = ncclGetUniqueId(id);
+    if (r != ncclSuccess)
+      return nccl_error(r, "unique id");
+    char text[2 * sizeof id->internal + 8];
+    tagc_base64_encode(id->internal, sizeof id->internal, text);
+    return tagc_store_set(cfg->store, key, text, strlen(text));
+  }
+  void *value = nullptr;
+  size_t len = 0;
+  TAGC_CHECK(tagc_store_get(cfg->store, key, cfg->timeout_s, &value, &len));
+  unsigned char raw[2 * sizeof id->internal];
+  size_t raw_len = 0;
+  tagc_status st = tagc_base64_decode(static_cast<char *>(value), len, raw, &raw_len);
+  free(value);
+  if (st == TAGC_OK && raw_len != sizeof id->internal)
+    st = tagc_errorf(TAGC_EPROTO, "nccl unique id under %s has %zu bytes", key, raw_len);
+  if (st == TAGC_OK)
+    memcpy(id->internal, raw, sizeof id->internal);
+  return st;
+}
+
+tagc_status init_device(NcclComm *c, int device) {
+  int count = 0;
+  cudaError_t e = cudaGetDeviceCount(&count);
+  if (e != cudaSuccess || count == 0)
+    return tagc_errorf(TAGC_EUNSUPPORTED, "nccl backend: no CUDA device (%s)",
+                       e == cudaSuccess ? "count 0" : cudaGetErrorString(e));
+  if (device < 0 || device >= count)
+    return tagc_errorf(TAGC_EINVAL, "comm config: device %d of %d", device, count);
+  c->device = device;
+  if ((e = cudaSetDevice(device)) != cudaSuccess ||
+      (e = cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking)) != cudaSuccess ||
+      (e = cudaEventCreateWithFlags(&c->done, cudaEventDisableTiming)) != cudaSuccess)
+    return cuda_error(e, "device setup");
+  return TAGC_OK;
+}
+
+} // namespace
+
+extern "C" tagc_status comm_nccl_create(const tagc_comm_config *cfg,
+                                        const comm_backend_ops **ops, void **impl) {
+  NcclComm *c = new (std::nothrow) NcclComm();
+  if (!c)
+    return tagc_errorf(TAGC_ENOMEM, "nccl create: out of memory");
+  double deadline = tagc_now() + cfg->timeout_s;
+  ncclUniqueId id;
+  tagc_status st = init_device(c, cfg->device);
+  if (st == TAGC_OK)
+    st = share_unique_id(cfg, &id);
+  if (st == TAGC_OK) {
+    ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+    config.blocking = 0;
+    ncclResult_t r = ncclCommInitRankConfig(&c->comm, cfg->world_size, id, cfg->rank, &config);
+    if (r != ncclSuccess && r != ncclInProgress)
+      st = nccl_error(r, "init");
+    else
+      st = wait_ready(c, deadline, "init");
+  }
+  if (st != TAGC_OK) {
+    nccl_destroy(c);
+    return st;
+  }
+  *ops = &nccl_ops;
+  *impl = c;
+  return TAGC_OK;
+}
