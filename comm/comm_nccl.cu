@@ -44,6 +44,14 @@ tagc_status cuda_error(cudaError_t e, const char *what) {
   return tagc_errorf(TAGC_EIO, "nccl backend: %s: %s", what, cudaGetErrorString(e));
 }
 
+// The current device is per thread, and operations may come from another thread than
+// create: select the communicator's device before touching its stream or memory.
+NcclComm *use_device(void *impl) {
+  NcclComm *c = static_cast<NcclComm *>(impl);
+  cudaSetDevice(c->device);
+  return c;
+}
+
 tagc_status nccl_error(ncclResult_t r, const char *what) {
   tagc_status st = (r == ncclRemoteError || r == ncclSystemError) ? TAGC_EPEER : TAGC_EIO;
   return tagc_errorf(st, "nccl %s: %s (%s)", what, ncclGetErrorString(r), ncclGetLastError(nullptr));
@@ -82,7 +90,7 @@ tagc_status wait_ready(NcclComm *n, double deadline, const char *what) {
 }
 
 tagc_status nccl_exchange(void *impl, const comm_xfer *x, int n, double deadline, int *peer) {
-  NcclComm *c = static_cast<NcclComm *>(impl);
+  NcclComm *c = use_device(impl);
   *peer = n == 1 ? x[0].peer : -1;
   pthread_mutex_lock(&c->lock);
   if (!c->comm) {
@@ -129,7 +137,7 @@ tagc_status sync_stream(NcclComm *c, const char *what) {
 }
 
 tagc_status nccl_copy(void *impl, void *dst, const void *src, size_t bytes) {
-  NcclComm *c = static_cast<NcclComm *>(impl);
+  NcclComm *c = use_device(impl);
   if (dst == src || bytes == 0)
     return TAGC_OK;
   cudaError_t e = cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, c->stream);
@@ -194,7 +202,7 @@ unsigned grid_for(size_t n) {
 }
 
 tagc_status nccl_to_bf16(void *impl, uint16_t *dst, const float *src, size_t n) {
-  NcclComm *c = static_cast<NcclComm *>(impl);
+  NcclComm *c = use_device(impl);
   to_bf16_kernel<<<grid_for(n), 256, 0, c->stream>>>(dst, src, n);
   cudaError_t e = cudaGetLastError();
   return e == cudaSuccess ? TAGC_OK : cuda_error(e, "bf16 kernel");
@@ -202,7 +210,7 @@ tagc_status nccl_to_bf16(void *impl, uint16_t *dst, const float *src, size_t n) 
 
 tagc_status nccl_reduce(void *impl, void *out, const void *rows, int nrows, size_t count,
                         tagc_dtype dtype, tagc_redop op, tagc_wire wire) {
-  NcclComm *c = static_cast<NcclComm *>(impl);
+  NcclComm *c = use_device(impl);
   reduce_kernel<<<grid_for(count), 256, 0, c->stream>>>(out, rows, nrows, count, dtype, op, wire);
   cudaError_t e = cudaGetLastError();
   if (e != cudaSuccess)
@@ -211,7 +219,7 @@ tagc_status nccl_reduce(void *impl, void *out, const void *rows, int nrows, size
 }
 
 void *nccl_scratch(void *impl, size_t bytes) {
-  NcclComm *c = static_cast<NcclComm *>(impl);
+  NcclComm *c = use_device(impl);
   if (bytes <= c->scratch_bytes)
     return c->scratch;
   if (sync_stream(c, "scratch") != TAGC_OK)
@@ -234,7 +242,7 @@ void nccl_abort(void *impl) {
 
 // Frees everything. Abort, not destroy: ncclCommDestroy may wait for peers to finalize.
 void nccl_destroy(void *impl) {
-  NcclComm *c = static_cast<NcclComm *>(impl);
+  NcclComm *c = use_device(impl);
   abort_locked(c);
   if (c->stream)
     cudaStreamSynchronize(c->stream);
