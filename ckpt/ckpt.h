@@ -57,6 +57,18 @@ typedef struct tagc_ckpt_meta {
  * called it for this step, an error (e.g. TAGC_ETIMEDOUT, TAGC_EABORTED) otherwise. */
 typedef tagc_status (*tagc_ckpt_barrier_fn)(void *arg, int64_t step);
 
+/* What rank 0 learns when a checkpoint commits (for the etcd record). */
+typedef struct tagc_ckpt_committed {
+  int64_t step;
+  int world_size;
+  int64_t total_bytes;       /* sum of the shard files */
+  uint32_t manifest_crc32c;  /* CRC32C of manifest.json's bytes */
+  char path[4096];           /* <dir>/step-<step> */
+} tagc_ckpt_committed;
+
+/* Called on rank 0 after a checkpoint committed (e.g. to record it in etcd). */
+typedef tagc_status (*tagc_ckpt_commit_fn)(void *arg, const tagc_ckpt_committed *committed);
+
 /* Everything a rank needs to save repeatedly. Borrowed by tagc_ckpt_save(); copied by
  * tagc_ckpt_saver_create(). */
 typedef struct tagc_ckpt_writer_config {
@@ -68,16 +80,9 @@ typedef struct tagc_ckpt_writer_config {
   void *barrier_arg;
   int keep_last;                  /* retention after each commit: keep the newest K ... */
   int keep_every;                 /* ... and every step divisible by M (0 = none); K <= 0: keep all */
+  tagc_ckpt_commit_fn on_commit;  /* rank 0, after commit and retention; may be NULL */
+  void *on_commit_arg;
 } tagc_ckpt_writer_config;
-
-/* What rank 0 learns when a checkpoint commits (for the etcd record). */
-typedef struct tagc_ckpt_committed {
-  int64_t step;
-  int world_size;
-  int64_t total_bytes;       /* sum of the shard files */
-  uint32_t manifest_crc32c;  /* CRC32C of manifest.json's bytes */
-  char path[4096];           /* <dir>/step-<step> */
-} tagc_ckpt_committed;
 
 /* Elements of a unit that rank stores for range r: [lo, min(hi, numel)), empty when lo >= numel. */
 int64_t tagc_ckpt_range_count(tagc_ckpt_range r, int64_t numel);
@@ -103,9 +108,11 @@ tagc_status tagc_ckpt_commit(const char *dir, int64_t step, int world_size,
                              const tagc_ckpt_layout *layout, const tagc_ckpt_meta *meta,
                              tagc_ckpt_committed *out);
 
-/* One synchronous save: write_shard, barrier, and on rank 0 commit + retention. `meta` and
- * `out` are used on rank 0 only (either may be NULL). Blocks; calls cfg->barrier on the
- * calling thread. */
+/* One synchronous save: write_shard, barrier, and on rank 0 commit, retention (a failure is
+ * logged, not returned) and cfg->on_commit (its failure is returned). `meta` and `out` are
+ * used on rank 0 only (either may be NULL). Other ranks return once the barrier passed; they
+ * do not learn whether rank 0's commit succeeded. Blocks; calls cfg->barrier and
+ * cfg->on_commit on the calling thread. */
 tagc_status tagc_ckpt_save(const tagc_ckpt_writer_config *cfg, int64_t step,
                            const float *const *data, const tagc_ckpt_meta *meta,
                            tagc_ckpt_committed *out);

@@ -35,6 +35,14 @@ tagc_status tagc_ckpt_saver_create(const tagc_ckpt_writer_config *cfg, tagc_ckpt
 tagc_status tagc_ckpt_saver_submit(tagc_ckpt_saver *sv, int64_t step, const float *const *data,
                                    const tagc_ckpt_meta *meta);
 
+/* The same in two halves, so that a device can copy straight into the host buffer:
+ * begin waits like submit, then gives views[u * n_streams + s] (this rank's range count of
+ * floats each, owned by the saver) to fill; finish deep-copies meta and starts the write.
+ * Every successful begin must be followed by finish. Errors: TAGC_EINVAL (negative step,
+ * begin twice, finish without begin), TAGC_EABORTED after destroy began. */
+tagc_status tagc_ckpt_saver_begin(tagc_ckpt_saver *sv, int64_t step, float *const **views);
+tagc_status tagc_ckpt_saver_finish(tagc_ckpt_saver *sv, const tagc_ckpt_meta *meta);
+
 /* Blocks until no save is pending or running; returns the status of the latest save
  * (TAGC_OK when none ran). */
 tagc_status tagc_ckpt_saver_wait(tagc_ckpt_saver *sv);

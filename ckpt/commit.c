@@ -187,11 +187,13 @@ tagc_status tagc_ckpt_save(const tagc_ckpt_writer_config *cfg, int64_t step,
     TAGC_CHECK(cfg->barrier(cfg->barrier_arg, step));
   if (cfg->rank != 0)
     return TAGC_OK;
+  tagc_ckpt_committed local;
+  if (!out)
+    out = &local;
   TAGC_CHECK(tagc_ckpt_commit(cfg->dir, step, cfg->world_size, &cfg->layout, meta, out));
-  int removed;
-  if (tagc_ckpt_retain(cfg->dir, cfg->keep_last, cfg->keep_every, &removed) != TAGC_OK)
+  if (tagc_ckpt_retain(cfg->dir, cfg->keep_last, cfg->keep_every, NULL) != TAGC_OK)
     LOG_WARN("ckpt", "retention after step %lld failed: %s", (long long)step, tagc_last_error());
-  return TAGC_OK;
+  return cfg->on_commit ? cfg->on_commit(cfg->on_commit_arg, out) : TAGC_OK;
 }
 
 /* Removes step-<s><suffix> under dir, logging it. */

@@ -15,7 +15,7 @@ struct tagc_ckpt_saver {
   int64_t *numel;
   tagc_ckpt_range *ranges;
   float *buffer;               /* this rank's shard, all units and streams */
-  const float **views;         /* [n_units * n_streams] into buffer */
+  float **views;               /* [n_units * n_streams] into buffer */
   size_t buffer_floats;
 
   pthread_t thread;
@@ -23,6 +23,8 @@ struct tagc_ckpt_saver {
   pthread_cond_t cv;
   int busy;     /* a job is being copied, queued or written */
   int pending;  /* a job is ready for the thread */
+  int staging;  /* between begin and finish */
+  double stage_t0;
   int stopping;
   int64_t step;
   json_t *meta[4]; /* model, sampler, rng, compression (owned copies) */
@@ -44,7 +46,7 @@ static void *saver_main(void *arg) {
     double t0 = tagc_now();
     tagc_ckpt_meta meta = {sv->meta[0], sv->meta[1], sv->meta[2], sv->meta[3]};
     tagc_ckpt_committed committed = {0};
-    tagc_status st = tagc_ckpt_save(&sv->cfg, step, sv->views, &meta, &committed);
+    tagc_status st = tagc_ckpt_save(&sv->cfg, step, (const float *const *)sv->views, &meta, &committed);
     if (st != TAGC_OK)
       LOG_ERROR("ckpt", "checkpoint of step %lld failed on rank %d: %s", (long long)step, sv->cfg.rank,
                 tagc_last_error());
@@ -150,15 +152,10 @@ tagc_status tagc_ckpt_saver_create(const tagc_ckpt_writer_config *cfg, tagc_ckpt
   return TAGC_OK;
 }
 
-tagc_status tagc_ckpt_saver_submit(tagc_ckpt_saver *sv, int64_t step, const float *const *data,
-                                   const tagc_ckpt_meta *meta) {
-  int nu = sv->cfg.layout.n_units, ns = sv->cfg.layout.n_streams;
-  if (step < 0 || (nu > 0 && !data))
-    return tagc_errorf(TAGC_EINVAL, "checkpoint submit: step %lld needs data", (long long)step);
-  for (int u = 0; u < nu; u++)
-    for (int s = 0; s < ns; s++)
-      if (tagc_ckpt_range_count(sv->ranges[u], sv->numel[u]) > 0 && !data[(size_t)u * ns + s])
-        return tagc_errorf(TAGC_EINVAL, "checkpoint submit: no data for unit %d stream %d", u, s);
+tagc_status tagc_ckpt_saver_begin(tagc_ckpt_saver *sv, int64_t step, float *const **views) {
+  if (step < 0 || sv->staging)
+    return tagc_errorf(TAGC_EINVAL, "checkpoint begin: step %lld%s", (long long)step,
+                       sv->staging ? " while another one is being staged" : "");
   double t0 = tagc_now();
   pthread_mutex_lock(&sv->mu);
   if (sv->stopping) {
@@ -173,13 +170,17 @@ tagc_status tagc_ckpt_saver_submit(tagc_ckpt_saver *sv, int64_t step, const floa
       pthread_cond_wait(&sv->cv, &sv->mu);
   }
   sv->busy = 1;
+  sv->step = step;
   pthread_mutex_unlock(&sv->mu);
+  sv->staging = 1;
+  sv->stage_t0 = t0;
+  *views = sv->views;
+  return TAGC_OK;
+}
 
-  for (int u = 0; u < nu; u++) {
-    size_t count = (size_t)tagc_ckpt_range_count(sv->ranges[u], sv->numel[u]);
-    for (int s = 0; s < ns && count > 0; s++)
-      memcpy((float *)sv->views[(size_t)u * ns + s], data[(size_t)u * ns + s], count * sizeof(float));
-  }
+tagc_status tagc_ckpt_saver_finish(tagc_ckpt_saver *sv, const tagc_ckpt_meta *meta) {
+  if (!sv->staging)
+    return tagc_errorf(TAGC_EINVAL, "checkpoint finish without begin");
   const json_t *src[4] = {0};
   if (meta) {
     src[0] = meta->model;
@@ -189,14 +190,32 @@ tagc_status tagc_ckpt_saver_submit(tagc_ckpt_saver *sv, int64_t step, const floa
   }
   for (int i = 0; i < 4; i++)
     sv->meta[i] = src[i] ? json_deep_copy(src[i]) : NULL;
-
+  sv->staging = 0;
   pthread_mutex_lock(&sv->mu);
-  sv->step = step;
   sv->pending = 1;
-  sv->stats.last_stall_s = tagc_now() - t0;
+  sv->stats.last_stall_s = tagc_now() - sv->stage_t0;
   pthread_cond_broadcast(&sv->cv);
   pthread_mutex_unlock(&sv->mu);
   return TAGC_OK;
+}
+
+tagc_status tagc_ckpt_saver_submit(tagc_ckpt_saver *sv, int64_t step, const float *const *data,
+                                   const tagc_ckpt_meta *meta) {
+  int nu = sv->cfg.layout.n_units, ns = sv->cfg.layout.n_streams;
+  if (nu > 0 && !data)
+    return tagc_errorf(TAGC_EINVAL, "checkpoint submit: step %lld needs data", (long long)step);
+  for (int u = 0; u < nu; u++)
+    for (int s = 0; s < ns; s++)
+      if (tagc_ckpt_range_count(sv->ranges[u], sv->numel[u]) > 0 && !data[(size_t)u * ns + s])
+        return tagc_errorf(TAGC_EINVAL, "checkpoint submit: no data for unit %d stream %d", u, s);
+  float *const *views;
+  TAGC_CHECK(tagc_ckpt_saver_begin(sv, step, &views));
+  for (int u = 0; u < nu; u++) {
+    size_t count = (size_t)tagc_ckpt_range_count(sv->ranges[u], sv->numel[u]);
+    for (int s = 0; s < ns && count > 0; s++)
+      memcpy(views[(size_t)u * ns + s], data[(size_t)u * ns + s], count * sizeof(float));
+  }
+  return tagc_ckpt_saver_finish(sv, meta);
 }
 
 tagc_status tagc_ckpt_saver_wait(tagc_ckpt_saver *sv) {

@@ -127,6 +127,12 @@ static void test_failed_barrier(void) {
   tagc_ckpt_writer_config no_barrier = cfg;
   no_barrier.barrier = NULL;
   CHECK_EQ_INT(tagc_ckpt_saver_create(&no_barrier, &sv), TAGC_EINVAL);
+  CHECK_OK(tagc_ckpt_saver_create(&cfg, &sv));
+  CHECK_EQ_INT(tagc_ckpt_saver_finish(sv, NULL), TAGC_EINVAL);
+  float *const *views;
+  CHECK_OK(tagc_ckpt_saver_begin(sv, 6, &views));
+  CHECK_EQ_INT(tagc_ckpt_saver_begin(sv, 7, &views), TAGC_EINVAL);
+  tagc_ckpt_saver_destroy(sv); /* drops the staged, unfinished save without hanging */
   fx_shard_free(data);
   fx_rmtree(dir);
   free(dir);
@@ -137,7 +143,31 @@ typedef struct rank_job {
   int rank;
   pthread_barrier_t *barrier;
   tagc_status st;
+  int64_t committed[4]; /* steps reported to on_commit (rank 0) */
+  int n_committed;
 } rank_job;
+
+static tagc_status record_commit(void *arg, const tagc_ckpt_committed *c) {
+  rank_job *job = arg;
+  if (job->n_committed < 4)
+    job->committed[job->n_committed++] = c->step;
+  return c->world_size == 2 && c->manifest_crc32c != 0 ? TAGC_OK : TAGC_EINTERNAL;
+}
+
+/* Rank 1 stages through begin/finish (as a device copy would), rank 0 through submit. */
+static tagc_status stage(tagc_ckpt_saver *sv, int rank, int64_t step, float *data[FX_UNITS * FX_STREAMS]) {
+  if (rank == 0)
+    return tagc_ckpt_saver_submit(sv, step, (const float *const *)data, NULL);
+  tagc_ckpt_range r[FX_UNITS];
+  fx_ranges(2, rank, r);
+  float *const *views;
+  TAGC_CHECK(tagc_ckpt_saver_begin(sv, step, &views));
+  for (int u = 0; u < FX_UNITS; u++)
+    for (int s = 0; s < FX_STREAMS; s++)
+      memcpy(views[u * FX_STREAMS + s], data[u * FX_STREAMS + s],
+             (size_t)tagc_ckpt_range_count(r[u], fx_layout.unit_numel[u]) * sizeof(float));
+  return tagc_ckpt_saver_finish(sv, NULL);
+}
 
 /* One rank of a two-rank job in a thread: three asynchronous saves. */
 static void *rank_main(void *arg) {
@@ -146,7 +176,7 @@ static void *rank_main(void *arg) {
   fx_ranges(2, job->rank, ranges);
   tagc_ckpt_writer_config cfg = {.dir = job->dir, .rank = job->rank, .world_size = 2, .layout = fx_layout,
                                  .ranges = ranges, .barrier = thread_barrier, .barrier_arg = job->barrier,
-                                 .keep_last = 2};
+                                 .keep_last = 2, .on_commit = record_commit, .on_commit_arg = job};
   tagc_ckpt_saver *sv;
   job->st = tagc_ckpt_saver_create(&cfg, &sv);
   if (job->st != TAGC_OK)
@@ -155,7 +185,7 @@ static void *rank_main(void *arg) {
   fx_shard_alloc(2, job->rank, 0, data);
   for (int step = 1; step <= 3 && job->st == TAGC_OK; step++) {
     overwrite(data, 2, job->rank, (uint32_t)step);
-    job->st = tagc_ckpt_saver_submit(sv, step * 10, (const float *const *)data, NULL);
+    job->st = stage(sv, job->rank, step * 10, data);
   }
   if (job->st == TAGC_OK)
     job->st = tagc_ckpt_saver_wait(sv);
@@ -168,7 +198,7 @@ static void test_two_ranks(void) {
   char *dir = fx_tempdir("saver-2");
   pthread_barrier_t barrier;
   pthread_barrier_init(&barrier, NULL, 2);
-  rank_job jobs[2] = {{dir, 0, &barrier, TAGC_OK}, {dir, 1, &barrier, TAGC_OK}};
+  rank_job jobs[2] = {{.dir = dir, .rank = 0, .barrier = &barrier}, {.dir = dir, .rank = 1, .barrier = &barrier}};
   pthread_t th[2];
   for (int r = 0; r < 2; r++)
     pthread_create(&th[r], NULL, rank_main, &jobs[r]);
@@ -177,6 +207,9 @@ static void test_two_ranks(void) {
     CHECK_OK(jobs[r].st);
   }
   pthread_barrier_destroy(&barrier);
+  CHECK_EQ_INT(jobs[0].n_committed, 3);
+  CHECK_EQ_INT(jobs[0].committed[2], 30);
+  CHECK_EQ_INT(jobs[1].n_committed, 0);
   check_step(dir, 20, 2);
   check_step(dir, 30, 3);
   char path[4200];
