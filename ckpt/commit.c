@@ -1,4 +1,5 @@
 /* Commit (rank 0), synchronous save and retention. */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -44,6 +45,28 @@ static tagc_status check_shard(const char *tmpdir, int64_t step, int r, int worl
   *total += sb.st_size;
 done:
   close(fd);
+  return st;
+}
+
+/* Removes what an earlier, abandoned attempt at this step may have left in tmpdir: temporary
+ * shard files and shards of ranks >= world_size. */
+static tagc_status remove_strays(const char *tmpdir, int world_size) {
+  DIR *d = opendir(tmpdir);
+  if (!d)
+    return tagc_errorf(TAGC_EIO, "opendir %s: %s", tmpdir, strerror(errno));
+  tagc_status st = TAGC_OK;
+  struct dirent *e;
+  while ((e = readdir(d)) != NULL && st == TAGC_OK) {
+    int r, end = 0;
+    if (e->d_name[0] == '.' || (sscanf(e->d_name, "rank-%5d.bin%n", &r, &end) == 1 && e->d_name[end] == '\0' &&
+                                end == 14 && r < world_size))
+      continue;
+    char path[CKPT_PATH_MAX];
+    st = path_fmt(path, "%s/%s", tmpdir, e->d_name);
+    if (st == TAGC_OK && unlink(path) != 0)
+      st = tagc_errorf(TAGC_EIO, "remove stray %s: %s", path, strerror(errno));
+  }
+  closedir(d);
   return st;
 }
 
@@ -146,6 +169,7 @@ tagc_status tagc_ckpt_commit(const char *dir, int64_t step, int world_size,
     TAGC_CHECK_GOTO(check_shard(tmpdir, step, r, world_size, layout, ranges + (size_t)r * layout->n_units,
                                 files, &total), st, done);
   TAGC_CHECK_GOTO(ranges_check_tiling(ranges, world_size, layout), st, done);
+  TAGC_CHECK_GOTO(remove_strays(tmpdir, world_size), st, done);
 
   fault_point(FAULT_BEFORE_MANIFEST, 0);
   man = build_manifest(step, world_size, layout, meta, files);

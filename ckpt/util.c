@@ -103,8 +103,8 @@ tagc_status remove_dir(const char *path) {
 }
 
 int parse_step_name(const char *name, int64_t *step) {
-  if (strncmp(name, "step-", 5) != 0 || name[5] < '0' || name[5] > '9')
-    return 0;
+  if (strncmp(name, "step-", 5) != 0 || name[5] < '0' || name[5] > '9' || (name[5] == '0' && name[6]))
+    return 0; /* canonical decimal only, so that step-<s> names one directory */
   char *end;
   errno = 0;
   long long s = strtoll(name + 5, &end, 10);

@@ -130,10 +130,37 @@ static void test_uneven_ranges(void) {
   free(dir);
 }
 
+/* An abandoned attempt at W = 3 left shards in step-4.tmp; the retry at W = 2 commits only
+ * its own two files. */
+static void test_abandoned_attempt(void) {
+  char *dir = fx_tempdir("reshard-retry");
+  for (int r = 0; r < 3; r++) {
+    tagc_ckpt_range ranges[FX_UNITS];
+    float *data[FX_UNITS * FX_STREAMS];
+    fx_ranges(3, r, ranges);
+    fx_shard_alloc(3, r, 8, data);
+    CHECK_OK(tagc_ckpt_write_shard(dir, 4, r, 3, &fx_layout, ranges, (const float *const *)data));
+    fx_shard_free(data);
+  }
+  CHECK_OK(fx_save_inproc(dir, 4, 2, 9, NULL));
+  char path[4200];
+  snprintf(path, sizeof path, "%s/step-4/rank-00002.bin", dir);
+  CHECK(access(path, F_OK) != 0);
+  snprintf(path, sizeof path, "%s/step-4", dir);
+  tagc_ckpt_reader *rd;
+  CHECK_OK(tagc_ckpt_open(path, TAGC_CKPT_VERIFY_FULL, &rd));
+  if (rd)
+    CHECK_EQ_INT(fx_check_load(rd, 3, 9), 0);
+  tagc_ckpt_close(rd);
+  fx_rmtree(dir);
+  free(dir);
+}
+
 int main(void) {
   tagc_log_configure("warn", TAGC_LOG_TEXT);
   test_inproc();
   test_forked();
   test_uneven_ranges();
+  test_abandoned_attempt();
   return TEST_END();
 }
