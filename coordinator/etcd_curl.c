@@ -8,7 +8,7 @@
 
 #include <curl/curl.h>
 
-enum { IDLE_TICK_MS = 100 };
+enum { IDLE_TICK_MS = 100, TCP_KEEPIDLE_S = 5, TCP_KEEPINTVL_S = 2 };
 
 typedef struct buffer {
   char *data;
@@ -88,6 +88,10 @@ static tagc_status setup(const tagc_etcd_request *req, CURL **out, struct curl_s
   curl_easy_setopt(h, CURLOPT_HTTPHEADER, hl);
   curl_easy_setopt(h, CURLOPT_POSTFIELDS, req->body);
   curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
+  /* A stream has no overall timeout; TCP keep-alive probes notice a peer that vanished. */
+  curl_easy_setopt(h, CURLOPT_TCP_KEEPALIVE, 1L);
+  curl_easy_setopt(h, CURLOPT_TCP_KEEPIDLE, (long)TCP_KEEPIDLE_S);
+  curl_easy_setopt(h, CURLOPT_TCP_KEEPINTVL, (long)TCP_KEEPINTVL_S);
   curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, (long)(req->connect_timeout_s * 1000));
   if (req->timeout_s > 0)
     curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, (long)(req->timeout_s * 1000));

@@ -42,13 +42,18 @@ static size_t discard(char *p, size_t s, size_t n, void *u) {
   return s * n;
 }
 
-static int version_answers(const char *url) {
+static int version_answers(const tagc_test_etcd *e) {
   char full[128];
-  snprintf(full, sizeof full, "%s/version", url);
+  snprintf(full, sizeof full, "%s/version", e->url);
   CURL *h = curl_easy_init();
   if (!h)
     return 0;
   curl_easy_setopt(h, CURLOPT_URL, full);
+  if (e->tls) {
+    curl_easy_setopt(h, CURLOPT_CAINFO, e->ca_file);
+    curl_easy_setopt(h, CURLOPT_SSLCERT, e->cert_file);
+    curl_easy_setopt(h, CURLOPT_SSLKEY, e->key_file);
+  }
   curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, 500L);
   curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
   curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, discard);
@@ -77,10 +82,12 @@ static const char *log_tail(const tagc_test_etcd *e, char *buf, size_t cap) {
 }
 
 static void exec_etcd(const tagc_test_etcd *e) {
-  char data[300], log[300], client[64], peer[64], cluster[96];
+  char data[300], log[300], client[64], peer[64], cluster[96], cert[300], key[300];
   snprintf(data, sizeof data, "%s/data", e->dir);
   snprintf(log, sizeof log, "%s/etcd.log", e->dir);
-  snprintf(client, sizeof client, "http://127.0.0.1:%d", e->client_port);
+  snprintf(client, sizeof client, "%s://127.0.0.1:%d", e->tls ? "https" : "http", e->client_port);
+  snprintf(cert, sizeof cert, "%s/server.pem", e->dir);
+  snprintf(key, sizeof key, "%s/server.key", e->dir);
   snprintf(peer, sizeof peer, "http://127.0.0.1:%d", e->peer_port);
   snprintf(cluster, sizeof cluster, "default=%s", peer);
   int fd = open(log, O_WRONLY | O_CREAT | O_APPEND, 0644);
@@ -90,10 +97,20 @@ static void exec_etcd(const tagc_test_etcd *e) {
     close(fd);
   }
   prctl(PR_SET_PDEATHSIG, SIGKILL);
-  execl(etcd_binary(), "etcd", "--name", "default", "--data-dir", data, "--listen-client-urls", client,
-        "--advertise-client-urls", client, "--listen-peer-urls", peer, "--initial-advertise-peer-urls",
-        peer, "--initial-cluster", cluster, "--heartbeat-interval", "50", "--election-timeout", "500",
-        "--log-level", "warn", (char *)NULL);
+  const char *argv[40] = {"etcd", "--name", "default", "--data-dir", data, "--listen-client-urls",
+                          client, "--advertise-client-urls", client, "--listen-peer-urls", peer,
+                          "--initial-advertise-peer-urls", peer, "--initial-cluster", cluster,
+                          "--heartbeat-interval", "50", "--election-timeout", "500",
+                          "--log-level", "warn"};
+  int n = 21;
+  if (e->tls) {
+    const char *tls[] = {"--cert-file", cert, "--key-file", key, "--trusted-ca-file", e->ca_file,
+                         "--client-cert-auth"};
+    for (size_t i = 0; i < sizeof tls / sizeof tls[0]; i++)
+      argv[n++] = tls[i];
+  }
+  argv[n] = NULL;
+  execv(etcd_binary(), (char *const *)argv);
   _exit(127);
 }
 
@@ -112,7 +129,7 @@ static tagc_status spawn_and_wait(tagc_test_etcd *e) {
       e->pid = 0;
       return tagc_errorf(TAGC_EIO, "etcd exited with status %d: %s", status, log_tail(e, tail, sizeof tail));
     }
-    if (version_answers(e->url))
+    if (version_answers(e))
       return TAGC_OK;
     tagc_sleep(0.05);
   }
@@ -120,20 +137,51 @@ static tagc_status spawn_and_wait(tagc_test_etcd *e) {
   return tagc_errorf(TAGC_ETIMEDOUT, "etcd did not answer within 15 s: %s", log_tail(e, tail, sizeof tail));
 }
 
-tagc_status tagc_test_etcd_start(tagc_test_etcd *e) {
+/* A CA, and server (for 127.0.0.1) and client certificates it signed, in e->dir. */
+static tagc_status make_certificates(tagc_test_etcd *e) {
+  static const char script[] =
+      "set -e; cd '%s'; k='-newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes';"
+      "openssl req -x509 $k -keyout ca.key -out ca.pem -days 1 -subj /CN=tagc-test-ca;"
+      "for who in server client; do"
+      "  openssl req $k -keyout $who.key -out $who.csr -subj /CN=127.0.0.1;"
+      "  printf 'subjectAltName=IP:127.0.0.1\nextendedKeyUsage=serverAuth,clientAuth\n' > $who.ext;"
+      "  openssl x509 -req -in $who.csr -CA ca.pem -CAkey ca.key -CAcreateserial -days 1"
+      "    -extfile $who.ext -out $who.pem;"
+      "done";
+  char cmd[sizeof script + 300];
+  snprintf(cmd, sizeof cmd, script, e->dir);
+  char quiet[sizeof cmd + 32];
+  snprintf(quiet, sizeof quiet, "(%s) >/dev/null 2>&1", cmd);
+  if (system(quiet) != 0)
+    return tagc_errorf(TAGC_EIO, "openssl could not make test certificates in %s", e->dir);
+  snprintf(e->ca_file, sizeof e->ca_file, "%s/ca.pem", e->dir);
+  snprintf(e->cert_file, sizeof e->cert_file, "%s/client.pem", e->dir);
+  snprintf(e->key_file, sizeof e->key_file, "%s/client.key", e->dir);
+  return TAGC_OK;
+}
+
+static tagc_status start(tagc_test_etcd *e, int tls) {
   memset(e, 0, sizeof *e);
   if (access(etcd_binary(), X_OK) != 0)
     return tagc_errorf(TAGC_EUNSUPPORTED, "no etcd binary at %s", etcd_binary());
+  if (tls && access("/usr/bin/openssl", X_OK) != 0)
+    return tagc_errorf(TAGC_EUNSUPPORTED, "no /usr/bin/openssl to make test certificates");
   curl_global_init(CURL_GLOBAL_DEFAULT);
   const char *tmp = getenv("TMPDIR");
   snprintf(e->dir, sizeof e->dir, "%s/tagc-etcd-XXXXXX", tmp && *tmp ? tmp : "/tmp");
   if (!mkdtemp(e->dir))
     return tagc_errorf(TAGC_EIO, "mkdtemp %s: %s", e->dir, strerror(errno));
-  tagc_status st = TAGC_EIO;
+  e->tls = tls;
+  tagc_status st = tls ? make_certificates(e) : TAGC_OK;
+  if (st != TAGC_OK) {
+    tagc_test_etcd_stop(e);
+    return st;
+  }
+  st = TAGC_EIO;
   for (int attempt = 0; attempt < 3 && st != TAGC_OK; attempt++) {
     e->client_port = tagc_test_free_port();
     e->peer_port = tagc_test_free_port();
-    snprintf(e->url, sizeof e->url, "http://127.0.0.1:%d", e->client_port);
+    snprintf(e->url, sizeof e->url, "%s://127.0.0.1:%d", tls ? "https" : "http", e->client_port);
     st = spawn_and_wait(e); /* a port taken in between makes etcd exit: pick new ones */
     if (st != TAGC_OK && e->pid)
       tagc_test_etcd_kill(e);
@@ -142,6 +190,10 @@ tagc_status tagc_test_etcd_start(tagc_test_etcd *e) {
     tagc_test_etcd_stop(e);
   return st;
 }
+
+tagc_status tagc_test_etcd_start(tagc_test_etcd *e) { return start(e, 0); }
+
+tagc_status tagc_test_etcd_start_tls(tagc_test_etcd *e) { return start(e, 1); }
 
 /* Sends sig and reaps the process, waiting up to timeout_s; 0 once it is gone. */
 static int signal_and_reap(pid_t pid, int sig, double timeout_s) {

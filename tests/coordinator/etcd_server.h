@@ -20,14 +20,22 @@ typedef struct tagc_test_etcd {
   pid_t pid;            /* 0 when not running */
   int client_port;
   int peer_port;
-  char dir[256];        /* temporary directory: data/ and etcd.log */
-  char url[64];         /* "http://127.0.0.1:<client_port>" */
+  int tls;              /* serving HTTPS and requiring client certificates */
+  char dir[256];        /* temporary directory: data/, etcd.log, certificates */
+  char url[64];         /* "http://127.0.0.1:<client_port>" (https:// with TLS) */
+  char ca_file[300];    /* TLS only: the CA that signed the server and client certificates */
+  char cert_file[300];  /* TLS only: a client certificate the server accepts */
+  char key_file[300];   /* TLS only: its private key */
 } tagc_test_etcd;
 
 /* Starts etcd and waits (up to 15 s) until GET /version answers. TAGC_EUNSUPPORTED when the
  * etcd binary is missing (the caller skips), TAGC_EIO / TAGC_ETIMEDOUT when it does not come
  * up (the last lines of its log are in the error detail). */
 tagc_status tagc_test_etcd_start(tagc_test_etcd *e);
+
+/* The same with TLS: makes a throw-away CA, server and client certificates with the openssl
+ * command (TAGC_EUNSUPPORTED without it) and serves HTTPS with client-certificate auth. */
+tagc_status tagc_test_etcd_start_tls(tagc_test_etcd *e);
 
 /* Kills the server (SIGKILL, by PID) but keeps its data and ports, e.g. to test a client
  * through an outage. */

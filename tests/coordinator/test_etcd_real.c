@@ -408,6 +408,81 @@ static void test_threads(tagc_etcd *c) {
   tagc_etcd_range_result_free(&r);
 }
 
+static void test_tls(void) {
+  tagc_test_etcd secure;
+  tagc_status st = tagc_test_etcd_start_tls(&secure);
+  if (st == TAGC_EUNSUPPORTED) {
+    fprintf(stderr, "TLS part skipped: %s\n", tagc_last_error());
+    return;
+  }
+  CHECK_OK(st);
+  if (st != TAGC_OK)
+    return;
+  tagc_etcd_config cfg;
+  tagc_etcd_config_init(&cfg);
+  cfg.endpoints = secure.url;
+  cfg.ca_file = secure.ca_file;
+  cfg.cert_file = secure.cert_file;
+  cfg.key_file = secure.key_file;
+  tagc_etcd *c = NULL;
+  CHECK_OK(tagc_etcd_create(&cfg, &c));
+  CHECK_OK(tagc_etcd_put(c, "/t/tls", "s", 1, 0, NULL));
+  seen s = {.lock = PTHREAD_MUTEX_INITIALIZER};
+  tagc_etcd_watch *w = NULL;
+  tagc_etcd_watch_opts o = {.start_revision = 1};
+  CHECK_OK(tagc_etcd_watch_start(c, "/t/tls", &o, collect, &s, &w));
+  CHECK_MSG(wait_seen(&s, 1, 0, 5), "no watch event over TLS");
+  tagc_etcd_watch_stop(w);
+  tagc_etcd_destroy(c);
+
+  /* Without a client certificate the server refuses. */
+  cfg.cert_file = cfg.key_file = NULL;
+  cfg.max_attempts = 2;
+  CHECK_OK(tagc_etcd_create(&cfg, &c));
+  char *v = NULL;
+  CHECK(tagc_etcd_get(c, "/t/tls", &v, NULL, NULL) != TAGC_OK);
+  CHECK(v == NULL);
+  tagc_etcd_destroy(c);
+  tagc_test_etcd_stop(&secure);
+}
+
+/* Turns on etcd's authentication (root user) and uses it: last, since it changes the server. */
+static void test_auth(tagc_etcd *c) {
+  json_t *reply = NULL;
+  json_t *req = json_pack("{s:s, s:s}", "name", "root", "password", "pw");
+  CHECK_OK(tagc_etcd_call(c, "/v3/auth/user/add", req, 0, &reply));
+  json_decref(req);
+  json_decref(reply);
+  req = json_pack("{s:s, s:s}", "user", "root", "role", "root");
+  CHECK_OK(tagc_etcd_call(c, "/v3/auth/user/grant", req, 0, &reply));
+  json_decref(req);
+  json_decref(reply);
+  req = json_object();
+  CHECK_OK(tagc_etcd_call(c, "/v3/auth/enable", req, 0, &reply));
+  json_decref(req);
+  json_decref(reply);
+
+  CHECK(tagc_etcd_put(c, "/t/auth", "x", 1, 0, NULL) != TAGC_OK); /* no credentials */
+  tagc_etcd_config cfg;
+  tagc_etcd_config_init(&cfg);
+  cfg.endpoints = server.url;
+  cfg.user = "root";
+  cfg.password = "pw";
+  tagc_etcd *authed = NULL;
+  CHECK_OK(tagc_etcd_create(&cfg, &authed));
+  CHECK_OK(tagc_etcd_put(authed, "/t/auth", "x", 1, 0, NULL));
+  char *v = NULL;
+  CHECK_OK(tagc_etcd_get(authed, "/t/auth", &v, NULL, NULL));
+  CHECK_EQ_STR(v, "x");
+  free(v);
+  tagc_etcd_destroy(authed);
+  cfg.password = "wrong";
+  CHECK_OK(tagc_etcd_create(&cfg, &authed));
+  CHECK_EQ_INT(tagc_etcd_put(authed, "/t/auth", "y", 1, 0, NULL), TAGC_EINVAL);
+  CHECK(strstr(tagc_last_error(), "authentication failed") != NULL);
+  tagc_etcd_destroy(authed);
+}
+
 int main(void) {
   tagc_status st = tagc_test_etcd_start(&server);
   if (st == TAGC_EUNSUPPORTED)
@@ -424,6 +499,8 @@ int main(void) {
     test_watch_compacted(c);
     test_threads(c);
     test_failover();
+    test_tls();
+    test_auth(c);
     tagc_etcd_destroy(c);
   }
   tagc_test_etcd_stop(&server);
