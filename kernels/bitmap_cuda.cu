@@ -1,0 +1,65 @@
+/* CUDA bitmap ops (see bitmap.h): word-parallel OR folds and a popcount reduction, all
+ * enqueued on the caller's stream. Integer results, so identical to the CPU versions. */
+#include "kernels/cuda_common.cuh"
+#include "kernels/bitmap.h"
+
+/* dst[i] = OR over k < count of src[k*words + i], or dst[i] |= src[i] when `into`. */
+__global__ void or_kernel(uint64_t *dst, const uint64_t *src, int32_t count, int64_t words,
+                          bool into) {
+  for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < words;
+       i += (int64_t)gridDim.x * blockDim.x) {
+    uint64_t acc = into ? dst[i] : 0;
+    for (int32_t k = 0; k < count; k++)
+      acc |= src[(int64_t)k * words + i];
+    dst[i] = acc;
+  }
+}
+
+__global__ void popcount_kernel(const uint64_t *words, int64_t nwords, unsigned long long *bits) {
+  unsigned long long local = 0;
+  for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < nwords;
+       i += (int64_t)gridDim.x * blockDim.x)
+    local += (unsigned long long)__popcll(words[i]);
+  unsigned long long total = block_sum_u64(local);
+  if (threadIdx.x == 0 && total)
+    atomicAdd(bits, total);
+}
+
+static tagc_status launch_or(uint64_t *dst, const uint64_t *src, int32_t count, int64_t words,
+                             bool into, tagc_stream stream, const char *op) {
+  if (words == 0)
+    return TAGC_OK;
+  or_kernel<<<grid_for(words, CUDA_THREADS), CUDA_THREADS, 0, stream>>>(dst, src, count, words,
+                                                                        into);
+  return cuda_launched(op);
+}
+
+extern "C" tagc_status tagc_bitmap_or_into_cuda(uint64_t *dst, const uint64_t *src,
+                                                int64_t words, tagc_stream stream) {
+  if (words < 0 || (words > 0 && (!dst || !src)))
+    return tagc_errorf(TAGC_EINVAL, "bitmap_or_into_cuda: bad arguments (words %lld)",
+                       (long long)words);
+  return launch_or(dst, src, 1, words, true, stream, "bitmap_or_into_cuda");
+}
+
+extern "C" tagc_status tagc_bitmap_or_many_cuda(uint64_t *dst, const uint64_t *src,
+                                                int32_t count, int64_t words,
+                                                tagc_stream stream) {
+  if (count < 1 || words < 0 || (words > 0 && (!dst || !src)))
+    return tagc_errorf(TAGC_EINVAL, "bitmap_or_many_cuda: bad arguments (count %d, words %lld)",
+                       (int)count, (long long)words);
+  return launch_or(dst, src, count, words, false, stream, "bitmap_or_many_cuda");
+}
+
+extern "C" tagc_status tagc_bitmap_popcount_cuda(const uint64_t *words, int64_t nwords,
+                                                 int64_t *bits, tagc_stream stream) {
+  if (!bits || nwords < 0 || (nwords > 0 && !words))
+    return tagc_errorf(TAGC_EINVAL, "bitmap_popcount_cuda: bad arguments (nwords %lld)",
+                       (long long)nwords);
+  TAGC_CHECK(cuda_status(cudaMemsetAsync(bits, 0, sizeof *bits, stream), "bitmap_popcount_cuda"));
+  if (nwords == 0)
+    return TAGC_OK;
+  popcount_kernel<<<grid_for(nwords, 4 * CUDA_THREADS), CUDA_THREADS, 0, stream>>>(
+      words, nwords, (unsigned long long *)bits);
+  return cuda_launched("bitmap_popcount_cuda");
+}
