@@ -7,6 +7,7 @@
 
 #include <cblas.h>
 #include <math.h>
+#include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -480,39 +481,71 @@ static void layernorm_backward(float *dinp, float *dw, float *db, const float *d
   }
 }
 
-/* out (N, OC) = add + inp (N, IC) @ w (OC, IC)^T + bias; add may be NULL (zero). */
-static void linear_forward(float *out, const float *add, const float *inp, const float *w,
-                           const float *bias, int N, int IC, int OC) {
-#pragma omp parallel for schedule(static)
-  for (int r = 0; r < N; r++) {
-    float *o = out + (size_t)r * OC;
-    const float *a = add ? add + (size_t)r * OC : NULL;
-#pragma omp simd
-    for (int c = 0; c < OC; c++)
-      o[c] = (a ? a[c] : 0.0f) + (bias ? bias[c] : 0.0f);
-  }
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, OC, IC, 1.0f, inp, IC, w, IC, 1.0f,
-              out, OC);
+/* Rows [*lo, *hi) of `rows` for the calling thread of the enclosing parallel region: equal
+ * shares rounded to multiples of 16 rows. */
+static void thread_rows(int rows, int *lo, int *hi) {
+  int nth = omp_get_num_threads(), tid = omp_get_thread_num();
+  int share = ((rows + nth - 1) / nth + 15) / 16 * 16;
+  *lo = tid * share < rows ? tid * share : rows;
+  *hi = *lo + share < rows ? *lo + share : rows;
 }
 
-/* dinp = dout @ w; dw += dout^T @ inp; dbias += column sums of dout (NULL = no bias). */
+/* C (M, N) = alpha op(A) op(B) + beta C for this thread's share of the M rows (thread_rows);
+ * call inside a parallel region. Each element's sum over K runs in the same order whatever
+ * the split, so the result does not depend on the thread count. */
+static void sgemm_rows(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N, int K, float alpha,
+                       const float *A, int lda, const float *B, int ldb, float beta, float *C,
+                       int ldc) {
+  int lo, hi;
+  thread_rows(M, &lo, &hi);
+  if (lo >= hi)
+    return;
+  const float *a = ta == CblasNoTrans ? A + (size_t)lo * lda : A + lo;
+  cblas_sgemm(CblasRowMajor, ta, tb, hi - lo, N, K, alpha, a, lda, B, ldb, beta,
+              C + (size_t)lo * ldc, ldc);
+}
+
+/* out (N, OC) = add + inp (N, IC) @ w (OC, IC)^T + bias; add and bias may be NULL (zero).
+ * Each thread fills its rows, then multiplies into them: no barrier between the two. */
+static void linear_forward(float *out, const float *add, const float *inp, const float *w,
+                           const float *bias, int N, int IC, int OC) {
+#pragma omp parallel
+  {
+    int lo, hi;
+    thread_rows(N, &lo, &hi);
+    for (int r = lo; r < hi; r++) {
+      float *o = out + (size_t)r * OC;
+      if (add)
+        memcpy(o, add + (size_t)r * OC, (size_t)OC * sizeof(float));
+      else
+        memset(o, 0, (size_t)OC * sizeof(float));
+      if (bias) {
+#pragma omp simd
+        for (int c = 0; c < OC; c++)
+          o[c] += bias[c];
+      }
+    }
+    sgemm_rows(CblasNoTrans, CblasTrans, N, OC, IC, 1.0f, inp, IC, w, IC, 1.0f, out, OC);
+  }
+}
+
+/* dinp = dout @ w (split over the N rows); dw += dout^T @ inp and dbias += column sums of dout
+ * (split over the OC rows of dw; each bias column summed by one thread in row order). */
 static void linear_backward(float *dinp, float *dw, float *dbias, const float *dout,
                             const float *inp, const float *w, int N, int IC, int OC) {
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, IC, OC, 1.0f, dout, OC, w, IC, 0.0f,
-              dinp, IC);
-  cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, IC, N, 1.0f, dout, OC, inp, IC, 1.0f,
-              dw, IC);
-  if (!dbias)
-    return;
-  int chunks = (OC + COL_CHUNK - 1) / COL_CHUNK;
-#pragma omp parallel for schedule(static)
-  for (int ch = 0; ch < chunks; ch++) {
-    int c0 = ch * COL_CHUNK, c1 = c0 + COL_CHUNK < OC ? c0 + COL_CHUNK : OC;
-    for (int r = 0; r < N; r++) {
-      const float *d = dout + (size_t)r * OC;
-      for (int c = c0; c < c1; c++)
-        dbias[c] += d[c];
-    }
+#pragma omp parallel
+  {
+    sgemm_rows(CblasNoTrans, CblasNoTrans, N, IC, OC, 1.0f, dout, OC, w, IC, 0.0f, dinp, IC);
+    sgemm_rows(CblasTrans, CblasNoTrans, OC, IC, N, 1.0f, dout, OC, inp, IC, 1.0f, dw, IC);
+    int lo, hi;
+    thread_rows(OC, &lo, &hi);
+    if (dbias)
+      for (int r = 0; r < N; r++) {
+        const float *d = dout + (size_t)r * OC;
+#pragma omp simd
+        for (int c = lo; c < hi; c++)
+          dbias[c] += d[c];
+      }
   }
 }
 
@@ -552,106 +585,102 @@ static inline int att_cols(const att_dims *d, int t) {
   return r1 < d->T ? r1 : d->T;
 }
 
-/* Causal softmax of each score row in place; columns past the diagonal up to the row block's
+/* Causal softmax of score row t in place; columns past the diagonal up to the row block's
  * end are set to 0 so that the block products can use them. */
-static void softmax_causal_rows(const att_dims *d, float *att) {
-  int rows = d->B * d->NH * d->T;
-#pragma omp parallel for schedule(static)
-  for (int row = 0; row < rows; row++) {
-    int t = row % d->T;
-    float *s = att + (size_t)row * d->T;
-    float mx = -INFINITY;
+static void softmax_causal_row(const att_dims *d, float *s, int t) {
+  float mx = -INFINITY;
 #pragma omp simd reduction(max : mx)
-    for (int j = 0; j <= t; j++)
-      mx = s[j] > mx ? s[j] : mx;
-    float sum = 0.0f;
+  for (int j = 0; j <= t; j++)
+    mx = s[j] > mx ? s[j] : mx;
+  float sum = 0.0f;
 #pragma omp simd reduction(+ : sum)
-    for (int j = 0; j <= t; j++) {
-      s[j] = exp_approx(s[j] - mx);
-      sum += s[j];
-    }
-    float inv = 1.0f / sum;
-#pragma omp simd
-    for (int j = 0; j <= t; j++)
-      s[j] *= inv;
-    int end = att_cols(d, t);
-    for (int j = t + 1; j < end; j++)
-      s[j] = 0.0f;
+  for (int j = 0; j <= t; j++) {
+    s[j] = exp_approx(s[j] - mx);
+    sum += s[j];
   }
+  float inv = 1.0f / sum;
+#pragma omp simd
+  for (int j = 0; j <= t; j++)
+    s[j] *= inv;
+  int end = att_cols(d, t);
+  for (int j = t + 1; j < end; j++)
+    s[j] = 0.0f;
 }
 
-/* y (B, T, C) = per head softmax(q k^T * scale, causal) v; att keeps the probabilities. */
+/* Score-row gradient in place: ds = p * (dp - sum_j p dp) * scale, zero past the diagonal. */
+static void softmax_causal_row_backward(const att_dims *d, float *ds, const float *p, int t) {
+  float dot = 0.0f;
+#pragma omp simd reduction(+ : dot)
+  for (int j = 0; j <= t; j++)
+    dot += p[j] * ds[j];
+#pragma omp simd
+  for (int j = 0; j <= t; j++)
+    ds[j] = p[j] * (ds[j] - dot) * d->scale;
+  int end = att_cols(d, t);
+  for (int j = t + 1; j < end; j++)
+    ds[j] = 0.0f;
+}
+
+/* y (B, T, C) = per head softmax(q k^T * scale, causal) v; att keeps the probabilities.
+ * One (batch, head) pair per iteration; the BLAS runs single-threaded inside. */
 static void attention_forward(const att_dims *d, float *y, float *att, const float *qkv) {
   int C3 = 3 * d->C;
-  for (int b = 0; b < d->B; b++)
-    for (int h = 0; h < d->NH; h++)
-      for (int r0 = 0; r0 < d->T; r0 += ATT_ROW_BLOCK) {
-        int r1 = att_cols(d, r0);
-        const float *q = qkv + ((size_t)b * d->T + r0) * C3 + (size_t)h * d->hd;
-        const float *k = qkv + (size_t)b * d->T * C3 + d->C + (size_t)h * d->hd;
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, r1 - r0, r1, d->hd, d->scale, q, C3, k,
-                    C3, 0.0f, att + att_row(d, b, h, r0), d->T);
-      }
-  softmax_causal_rows(d, att);
-  for (int b = 0; b < d->B; b++)
-    for (int h = 0; h < d->NH; h++)
-      for (int r0 = 0; r0 < d->T; r0 += ATT_ROW_BLOCK) {
-        int r1 = att_cols(d, r0);
-        const float *v = qkv + (size_t)b * d->T * C3 + 2 * d->C + (size_t)h * d->hd;
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, r1 - r0, d->hd, r1, 1.0f,
-                    att + att_row(d, b, h, r0), d->T, v, C3, 0.0f,
-                    y + ((size_t)b * d->T + r0) * d->C + (size_t)h * d->hd, d->C);
-      }
+#pragma omp parallel for schedule(static)
+  for (int bh = 0; bh < d->B * d->NH; bh++) {
+    int b = bh / d->NH, h = bh % d->NH;
+    const float *base = qkv + (size_t)b * d->T * C3 + (size_t)h * d->hd;
+    float *p = att + att_row(d, b, h, 0);
+    for (int r0 = 0; r0 < d->T; r0 += ATT_ROW_BLOCK) {
+      int r1 = att_cols(d, r0);
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, r1 - r0, r1, d->hd, d->scale,
+                  base + (size_t)r0 * C3, C3, base + d->C, C3, 0.0f, p + (size_t)r0 * d->T, d->T);
+    }
+    for (int t = 0; t < d->T; t++)
+      softmax_causal_row(d, p + (size_t)t * d->T, t);
+    for (int r0 = 0; r0 < d->T; r0 += ATT_ROW_BLOCK) {
+      int r1 = att_cols(d, r0);
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, r1 - r0, d->hd, r1, 1.0f,
+                  p + (size_t)r0 * d->T, d->T, base + 2 * d->C, C3, 0.0f,
+                  y + ((size_t)b * d->T + r0) * d->C + (size_t)h * d->hd, d->C);
+    }
+  }
 }
 
 /* dqkv (B, T, 3C) = gradient of attention_forward given dy; datt is scratch. */
 static void attention_backward(const att_dims *d, float *dqkv, float *datt, const float *dy,
                                const float *att, const float *qkv) {
   int C3 = 3 * d->C;
-  memset(dqkv, 0, (size_t)d->B * d->T * C3 * sizeof(float));
-  /* dP = dY V^T and dV += P^T dY, per row block. */
-  for (int b = 0; b < d->B; b++)
-    for (int h = 0; h < d->NH; h++)
-      for (int r0 = 0; r0 < d->T; r0 += ATT_ROW_BLOCK) {
-        int r1 = att_cols(d, r0);
-        size_t head = (size_t)h * d->hd, base = (size_t)b * d->T * C3;
-        const float *dyb = dy + ((size_t)b * d->T + r0) * d->C + head;
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, r1 - r0, r1, d->hd, 1.0f, dyb, d->C,
-                    qkv + base + 2 * d->C + head, C3, 0.0f, datt + att_row(d, b, h, r0), d->T);
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, r1, d->hd, r1 - r0, 1.0f,
-                    att + att_row(d, b, h, r0), d->T, dyb, d->C, 1.0f,
-                    dqkv + base + 2 * d->C + head, C3);
-      }
-  /* dS = P * (dP - sum_j P dP) * scale, in place in datt. */
-  int rows = d->B * d->NH * d->T;
 #pragma omp parallel for schedule(static)
-  for (int row = 0; row < rows; row++) {
-    int t = row % d->T;
-    const float *p = att + (size_t)row * d->T;
-    float *ds = datt + (size_t)row * d->T;
-    float dot = 0.0f;
-#pragma omp simd reduction(+ : dot)
-    for (int j = 0; j <= t; j++)
-      dot += p[j] * ds[j];
-#pragma omp simd
-    for (int j = 0; j <= t; j++)
-      ds[j] = p[j] * (ds[j] - dot) * d->scale;
-    int end = att_cols(d, t);
-    for (int j = t + 1; j < end; j++)
-      ds[j] = 0.0f;
+  for (int bh = 0; bh < d->B * d->NH; bh++) {
+    int b = bh / d->NH, h = bh % d->NH;
+    size_t off = (size_t)b * d->T * C3 + (size_t)h * d->hd;
+    const float *base = qkv + off, *p = att + att_row(d, b, h, 0);
+    const float *dyb = dy + (size_t)b * d->T * d->C + (size_t)h * d->hd;
+    float *dbase = dqkv + off, *ds = datt + att_row(d, b, h, 0);
+    for (int t = 0; t < d->T; t++)
+      for (int part = 0; part < 3; part++)
+        memset(dbase + (size_t)t * C3 + (size_t)part * d->C, 0, (size_t)d->hd * sizeof(float));
+    /* dP = dY V^T and dV += P^T dY, per row block. */
+    for (int r0 = 0; r0 < d->T; r0 += ATT_ROW_BLOCK) {
+      int r1 = att_cols(d, r0);
+      const float *dyr = dyb + (size_t)r0 * d->C;
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, r1 - r0, r1, d->hd, 1.0f, dyr, d->C,
+                  base + 2 * d->C, C3, 0.0f, ds + (size_t)r0 * d->T, d->T);
+      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, r1, d->hd, r1 - r0, 1.0f,
+                  p + (size_t)r0 * d->T, d->T, dyr, d->C, 1.0f, dbase + 2 * d->C, C3);
+    }
+    for (int t = 0; t < d->T; t++)
+      softmax_causal_row_backward(d, ds + (size_t)t * d->T, p + (size_t)t * d->T, t);
+    /* dQ = dS K and dK += dS^T Q, per row block. */
+    for (int r0 = 0; r0 < d->T; r0 += ATT_ROW_BLOCK) {
+      int r1 = att_cols(d, r0);
+      const float *dsr = ds + (size_t)r0 * d->T;
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, r1 - r0, d->hd, r1, 1.0f, dsr, d->T,
+                  base + d->C, C3, 0.0f, dbase + (size_t)r0 * C3, C3);
+      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, r1, d->hd, r1 - r0, 1.0f, dsr, d->T,
+                  base + (size_t)r0 * C3, C3, 1.0f, dbase + d->C, C3);
+    }
   }
-  /* dQ = dS K and dK += dS^T Q, per row block. */
-  for (int b = 0; b < d->B; b++)
-    for (int h = 0; h < d->NH; h++)
-      for (int r0 = 0; r0 < d->T; r0 += ATT_ROW_BLOCK) {
-        int r1 = att_cols(d, r0);
-        size_t head = (size_t)h * d->hd, base = (size_t)b * d->T * C3;
-        const float *ds = datt + att_row(d, b, h, r0);
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, r1 - r0, d->hd, r1, 1.0f, ds, d->T,
-                    qkv + base + d->C + head, C3, 0.0f, dqkv + base + (size_t)r0 * C3 + head, C3);
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, r1, d->hd, r1 - r0, 1.0f, ds, d->T,
-                    qkv + base + (size_t)r0 * C3 + head, C3, 1.0f, dqkv + base + d->C + head, C3);
-      }
 }
 
 /* Softmax cross-entropy per row: losses[r], and logits replaced by probabilities. */
@@ -720,6 +749,13 @@ static void release(tagc_unit_hooks *h, int unit) {
 /* ---------------------------------------------------------------------------------------- */
 /* Forward                                                                                  */
 
+/* The model parallelises with OpenMP and calls the BLAS from inside its parallel regions,
+ * so the BLAS's own thread pool must stay at one thread (two pools would fight for cores). */
+static void blas_single_threaded(void) {
+  if (openblas_get_num_threads() != 1)
+    openblas_set_num_threads(1);
+}
+
 static att_dims dims_of(const tagc_model_config *c, int B) {
   att_dims d = {B, c->ctx, c->d_model, c->n_head, c->d_model / c->n_head, 0.0f};
   d.scale = 1.0f / sqrtf((float)d.hd);
@@ -769,6 +805,7 @@ tagc_status tagc_model_forward(const tagc_model_layout *layout, tagc_model_acts 
     if (tokens[i] >= c->vocab || targets[i] >= c->vocab)
       return tagc_errorf(TAGC_EINVAL, "model: token %d or target %d at position %zu >= vocab %d",
                          tokens[i], targets[i], i, c->vocab);
+  blas_single_threaded();
   acts->B = B;
   memcpy(acts->tokens, tokens, n);
   memcpy(acts->targets, targets, n);
@@ -881,6 +918,7 @@ tagc_status tagc_model_backward(const tagc_model_layout *layout, tagc_model_acts
   if (!acts->have_forward)
     return tagc_errorf(TAGC_EINVAL, "model: backward without a completed forward");
   acts->have_forward = 0; /* the backward consumes the probabilities in place */
+  blas_single_threaded();
   int L = layout->cfg.n_layer;
   TAGC_CHECK(backward_unit(layout, acts, hooks, L + 1, 1, head_step, loss_scale));
   for (int l = L - 1; l >= 0; l--)
