@@ -224,11 +224,13 @@ static tagc_status authenticate(tagc_etcd *c, const char *endpoint) {
   return st;
 }
 
-static void drop_token(tagc_etcd *c) {
+void etcd_drop_token(tagc_etcd *c) {
   pthread_mutex_lock(&c->token_lock);
   c->token[0] = '\0';
   pthread_mutex_unlock(&c->token_lock);
 }
+
+int etcd_token_rejected(void) { return strstr(tagc_last_error(), "invalid auth token") != NULL; }
 
 tagc_status etcd_prepare(tagc_etcd *c, tagc_etcd_request *req, const char *endpoint,
                          const char *path, const char *body, char *token) {
@@ -274,8 +276,8 @@ static tagc_status attempt_once(tagc_etcd *c, const char *endpoint, const char *
   int retryable;
   st = tagc_etcd_decode_reply(http, text, len, reply, &retryable);
   free(text);
-  if (st != TAGC_OK && token[0] && strstr(tagc_last_error(), "invalid auth token")) {
-    drop_token(c); /* expired: the next attempt authenticates again */
+  if (st != TAGC_OK && token[0] && etcd_token_rejected()) {
+    etcd_drop_token(c); /* expired: the next attempt authenticates again */
     *retry = 1;
     return st;
   }

@@ -57,6 +57,12 @@ static size_t feed_sink(char *ptr, size_t size, size_t nmemb, void *userdata) {
   return n;
 }
 
+/* Milliseconds for a curl timeout, at least 1: curl reads 0 as "no timeout". */
+static long to_ms(double s) {
+  long ms = (long)(s * 1000);
+  return ms < 1 ? 1 : ms;
+}
+
 /* Sets up a POST of req on a new easy handle; *headers must be freed by the caller. */
 static tagc_status setup(const tagc_etcd_request *req, CURL **out, struct curl_slist **headers) {
   pthread_once(&curl_once, init_curl);
@@ -92,9 +98,9 @@ static tagc_status setup(const tagc_etcd_request *req, CURL **out, struct curl_s
   curl_easy_setopt(h, CURLOPT_TCP_KEEPALIVE, 1L);
   curl_easy_setopt(h, CURLOPT_TCP_KEEPIDLE, (long)TCP_KEEPIDLE_S);
   curl_easy_setopt(h, CURLOPT_TCP_KEEPINTVL, (long)TCP_KEEPINTVL_S);
-  curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, (long)(req->connect_timeout_s * 1000));
+  curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, to_ms(req->connect_timeout_s));
   if (req->timeout_s > 0)
-    curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, (long)(req->timeout_s * 1000));
+    curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, to_ms(req->timeout_s));
   if (req->ca_file)
     curl_easy_setopt(h, CURLOPT_CAINFO, req->ca_file);
   if (req->cert_file)

@@ -25,6 +25,11 @@ double etcd_backoff_s(const tagc_etcd *c, int attempt);
 tagc_status etcd_prepare(tagc_etcd *c, tagc_etcd_request *req, const char *endpoint,
                          const char *path, const char *body, char *token);
 
+/* True when this thread's last error says the server rejected our auth token (it expired);
+ * etcd_drop_token then makes the next request authenticate again. */
+int etcd_token_rejected(void);
+void etcd_drop_token(tagc_etcd *c);
+
 const tagc_etcd_transport *etcd_transport(const tagc_etcd *c);
 
 /* tagc_etcd_call with its own deadline (seconds from now). */

@@ -70,6 +70,8 @@ static int handle_message(tagc_etcd_watch *w, const char *text, size_t len) {
   json_t *reply;
   int retryable;
   if (tagc_etcd_decode_reply(200, text, len, &reply, &retryable) != TAGC_OK) {
+    if (etcd_token_rejected())
+      etcd_drop_token(w->c);
     LOG_WARN("etcd", "watch %s: %s; reconnecting", w->key, tagc_last_error());
     return 1;
   }

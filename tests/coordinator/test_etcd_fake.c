@@ -455,6 +455,28 @@ static void test_watch_first_compaction(tagc_etcd *c) {
                TAGC_EINVAL);
 }
 
+/* A watch whose token expires authenticates again and carries the new token. */
+static void test_watch_auth(void) {
+  tagc_etcd *c = client("root");
+  if (!c)
+    return;
+  script_reset();
+  add(TAGC_OK, 200, "{" HDR ",\"token\":\"tok1\"}");
+  add_stream("{\"error\":{\"grpc_code\":16,\"http_code\":401,\"message\":\"etcdserver: invalid auth token\"}}\n", 1);
+  add(TAGC_OK, 200, "{" HDR ",\"token\":\"tok2\"}");
+  add_stream(CREATED EV(3, ), 1);
+  seen s = {.lock = PTHREAD_MUTEX_INITIALIZER};
+  tagc_etcd_watch *w = NULL;
+  CHECK_OK(tagc_etcd_watch_start(c, "/w/a", NULL, collect, &s, &w));
+  CHECK(wait_for(&s, 1, 0, 4));
+  tagc_etcd_watch_stop(w);
+  CHECK_EQ_STR(S.auth[1], "tok1");
+  CHECK_EQ_STR(S.path[2], "/v3/auth/authenticate");
+  CHECK_EQ_STR(S.auth[3], "tok2");
+  CHECK(strstr(S.body[3], "range_end") == NULL); /* a single key, not a prefix */
+  tagc_etcd_destroy(c);
+}
+
 int main(void) {
   test_config();
   tagc_etcd *c = client(NULL);
@@ -469,5 +491,6 @@ int main(void) {
   test_watch_first_compaction(c);
   tagc_etcd_destroy(c);
   test_auth();
+  test_watch_auth();
   return TEST_END();
 }
