@@ -31,6 +31,7 @@ tagc_status tagc_json_parse(const char *text, size_t len, json_t **out) {
 }
 
 static tagc_status lookup(const json_t *obj, const char *key, json_t **v) {
+  *v = NULL;
   if (!json_is_object(obj))
     return tagc_errorf(TAGC_EPROTO, "expected a JSON object holding '%s'", key);
   *v = json_object_get(obj, key);

@@ -10,6 +10,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "comm/store.h"
 #include "common/json.h"
 #include "common/log.h"
 #include "worker/train.h"
@@ -20,8 +21,8 @@ typedef struct run_config {
 } run_config;
 
 static const tagc_opt run_extra[] = {
-    {"workers", TAGC_OPT_INT, offsetof(run_config, workers), "1", 1, 1, NULL,
-     "local worker processes (this build: 1)"},
+    {"workers", TAGC_OPT_INT, offsetof(run_config, workers), "1", 1, 64, NULL,
+     "local worker processes (CPU ranks, Gloo on loopback)"},
 };
 
 static tagc_opt run_opts[64];
@@ -63,6 +64,65 @@ static tagc_status write_job(const run_config *rc, char *path, size_t cap) {
   return st;
 }
 
+/* Kills (SIGKILL) every started worker still running. */
+static void kill_all(const pid_t *pids, int n) {
+  for (int i = 0; i < n; i++)
+    if (pids[i] > 0)
+      kill(pids[i], SIGKILL);
+}
+
+/* Starts rank i of n with the job file; returns its PID or -1. */
+static pid_t spawn_worker(const char *worker, const char *job, int rank, int n, const char *rdzv) {
+  pid_t pid = fork();
+  if (pid != 0)
+    return pid;
+  char r[16], w[16];
+  snprintf(r, sizeof r, "%d", rank);
+  snprintf(w, sizeof w, "%d", n);
+  unsetenv("TAGC_CONFIG");
+  execl(worker, "tagc-worker", "--config", job, "--rank", r, "--world", w, "--rendezvous", rdzv,
+        (char *)NULL);
+  fprintf(stderr, "tagctl run: cannot start %s: %s\n", worker, strerror(errno));
+  _exit(127);
+}
+
+/* Runs the workers of a local job to completion. If one fails, the others are stopped and
+ * the failing worker's exit status is returned. */
+static int launch_workers(const char *worker, const char *job, const run_config *rc) {
+  int n = (int)rc->workers;
+  pid_t pids[64];
+  char rdzv[PATH_MAX];
+  snprintf(rdzv, sizeof rdzv, "%s/rendezvous-%d", rc->train.out, (int)getpid());
+  for (int i = 0; i < n; i++) {
+    pids[i] = spawn_worker(worker, job, i, n, rdzv);
+    if (pids[i] < 0) {
+      fprintf(stderr, "tagctl run: fork: %s\n", strerror(errno));
+      kill_all(pids, i);
+      n = i;
+      break;
+    }
+  }
+  int code = n == (int)rc->workers ? 0 : 1;
+  for (int left = n; left > 0;) {
+    int ws;
+    pid_t pid = wait(&ws);
+    if (pid < 0 && errno == EINTR)
+      continue;
+    if (pid < 0)
+      break;
+    for (int i = 0; i < n; i++)
+      if (pids[i] == pid)
+        pids[i] = -1, left--;
+    int c = WIFEXITED(ws) ? WEXITSTATUS(ws) : 128 + WTERMSIG(ws);
+    if (c != 0 && code == 0) {
+      code = c;
+      kill_all(pids, n);
+    }
+  }
+  tagc_store_file_remove_all(rdzv);
+  return code;
+}
+
 static int cmd_run(int argc, char **argv) {
   run_config rc;
   memset(&rc, 0, sizeof rc);
@@ -79,28 +139,17 @@ static int cmd_run(int argc, char **argv) {
     fprintf(stderr, "tagctl run: %s\n", tagc_last_error());
     goto done;
   }
+  if (rc.train.threads == 0) { /* share the cores: oversubscribed OpenMP teams crawl */
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    rc.train.threads = cores / rc.workers > 1 ? cores / rc.workers : 1;
+  }
   char dir[PATH_MAX], worker[PATH_MAX + 16], job[PATH_MAX];
   if ((st = self_dir(dir, sizeof dir)) != TAGC_OK || (st = write_job(&rc, job, sizeof job)) != TAGC_OK) {
     fprintf(stderr, "tagctl run: %s\n", tagc_last_error());
     goto done;
   }
   snprintf(worker, sizeof worker, "%s/tagc-worker", dir);
-  pid_t pid = fork();
-  if (pid < 0) {
-    fprintf(stderr, "tagctl run: fork: %s\n", strerror(errno));
-    code = 1;
-    goto done;
-  }
-  if (pid == 0) {
-    unsetenv("TAGC_CONFIG");
-    execl(worker, "tagc-worker", "--config", job, (char *)NULL);
-    fprintf(stderr, "tagctl run: cannot start %s: %s\n", worker, strerror(errno));
-    _exit(127);
-  }
-  int ws;
-  while (waitpid(pid, &ws, 0) < 0 && errno == EINTR) {
-  }
-  code = WIFEXITED(ws) ? WEXITSTATUS(ws) : 128 + WTERMSIG(ws);
+  code = launch_workers(worker, job, &rc);
 done:
   tagc_opts_free(&prog, &rc);
   return code;

@@ -17,8 +17,8 @@
 #include "common/json.h"
 #include "common/log.h"
 #include "common/timeutil.h"
-#include "worker/adamw.h"
 #include "worker/data.h"
+#include "worker/engine.h"
 #include "worker/model.h"
 
 #define OFF(f) offsetof(tagc_train_config, f)
@@ -56,8 +56,16 @@ static const tagc_opt train_opts[] = {
      "compute threads (BLAS and OpenMP; 0 = all cores)"},
     {"log", TAGC_OPT_STRING, OFF(log), "info", 0, -1, NULL,
      "log filter, e.g. info or warn,train=debug"},
-    {"compress", TAGC_OPT_CHOICE, OFF(compress), "tagc", 0, -1, "tagc|bf16|none",
-     "gradient compression policy (effective with more than one worker)"},
+    {"compress", TAGC_OPT_STRING, OFF(compress), "tagc", 0, -1, NULL,
+     "gradient compression: tagc|bf16|none, optionally with role=kind[:density[:rho]] rules"},
+    {"rank", TAGC_OPT_INT, OFF(rank), "0", 0, 4095, NULL, "rank of this worker"},
+    {"world", TAGC_OPT_INT, OFF(world), "1", 1, 4096, NULL, "number of workers"},
+    {"rendezvous", TAGC_OPT_STRING, OFF(rendezvous), "", 0, -1, NULL,
+     "directory shared by the workers for the static rendezvous (world > 1)"},
+    {"dump-params", TAGC_OPT_STRING, OFF(dump_params), "", 0, -1, NULL,
+     "at the end, rank 0 writes the full fp32 parameter arena to this file (tests, tools)"},
+    {"op-timeout", TAGC_OPT_DOUBLE, OFF(op_timeout), "60", 0.1, 86400, NULL,
+     "seconds a collective may take before the worker treats it as failed"},
 };
 
 const tagc_opt_program tagc_train_program = {
@@ -69,26 +77,19 @@ const tagc_opt_program tagc_train_program = {
 typedef struct trainer {
   const tagc_train_config *cfg;
   tagc_model_layout layout;
-  tagc_adamw_config adam;
   tagc_corpus corpus;
-  float *params, *grads, *m, *v;
-  tagc_model_acts *acts;
-  int micro;          /* sequences per forward/backward */
-  uint8_t *tokens, *targets;
-  tagc_arena_hooks hooks;
-  FILE *metrics;
+  tagc_store *store;
+  tagc_comm *comm;
+  tagc_engine *engine;
+  int rank, world;
+  FILE *metrics; /* rank 0 only */
   int threads;
-  double t_start;
 } trainer;
 
 static void trainer_free(trainer *t) {
-  free(t->params);
-  free(t->grads);
-  free(t->m);
-  free(t->v);
-  free(t->tokens);
-  free(t->targets);
-  tagc_model_acts_free(t->acts);
+  tagc_engine_free(t->engine);
+  tagc_comm_destroy(t->comm);
+  tagc_store_free(t->store);
   tagc_corpus_free(&t->corpus);
   if (t->metrics)
     fclose(t->metrics);
@@ -101,20 +102,59 @@ static tagc_status make_dir(const char *path) {
   return TAGC_OK;
 }
 
-static float *alloc_floats(size_t n) {
-  return calloc(n ? n : 1, sizeof(float));
+/* Connects to the other ranks through the rendezvous directory (world size > 1). */
+static tagc_status connect_ranks(trainer *t) {
+  const tagc_train_config *cfg = t->cfg;
+  if (t->world == 1)
+    return TAGC_OK;
+  if (!cfg->rendezvous || !*cfg->rendezvous)
+    return tagc_errorf(TAGC_EINVAL, "--world %d needs --rendezvous DIR", t->world);
+  TAGC_CHECK(tagc_store_file_new(cfg->rendezvous, &t->store));
+  tagc_comm_config cc;
+  tagc_comm_config_init(&cc);
+  cc.backend = TAGC_COMM_GLOO;
+  cc.rank = t->rank;
+  cc.world_size = t->world;
+  cc.store = t->store;
+  cc.prefix = "static";
+  cc.timeout_s = cfg->op_timeout;
+  return tagc_comm_create(&cc, &t->comm);
 }
 
 static tagc_status trainer_init(trainer *t, const tagc_train_config *cfg) {
   memset(t, 0, sizeof *t);
   t->cfg = cfg;
+  t->rank = (int)cfg->rank;
+  t->world = (int)cfg->world;
+  if (t->rank >= t->world)
+    return tagc_errorf(TAGC_EINVAL, "--rank %d is not below --world %d", t->rank, t->world);
   tagc_model_config mc = {256, (int)cfg->ctx, (int)cfg->layers, (int)cfg->heads, (int)cfg->dim};
   TAGC_CHECK(tagc_model_layout_init(&t->layout, &mc));
   if (cfg->micro_batch > cfg->batch)
     return tagc_errorf(TAGC_EINVAL, "--micro-batch %lld is larger than --batch %lld",
                        (long long)cfg->micro_batch, (long long)cfg->batch);
-  t->micro = (int)(cfg->micro_batch ? cfg->micro_batch : cfg->batch);
-  t->adam = (tagc_adamw_config){.lr = (float)cfg->lr,
+  if (cfg->batch < cfg->world)
+    return tagc_errorf(TAGC_EINVAL, "--batch %lld is smaller than --world %d",
+                       (long long)cfg->batch, t->world);
+  tagc_engine_config ec = {0};
+  TAGC_CHECK(tagc_policy_parse(cfg->compress, &ec.policy));
+  t->threads = cfg->threads ? (int)cfg->threads : omp_get_num_procs();
+  omp_set_num_threads(t->threads);
+  openblas_set_num_threads(t->threads);
+  TAGC_CHECK(tagc_corpus_load(cfg->corpus, (size_t)cfg->ctx + 1, &t->corpus));
+  if (t->rank == 0) {
+    TAGC_CHECK(make_dir(cfg->out));
+    char path[4096];
+    snprintf(path, sizeof path, "%s/metrics.jsonl", cfg->out);
+    t->metrics = fopen(path, "w");
+    if (!t->metrics)
+      return tagc_errorf(TAGC_EIO, "%s: %s", path, strerror(errno));
+  }
+  TAGC_CHECK(connect_ranks(t));
+  int64_t local = (cfg->batch * (t->rank + 1)) / t->world - (cfg->batch * t->rank) / t->world;
+  ec.layout = &t->layout;
+  ec.comm = t->comm;
+  ec.adam = (tagc_adamw_config){.lr = (float)cfg->lr,
                                 .min_lr_ratio = (float)cfg->min_lr_ratio,
                                 .warmup_steps = cfg->warmup,
                                 .total_steps = cfg->steps,
@@ -123,76 +163,11 @@ static tagc_status trainer_init(trainer *t, const tagc_train_config *cfg) {
                                 .eps = (float)cfg->eps,
                                 .weight_decay = (float)cfg->weight_decay,
                                 .grad_clip = (float)cfg->grad_clip};
-  t->threads = cfg->threads ? (int)cfg->threads : omp_get_num_procs();
-  omp_set_num_threads(t->threads);
-  openblas_set_num_threads(t->threads);
-
-  TAGC_CHECK(tagc_corpus_load(cfg->corpus, (size_t)cfg->ctx + 1, &t->corpus));
-  size_t n = t->layout.n_params;
-  t->params = alloc_floats(n);
-  t->grads = alloc_floats(n);
-  t->m = alloc_floats(n);
-  t->v = alloc_floats(n);
-  t->tokens = malloc((size_t)t->micro * (size_t)cfg->ctx);
-  t->targets = malloc((size_t)t->micro * (size_t)cfg->ctx);
-  if (!t->params || !t->grads || !t->m || !t->v || !t->tokens || !t->targets)
-    return tagc_errorf(TAGC_ENOMEM, "model state of %zu parameters", n);
-  TAGC_CHECK(tagc_model_acts_new(&t->layout, t->micro, &t->acts));
-  tagc_model_init_params(&t->layout, (uint64_t)cfg->seed, t->params);
-  tagc_arena_hooks_init(&t->hooks, &t->layout, t->params, t->grads);
-
-  TAGC_CHECK(make_dir(cfg->out));
-  char path[4096];
-  snprintf(path, sizeof path, "%s/metrics.jsonl", cfg->out);
-  t->metrics = fopen(path, "w");
-  if (!t->metrics)
-    return tagc_errorf(TAGC_EIO, "%s: %s", path, strerror(errno));
-  return TAGC_OK;
-}
-
-/* One optimizer step over the global batch `step`; returns the mean loss and grad norm. */
-static tagc_status train_step(trainer *t, int64_t step, double *loss, double *grad_norm) {
-  const tagc_train_config *cfg = t->cfg;
-  int T = (int)cfg->ctx;
-  size_t n = t->layout.n_params;
-  memset(t->grads, 0, n * sizeof(float));
-  float scale = (float)(1.0 / ((double)cfg->batch * T));
-  double loss_sum = 0;
-  for (int64_t first = 0; first < cfg->batch; first += t->micro) {
-    int count = (int)(cfg->batch - first < t->micro ? cfg->batch - first : t->micro);
-    tagc_batch_fill(&t->corpus, (uint64_t)cfg->seed, step, first, count, T, t->tokens, t->targets);
-    double part;
-    TAGC_CHECK(tagc_model_forward(&t->layout, t->acts, &t->hooks.hooks, t->tokens, t->targets,
-                                  count, &part));
-    TAGC_CHECK(tagc_model_backward(&t->layout, t->acts, &t->hooks.hooks, scale));
-    loss_sum += part;
-  }
-  *loss = loss_sum / ((double)cfg->batch * T);
-  if (!isfinite(*loss))
-    return tagc_errorf(TAGC_ENUMERIC, "loss is %g at step %lld", *loss, (long long)step);
-  *grad_norm = sqrt(tagc_sumsq(t->grads, n));
-  float clip = 1.0f;
-  if (cfg->grad_clip > 0 && *grad_norm > cfg->grad_clip)
-    clip = (float)(cfg->grad_clip / *grad_norm);
-  float lr = tagc_lr_at(&t->adam, step);
-  return tagc_adamw_update_range(&t->layout, 0, n, t->params, t->grads, t->m, t->v, &t->adam,
-                                 step + 1, lr, clip);
-}
-
-/* Mean validation loss over cfg->eval_windows fixed windows. */
-static tagc_status evaluate(trainer *t, double *val_loss) {
-  int T = (int)t->cfg->ctx;
-  double sum = 0;
-  for (int64_t first = 0; first < t->cfg->eval_windows; first += t->micro) {
-    int count = (int)(t->cfg->eval_windows - first < t->micro ? t->cfg->eval_windows - first : t->micro);
-    tagc_val_fill(&t->corpus, first, count, T, t->tokens, t->targets);
-    double part;
-    TAGC_CHECK(tagc_model_forward(&t->layout, t->acts, &t->hooks.hooks, t->tokens, t->targets,
-                                  count, &part));
-    sum += part;
-  }
-  *val_loss = sum / ((double)t->cfg->eval_windows * T);
-  return TAGC_OK;
+  ec.batch = cfg->batch;
+  ec.micro_batch = (int)(cfg->micro_batch ? cfg->micro_batch : local);
+  ec.seed = (uint64_t)cfg->seed;
+  ec.op_timeout_s = cfg->op_timeout;
+  return tagc_engine_new(&ec, &t->engine);
 }
 
 static void format_duration(double s, char *buf, size_t cap) {
@@ -218,33 +193,77 @@ static void print_progress(const trainer *t, int64_t step, double loss, double v
   fflush(stdout);
 }
 
-static tagc_status write_summary(const trainer *t, int64_t steps, double train_loss,
-                                 double val_loss, double tok_s, double wall) {
-  json_t *s = json_pack("{s:I, s:f, s:f, s:f, s:f, s:i, s:s, s:s, s:i, s:I, s:I}", "steps",
-                        (json_int_t)steps, "final_train_loss", train_loss, "final_val_loss",
-                        val_loss, "tokens_per_s", tok_s, "wall_s", wall, "world_size", 1,
-                        "compress", t->cfg->compress, "blas", openblas_get_config(), "threads",
-                        t->threads, "params", (json_int_t)t->layout.n_params, "seed",
-                        (json_int_t)t->cfg->seed);
-  uint32_t crc = tagc_crc32c(0, t->params, t->layout.n_params * sizeof(float));
-  json_object_set_new(s, "params_crc32c", json_integer(crc));
+/* Gathers the final parameters: their CRC32C for the summary and, when asked, a raw dump. */
+static tagc_status finish_params(trainer *t, uint32_t *crc) {
+  size_t bytes = t->layout.n_params * sizeof(float);
+  float *full = malloc(bytes);
+  if (!full)
+    return tagc_errorf(TAGC_ENOMEM, "parameter gather of %zu bytes", bytes);
+  tagc_status st = tagc_engine_gather_params(t->engine, full);
+  if (st == TAGC_OK)
+    *crc = tagc_crc32c(0, full, bytes);
+  const char *path = t->cfg->dump_params;
+  if (st == TAGC_OK && t->rank == 0 && path && *path) {
+    FILE *f = fopen(path, "wb");
+    if (!f || fwrite(full, 1, bytes, f) != bytes)
+      st = tagc_errorf(TAGC_EIO, "%s: %s", path, strerror(errno));
+    if (f && fclose(f) != 0 && st == TAGC_OK)
+      st = tagc_errorf(TAGC_EIO, "%s: %s", path, strerror(errno));
+  }
+  free(full);
+  return st;
+}
+
+/* Running totals for summary.json. */
+typedef struct totals {
+  double tokens, bytes_sent, comm_s, exposed_s, unpeeled, tagc_elements, density, rho;
+  int64_t steps;
+  double *step_s; /* per step, for the median */
+} totals;
+
+static int cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
+static tagc_status write_summary(const trainer *t, const totals *tt, double train_loss,
+                                 double val_loss, double wall, uint32_t params_crc) {
+  const tagc_train_config *cfg = t->cfg;
+  double n = tt->steps ? (double)tt->steps : 1;
+  qsort(tt->step_s, (size_t)tt->steps, sizeof(double), cmp_double);
+  double median = tt->steps ? tt->step_s[tt->steps / 2] : 0;
+  json_t *s = json_pack(
+      "{s:I, s:f, s:f, s:f, s:f, s:i, s:s, s:s, s:i, s:I, s:I, s:I, s:f, s:f, s:f, s:f, s:f, s:f, s:f}",
+      "steps", (json_int_t)tt->steps, "final_train_loss", train_loss, "final_val_loss", val_loss,
+      "tokens_per_s", tt->tokens / wall, "wall_s", wall, "world_size", t->world, "compress",
+      cfg->compress, "blas", openblas_get_config(), "threads", t->threads, "params",
+      (json_int_t)t->layout.n_params, "seed", (json_int_t)cfg->seed, "params_crc32c",
+      (json_int_t)params_crc, "bytes_sent_per_step", tt->bytes_sent / n, "comm_s_per_step",
+      tt->comm_s / n, "exposed_comm_s_per_step", tt->exposed_s / n, "step_s_median", median,
+      "unpeeled_fraction", tt->tagc_elements > 0 ? tt->unpeeled / tt->tagc_elements : 0.0,
+      "global_density", tt->density / n, "rho", tt->rho / n);
   if (!s)
     return tagc_errorf(TAGC_ENOMEM, "summary");
   json_object_set_new(s, "model", json_pack("{s:i, s:i, s:i, s:i, s:i}", "vocab", 256, "ctx",
-                                            (int)t->cfg->ctx, "layers", (int)t->cfg->layers,
-                                            "heads", (int)t->cfg->heads, "dim", (int)t->cfg->dim));
+                                            (int)cfg->ctx, "layers", (int)cfg->layers, "heads",
+                                            (int)cfg->heads, "dim", (int)cfg->dim));
   char path[4096];
-  snprintf(path, sizeof path, "%s/summary.json", t->cfg->out);
+  snprintf(path, sizeof path, "%s/summary.json", cfg->out);
   tagc_status st = tagc_json_write_file(path, s);
   json_decref(s);
   return st;
 }
 
-static void write_metrics(trainer *t, int64_t step, double loss, double val_loss, double gnorm,
-                          double lr, double step_s, double tok_s, double elapsed) {
-  json_t *m = json_pack("{s:I, s:f, s:f, s:f, s:f, s:f, s:f}", "step", (json_int_t)(step + 1),
-                        "loss", loss, "grad_norm", gnorm, "lr", lr, "step_s", step_s,
-                        "tokens_per_s", tok_s, "elapsed_s", elapsed);
+static void write_metrics(trainer *t, int64_t step, const tagc_step_stats *ss, double val_loss,
+                          double elapsed) {
+  double tok = (double)t->cfg->batch * (double)t->cfg->ctx;
+  json_t *m = json_pack("{s:I, s:f, s:f, s:f, s:f, s:f, s:f, s:I, s:f, s:f, s:f, s:f, s:I}",
+                        "step", (json_int_t)(step + 1), "loss", ss->loss, "grad_norm",
+                        ss->grad_norm, "lr", ss->lr, "step_s", ss->step_s, "tokens_per_s",
+                        tok / ss->step_s, "elapsed_s", elapsed, "bytes_sent",
+                        (json_int_t)ss->bytes_sent, "comm_s", ss->comm_s, "exposed_comm_s",
+                        ss->exposed_comm_s, "global_density", ss->global_density, "rho", ss->rho,
+                        "unpeeled", (json_int_t)ss->unpeeled);
   if (!m)
     return;
   if (!isnan(val_loss))
@@ -255,43 +274,67 @@ static void write_metrics(trainer *t, int64_t step, double loss, double val_loss
   json_decref(m);
 }
 
+static void accumulate(totals *tt, const tagc_step_stats *ss, double step_tokens) {
+  tt->step_s[tt->steps++] = ss->step_s;
+  tt->tokens += step_tokens;
+  tt->bytes_sent += (double)ss->bytes_sent;
+  tt->comm_s += ss->comm_s;
+  tt->exposed_s += ss->exposed_comm_s;
+  tt->unpeeled += (double)ss->unpeeled;
+  tt->tagc_elements += (double)ss->tagc_elements;
+  tt->density += ss->global_density;
+  tt->rho += ss->rho;
+}
+
 tagc_status tagc_train_run(const tagc_train_config *cfg) {
   trainer t;
   tagc_status st;
+  totals tt = {0};
   TAGC_CHECK_GOTO(trainer_init(&t, cfg), st, done);
-  tagc_opts_log(&tagc_train_program, cfg);
-  LOG_INFO("train", "model: %d layers, width %d, %d heads, context %d, %zu parameters; batch %lld "
-           "(micro %d); %d threads; BLAS %s", t.layout.cfg.n_layer, t.layout.cfg.d_model,
-           t.layout.cfg.n_head, t.layout.cfg.ctx, t.layout.n_params, (long long)cfg->batch,
-           t.micro, t.threads, openblas_get_config());
-  double t0 = tagc_now(), last_print = -1e9, loss = NAN, val = NAN, tokens = 0;
+  tt.step_s = calloc((size_t)cfg->steps, sizeof(double));
+  if (!tt.step_s) {
+    st = tagc_errorf(TAGC_ENOMEM, "per-step times");
+    goto done;
+  }
+  if (t.rank == 0) {
+    tagc_opts_log(&tagc_train_program, cfg);
+    LOG_INFO("train", "model: %d layers, width %d, %d heads, context %d, %zu parameters; batch %lld; "
+             "world %d; %d threads; BLAS %s", t.layout.cfg.n_layer, t.layout.cfg.d_model,
+             t.layout.cfg.n_head, t.layout.cfg.ctx, t.layout.n_params, (long long)cfg->batch,
+             t.world, t.threads, openblas_get_config());
+  }
+  double t0 = tagc_now(), last_print = -1e9, loss = NAN, val = NAN;
   double step_tokens = (double)cfg->batch * (double)cfg->ctx;
   for (int64_t step = 0; step < cfg->steps; step++) {
-    double ts = tagc_now(), gnorm;
-    TAGC_CHECK_GOTO(train_step(&t, step, &loss, &gnorm), st, done);
-    double step_s = tagc_now() - ts;
-    tokens += step_tokens;
+    tagc_step_stats ss;
+    TAGC_CHECK_GOTO(tagc_engine_step(t.engine, &t.corpus, step, &ss), st, done);
+    loss = ss.loss;
+    accumulate(&tt, &ss, step_tokens);
     double step_val = NAN;
     int last = step + 1 == cfg->steps;
     if (last || (cfg->eval_every && (step + 1) % cfg->eval_every == 0)) {
-      TAGC_CHECK_GOTO(evaluate(&t, &step_val), st, done);
+      TAGC_CHECK_GOTO(tagc_engine_eval(t.engine, &t.corpus, cfg->eval_windows, &step_val), st, done);
       val = step_val;
     }
+    if (t.rank != 0)
+      continue;
     double now = tagc_now();
-    double tok_s = tokens / (now - t0);
-    write_metrics(&t, step, loss, step_val, gnorm, tagc_lr_at(&t.adam, step), step_s,
-                  step_tokens / step_s, now - t0);
+    write_metrics(&t, step, &ss, step_val, now - t0);
     if (step == 0 || last || !isnan(step_val) || now - last_print >= 1.0) {
-      print_progress(&t, step, loss, step_val, tok_s, now - t0);
+      print_progress(&t, step, loss, step_val, tt.tokens / (now - t0), now - t0);
       last_print = now;
     }
   }
   double wall = tagc_now() - t0;
-  st = write_summary(&t, cfg->steps, loss, val, tokens / wall, wall);
-  if (st == TAGC_OK)
+  uint32_t crc = 0;
+  TAGC_CHECK_GOTO(finish_params(&t, &crc), st, done);
+  if (t.rank == 0) {
+    TAGC_CHECK_GOTO(write_summary(&t, &tt, loss, val, wall, crc), st, done);
     LOG_INFO("train", "done: %lld steps, train loss %.4f, val loss %.4f, %.0f tokens/s, %.1f s",
-             (long long)cfg->steps, loss, val, tokens / wall, wall);
+             (long long)cfg->steps, loss, val, tt.tokens / wall, wall);
+  }
 done:
+  free(tt.step_s);
   trainer_free(&t);
   return st;
 }

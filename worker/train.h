@@ -33,6 +33,11 @@ typedef struct tagc_train_config {
   int64_t threads;
   char *log;
   char *compress;
+  int64_t rank;       /* this process's rank */
+  int64_t world;      /* number of ranks */
+  char *rendezvous;   /* directory of the static rendezvous store (world > 1) */
+  double op_timeout;  /* seconds a collective may take before it counts as failed */
+  char *dump_params;  /* rank 0 writes the final full parameters here ("" = no) */
 } tagc_train_config;
 
 /* The option table of tagc-worker (and of tagctl run, which forwards to it). */

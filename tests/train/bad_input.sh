@@ -42,7 +42,7 @@ for prog in "$worker" "$tagctl run"; do
   expect "out of range" $prog $out --steps 0
   expect "not an integer" $prog $out --steps 12x
   expect "not a finite number" $prog $out --lr nan
-  expect "not one of" $prog $out --compress zip
+  expect "not none|bf16|tagc" $prog $out --compress zip
   expect "unknown option" $prog $out --stepz 3
   expect "missing value" $prog $out --steps
   expect "divisible" $prog $out --dim 66 --heads 4

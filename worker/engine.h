@@ -1,0 +1,100 @@
+/* The sharded (FSDP / ZeRO-3 style) training engine of one rank.
+ *
+ * The parameter arena is cut into segments: within each FSDP unit, a maximal run of tensors
+ * whose roles share one compression policy. Each segment of `len` elements is split in W
+ * contiguous shards of S elements (S = ceil(len / W), rounded up to the 1024-element block of
+ * the compression kernels), the last ones padded with zeros. This rank keeps, between steps,
+ * only its shard of each segment: fp32 parameters, AdamW moments, and for tagc segments the
+ * error-feedback residual of its local gradient.
+ *
+ * A step: for each micro-batch, forward then backward, unit by unit; a unit's parameters are
+ * all-gathered just before use (the next unit is prefetched) and dropped after; on the last
+ * micro-batch each unit's gradient is handed to the communication thread as soon as its
+ * backward is done (reduce-scatter, compressed per policy) while the backward of the previous
+ * unit computes. Then the global gradient norm (one all-gather of a scalar), clipping, and
+ * AdamW on the local shards.
+ *
+ * With world size 1 (comm NULL) the same code runs without communication: every policy is
+ * then "none", and the engine is the single-process trainer.
+ *
+ * Threading: one caller thread; the engine owns one communication thread when comm != NULL. */
+#ifndef TAGC_WORKER_ENGINE_H
+#define TAGC_WORKER_ENGINE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "comm/comm.h"
+#include "common/status.h"
+#include "worker/adamw.h"
+#include "worker/data.h"
+#include "worker/model.h"
+#include "worker/policy.h"
+
+typedef struct tagc_engine_config {
+  const tagc_model_layout *layout; /* borrowed; outlives the engine */
+  tagc_comm *comm;                 /* borrowed; NULL for world size 1 */
+  tagc_compress_policy policy;
+  tagc_adamw_config adam;
+  int64_t batch;                   /* global batch in sequences */
+  int micro_batch;                 /* sequences per forward/backward on this rank (>= 1) */
+  uint64_t seed;                   /* init and sampler */
+  double op_timeout_s;             /* deadline of each collective */
+} tagc_engine_config;
+
+typedef struct tagc_engine tagc_engine;
+
+/* Per-step figures of this rank. */
+typedef struct tagc_step_stats {
+  double loss;            /* mean over the global batch */
+  double grad_norm;       /* global, before clipping */
+  double lr;
+  double step_s;
+  double comm_s;          /* time the communication thread spent in collectives */
+  double exposed_comm_s;  /* time the compute thread waited for communication */
+  uint64_t bytes_sent;    /* payload bytes this rank sent during the step */
+  uint64_t bytes_recv;
+  double global_density;  /* tagc segments: non-zeros of the ORed index / elements */
+  double rho;             /* tagc segments: mean rho used (0 when no tagc segment) */
+  uint64_t unpeeled;      /* tagc segments: elements left to the estimate, all ranks */
+  uint64_t tagc_elements; /* tagc segments: elements set in the ORed bitmaps, all ranks */
+} tagc_step_stats;
+
+/* Creates the engine: layout of segments, shards, buffers, and the parameters initialised
+ * from cfg->seed (every rank computes the same full init and keeps its shard). */
+tagc_status tagc_engine_new(const tagc_engine_config *cfg, tagc_engine **out);
+
+/* Stops the communication thread and frees everything; NULL is fine. Aborts nothing: call
+ * tagc_comm_abort() first if a collective may hang. */
+void tagc_engine_free(tagc_engine *e);
+
+/* One optimizer step on global batch `step` (0-based) of the corpus: this rank trains on its
+ * slice of the batch. Errors: communication failures (TAGC_ETIMEDOUT, TAGC_EPEER,
+ * TAGC_EABORTED; the step's partial gradients are discarded and the parameters unchanged),
+ * TAGC_ENUMERIC for a non-finite loss or gradient, TAGC_ENOMEM. */
+tagc_status tagc_engine_step(tagc_engine *e, const tagc_corpus *corpus, int64_t step,
+                             tagc_step_stats *stats);
+
+/* Mean validation loss over n_windows fixed windows, split across ranks. */
+tagc_status tagc_engine_eval(tagc_engine *e, const tagc_corpus *corpus, int64_t n_windows,
+                             double *val_loss);
+
+/* Gathers the full parameter arena (n_params floats) into out on every rank (collective). */
+tagc_status tagc_engine_gather_params(tagc_engine *e, float *out);
+
+int tagc_engine_world_size(const tagc_engine *e);
+int tagc_engine_rank(const tagc_engine *e);
+
+/* Number of segments, and a description of segment i for metrics and checkpoints. */
+typedef struct tagc_segment_info {
+  int unit;
+  size_t offset;     /* arena offset of the segment */
+  size_t len;        /* elements */
+  size_t shard;      /* S: elements per rank, padded */
+  tagc_policy_kind kind;
+} tagc_segment_info;
+
+int tagc_engine_n_segments(const tagc_engine *e);
+void tagc_engine_segment_info(const tagc_engine *e, int i, tagc_segment_info *out);
+
+#endif

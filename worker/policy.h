@@ -1,0 +1,41 @@
+/* Gradient compression policy by parameter role (ARCHITECTURE §7).
+ *
+ * A spec is either a preset or a comma-separated list of role=kind rules:
+ *   "tagc"  the paper's best setting: tagc for the MLP matrices, embeddings and head, bf16 for
+ *           attention, none for norms (the default)
+ *   "bf16"  bf16 wire for every role;  "none"  fp32 reduce-scatter for every role (the FSDP
+ *           baseline)
+ *   "tagc,attn_qkv=none,mlp_fc=tagc:0.05:4"  a preset followed by per-role overrides; a tagc
+ *           rule may give the density target and rho ("auto" = from the kernels' advisor).
+ * Role names are those of tagc_role_name(); "attn" and "mlp" name both of their roles. */
+#ifndef TAGC_WORKER_POLICY_H
+#define TAGC_WORKER_POLICY_H
+
+#include "common/status.h"
+#include "worker/model.h"
+
+typedef enum tagc_policy_kind { TAGC_POLICY_NONE = 0, TAGC_POLICY_BF16, TAGC_POLICY_TAGC } tagc_policy_kind;
+
+typedef struct tagc_role_policy {
+  tagc_policy_kind kind;
+  double density; /* tagc: target fraction of elements kept per rank (0 < d <= 1) */
+  double rho;     /* tagc: sketch compression ratio; 0 = auto */
+} tagc_role_policy;
+
+typedef struct tagc_compress_policy {
+  tagc_role_policy role[TAGC_ROLE_COUNT];
+  int sketch_bf16; /* tagc sketches travel as bf16 (TAGC-2) rather than fp32 */
+} tagc_compress_policy;
+
+#define TAGC_DEFAULT_DENSITY 0.1
+
+/* Parses spec into *out. TAGC_EINVAL with a detail naming the bad rule. */
+tagc_status tagc_policy_parse(const char *spec, tagc_compress_policy *out);
+
+/* "none", "bf16" or "tagc". */
+const char *tagc_policy_kind_name(tagc_policy_kind kind);
+
+/* Two policies compress the same way (used to merge adjacent tensors into one segment). */
+int tagc_role_policy_equal(const tagc_role_policy *a, const tagc_role_policy *b);
+
+#endif
