@@ -48,6 +48,7 @@ typedef struct tagc_ckpt_layout {
 /* Opaque caller state stored in the manifest (each may be NULL = JSON null). Borrowed. */
 typedef struct tagc_ckpt_meta {
   const json_t *model;       /* model config */
+  const json_t *tensors;     /* tensor table: per unit, each tensor's name, shape, offset */
   const json_t *sampler;     /* data position */
   const json_t *rng;         /* RNG state */
   const json_t *compression; /* rho per unit, density history, ... */
@@ -165,7 +166,8 @@ int tagc_ckpt_reader_n_streams(const tagc_ckpt_reader *rd);
 int tagc_ckpt_reader_unit_index(const tagc_ckpt_reader *rd, const char *name);
 int tagc_ckpt_reader_stream_index(const tagc_ckpt_reader *rd, const char *name);
 int64_t tagc_ckpt_reader_unit_numel(const tagc_ckpt_reader *rd, int unit);
-/* Manifest entry "model", "sampler", "rng" or "compression" (JSON null when not saved). */
+/* Manifest entry "model", "tensors", "sampler", "rng" or "compression" (JSON null when not
+ * saved). */
 const json_t *tagc_ckpt_reader_meta(const tagc_ckpt_reader *rd, const char *key);
 
 /* Closes the files and frees the reader. NULL is a no-op. */

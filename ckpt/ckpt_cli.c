@@ -201,6 +201,7 @@ static int cmd_inspect(const char *path) {
   printf("\n");
   print_units(rd);
   print_meta(rd, "model");
+  print_meta(rd, "tensors");
   print_meta(rd, "sampler");
   print_meta(rd, "rng");
   print_meta(rd, "compression");

@@ -83,11 +83,11 @@ static json_t *build_manifest(int64_t step, int world_size, const tagc_ckpt_layo
   tagc_ckpt_meta none = {0};
   if (!meta)
     meta = &none;
-  return json_pack("{s:s, s:i, s:s, s:I, s:i, s:f, s:s, s:s, s:o, s:o, s:o, s:o, s:o, s:o, s:o}",
+  return json_pack("{s:s, s:i, s:s, s:I, s:i, s:f, s:s, s:s, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o}",
                    "format", "tagc-ckpt", "version", TAGC_CKPT_FORMAT_VERSION, "software_version",
                    TAGC_VERSION, "step", (json_int_t)step, "world_size", world_size, "created",
                    tagc_wall_time(), "dtype", "float32", "byte_order", "little", "streams", streams,
-                   "units", units, "files", files, "model", meta_value(meta->model), "sampler",
+                   "units", units, "files", files, "model", meta_value(meta->model), "tensors", meta_value(meta->tensors), "sampler",
                    meta_value(meta->sampler), "rng", meta_value(meta->rng), "compression",
                    meta_value(meta->compression));
 }

@@ -27,9 +27,26 @@ struct tagc_ckpt_saver {
   double stage_t0;
   int stopping;
   int64_t step;
-  json_t *meta[4]; /* model, sampler, rng, compression (owned copies) */
+  tagc_ckpt_meta meta; /* owned deep copies of the submitted state */
   tagc_ckpt_saver_stats stats;
 };
+
+static json_t *copy_json(const json_t *v) { return v ? json_deep_copy(v) : NULL; }
+
+static void meta_copy(const tagc_ckpt_meta *src, tagc_ckpt_meta *dst) {
+  *dst = (tagc_ckpt_meta){copy_json(src->model), copy_json(src->tensors), copy_json(src->sampler),
+                          copy_json(src->rng), copy_json(src->compression)};
+}
+
+/* The copies are ours: the const in tagc_ckpt_meta is for callers lending their state. */
+static void meta_free(tagc_ckpt_meta *m) {
+  json_decref((json_t *)m->model);
+  json_decref((json_t *)m->tensors);
+  json_decref((json_t *)m->sampler);
+  json_decref((json_t *)m->rng);
+  json_decref((json_t *)m->compression);
+  *m = (tagc_ckpt_meta){0};
+}
 
 static void *saver_main(void *arg) {
   tagc_ckpt_saver *sv = arg;
@@ -44,16 +61,12 @@ static void *saver_main(void *arg) {
     pthread_mutex_unlock(&sv->mu);
 
     double t0 = tagc_now();
-    tagc_ckpt_meta meta = {sv->meta[0], sv->meta[1], sv->meta[2], sv->meta[3]};
     tagc_ckpt_committed committed = {0};
-    tagc_status st = tagc_ckpt_save(&sv->cfg, step, (const float *const *)sv->views, &meta, &committed);
+    tagc_status st = tagc_ckpt_save(&sv->cfg, step, (const float *const *)sv->views, &sv->meta, &committed);
     if (st != TAGC_OK)
       LOG_ERROR("ckpt", "checkpoint of step %lld failed on rank %d: %s", (long long)step, sv->cfg.rank,
                 tagc_last_error());
-    for (int i = 0; i < 4; i++) {
-      json_decref(sv->meta[i]);
-      sv->meta[i] = NULL;
-    }
+    meta_free(&sv->meta);
 
     pthread_mutex_lock(&sv->mu);
     sv->stats.saves_done++;
@@ -181,15 +194,8 @@ tagc_status tagc_ckpt_saver_begin(tagc_ckpt_saver *sv, int64_t step, float *cons
 tagc_status tagc_ckpt_saver_finish(tagc_ckpt_saver *sv, const tagc_ckpt_meta *meta) {
   if (!sv->staging)
     return tagc_errorf(TAGC_EINVAL, "checkpoint finish without begin");
-  const json_t *src[4] = {0};
-  if (meta) {
-    src[0] = meta->model;
-    src[1] = meta->sampler;
-    src[2] = meta->rng;
-    src[3] = meta->compression;
-  }
-  for (int i = 0; i < 4; i++)
-    sv->meta[i] = src[i] ? json_deep_copy(src[i]) : NULL;
+  if (meta)
+    meta_copy(meta, &sv->meta);
   sv->staging = 0;
   pthread_mutex_lock(&sv->mu);
   sv->pending = 1;
@@ -241,6 +247,7 @@ void tagc_ckpt_saver_destroy(tagc_ckpt_saver *sv) {
   pthread_cond_broadcast(&sv->cv);
   pthread_mutex_unlock(&sv->mu);
   pthread_join(sv->thread, NULL);
+  meta_free(&sv->meta);
   pthread_mutex_destroy(&sv->mu);
   pthread_cond_destroy(&sv->cv);
   free_copies(sv);

@@ -28,7 +28,8 @@ static void test_inproc(void) {
   json_t *model = json_pack("{s:i, s:i}", "layers", 2, "d_model", 64);
   json_t *rng = json_pack("{s:s}", "state", "0123456789abcdef");
   json_t *comp = json_pack("{s:[f,f]}", "rho", 0.25, 0.5);
-  tagc_ckpt_meta meta = {model, NULL, rng, comp};
+  json_t *tensors = json_pack("{s:[{s:s, s:[i,i], s:i}]}", "embed", "name", "wte", "shape", 1031, 1, "offset", 0);
+  tagc_ckpt_meta meta = {.model = model, .tensors = tensors, .rng = rng, .compression = comp};
   CHECK_OK(fx_save_inproc(dir, 7, 2, 11, &meta));
   check_all_world_sizes(dir, 7, 11);
 
@@ -37,6 +38,8 @@ static void test_inproc(void) {
   if (rd) {
     CHECK(json_equal((json_t *)tagc_ckpt_reader_meta(rd, "model"), model));
     CHECK(json_equal((json_t *)tagc_ckpt_reader_meta(rd, "compression"), comp));
+    CHECK(json_equal((json_t *)tagc_ckpt_reader_meta(rd, "tensors"), tensors));
+    CHECK(json_equal((json_t *)tagc_ckpt_reader_meta(rd, "rng"), rng));
     CHECK(json_is_null(tagc_ckpt_reader_meta(rd, "sampler")));
     CHECK_EQ_INT(tagc_ckpt_reader_unit_index(rd, "tiny"), 2);
     CHECK_EQ_INT(tagc_ckpt_reader_stream_index(rd, "residual"), 3);
@@ -61,6 +64,7 @@ static void test_inproc(void) {
   json_decref(model);
   json_decref(rng);
   json_decref(comp);
+  json_decref(tensors);
   fx_rmtree(dir);
   free(dir);
 }
