@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <fcntl.h>
 
 #include "ckpt/ckpt.h"
 #include "common/log.h"
@@ -61,6 +62,40 @@ static void test_flipped_payload_byte(void) {
   }
   tagc_ckpt_close(rd);
   expect_fallback("flipped byte", TAGC_CKPT_VERIFY_FULL, TAGC_ECORRUPT, "CRC32C");
+  teardown();
+}
+
+/* The fallback logs exactly one line for the skipped checkpoint, naming file and defect. */
+static void test_fallback_log_line(void) {
+  setup();
+  CHECK_EQ_INT(fx_flip_byte(step_file(20, "rank-00000.bin"), 3000), 0);
+  char log_path[] = "/tmp/tagc-ckpt-log-XXXXXX";
+  int log_fd = mkstemp(log_path);
+  int saved = dup(2);
+  fflush(stderr);
+  dup2(log_fd, 2);
+  tagc_log_configure("warn", TAGC_LOG_TEXT);
+  tagc_ckpt_reader *rd;
+  tagc_status st = tagc_ckpt_find_latest_valid(dir, TAGC_CKPT_VERIFY_FULL, &rd);
+  fflush(stderr);
+  dup2(saved, 2);
+  close(saved);
+  tagc_log_configure("error", TAGC_LOG_TEXT);
+  CHECK_OK(st);
+  if (rd)
+    CHECK_EQ_INT(tagc_ckpt_reader_step(rd), 10);
+  tagc_ckpt_close(rd);
+  char text[4096] = {0};
+  ssize_t n = pread(log_fd, text, sizeof text - 1, 0);
+  close(log_fd);
+  unlink(log_path);
+  CHECK(n > 0);
+  int lines = 0;
+  for (ssize_t i = 0; i < n; i++)
+    lines += text[i] == '\n';
+  CHECK_EQ_INT(lines, 1);
+  CHECK_MSG(strstr(text, "skipping invalid checkpoint") && strstr(text, "step-20: rank-00000.bin: CRC32C"),
+            "log line: %s", text);
   teardown();
 }
 
@@ -200,6 +235,7 @@ static void test_bad_arguments(void) {
 int main(void) {
   tagc_log_configure("error", TAGC_LOG_TEXT);
   test_flipped_payload_byte();
+  test_fallback_log_line();
   test_truncated();
   test_missing_file();
   test_bad_manifest();
