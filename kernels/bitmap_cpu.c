@@ -1,6 +1,10 @@
 /* CPU bitmap ops (see bitmap.h). */
 #include "kernels/bitmap.h"
 
+#include "kernels/layout.h"
+
+#define LANE_WORDS (TAGC_BLOCK / 64)
+
 tagc_status tagc_bitmap_or_into_cpu(uint64_t *dst, const uint64_t *src, int64_t words) {
   if (words < 0 || (words > 0 && (!dst || !src)))
     return tagc_errorf(TAGC_EINVAL, "bitmap_or_into: bad arguments (words %lld)",
@@ -35,5 +39,26 @@ tagc_status tagc_bitmap_popcount_cpu(const uint64_t *words, int64_t nwords, int6
   for (int64_t i = 0; i < nwords; i++)
     total += __builtin_popcountll(words[i]);
   *bits = total;
+  return TAGC_OK;
+}
+
+tagc_status tagc_bitmap_lane_max_cpu(const uint64_t *bitmap, int64_t blocks, int64_t *max_items) {
+  if (!max_items || blocks < 0 || (blocks > 0 && !bitmap))
+    return tagc_errorf(TAGC_EINVAL, "bitmap_lane_max: bad arguments (blocks %lld)",
+                       (long long)blocks);
+  int64_t best = 0;
+  /* one 64-lane word column per iteration: lanes 64w..64w+63 over all blocks */
+#pragma omp parallel for schedule(static) reduction(max : best) if (blocks > 64)
+  for (int w = 0; w < LANE_WORDS; w++) {
+    int64_t count[64] = {0};
+    for (int64_t b = 0; b < blocks; b++) {
+      uint64_t word = bitmap[b * LANE_WORDS + w];
+      for (int q = 0; q < 64; q++)
+        count[q] += (word >> q) & 1u;
+    }
+    for (int q = 0; q < 64; q++)
+      best = count[q] > best ? count[q] : best;
+  }
+  *max_items = best;
   return TAGC_OK;
 }

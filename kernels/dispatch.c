@@ -77,6 +77,12 @@ tagc_status tagc_kernels_popcount(const tagc_kernel_ctx *ctx, const uint64_t *wo
            tagc_bitmap_popcount_cuda(words, nwords, bits, ctx->stream));
 }
 
+tagc_status tagc_kernels_lane_max(const tagc_kernel_ctx *ctx, const uint64_t *bitmap,
+                                  int64_t blocks, int64_t *max_items) {
+  DISPATCH(ctx, tagc_bitmap_lane_max_cpu(bitmap, blocks, max_items),
+           tagc_bitmap_lane_max_cuda(bitmap, blocks, max_items, ctx->stream));
+}
+
 tagc_status tagc_kernels_bf16_encode(const tagc_kernel_ctx *ctx, const float *src,
                                      uint16_t *dst, int64_t n) {
   DISPATCH(ctx, tagc_bf16_encode_cpu(src, dst, n),

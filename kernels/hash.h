@@ -42,12 +42,14 @@ TAGC_HD uint32_t tagc_hash_range(uint32_t h, uint32_t range) {
 
 /* The raw hash behind row j (0..2) of block `block` at retry `attempt` (see
  * tagc_layout_init for how attempts remove duplicate row triples):
- *   x = fmix32(block * 0x9E3779B1 + seed)
- *   h = fmix32(x + 0x85EBCA77 * (3 * attempt + j + 1))
+ *   key = (seed << 32 | block) ^ (attempt * 0x9E3779B97F4A7C15)
+ *   k0 = fmix64(key), k1 = fmix64(key ^ 0xD6E8FEB86659FD93)
+ *   h0 = low 32 bits of k0, h1 = high 32 bits of k0, h2 = low 32 bits of k1
  * Bit 0 of h is the sign (1 = negative); the high bits choose the row. */
 TAGC_HD uint32_t tagc_block_hash(uint32_t seed, uint32_t block, uint32_t attempt, uint32_t j) {
-  uint32_t x = tagc_fmix32(block * 0x9E3779B1u + seed);
-  return tagc_fmix32(x + 0x85EBCA77u * (3u * attempt + j + 1u));
+  uint64_t key = (((uint64_t)seed << 32) | block) ^ ((uint64_t)attempt * 0x9E3779B97F4A7C15ull);
+  uint64_t k = tagc_fmix64(j < 2 ? key : key ^ 0xD6E8FEB86659FD93ull);
+  return (uint32_t)(j == 1 ? k >> 32 : k);
 }
 
 /* Counter-based random 32 bits for (seed, step, index): the same triple always gives the

@@ -20,18 +20,13 @@ tagc_status tagc_rho_advise(double global_density, int64_t shard_numel, double *
     *rho = TAGC_RHO_MAX;
     return TAGC_OK;
   }
-  double blocks = ceil((double)shard_numel / TAGC_BLOCK);
-  double r = clamp_rho(TAGC_PEEL_LOAD_TARGET / global_density);
-  /* c_target grows with R and R shrinks as rho grows: iterate to the fixed point from
-   * above-feasible rho downwards (monotone, converges in a few steps). */
-  for (int it = 0; it < 32; it++) {
-    double rows = fmax(3.0, ceil(blocks / r));
-    double load = TAGC_PEEL_LOAD_TARGET - TAGC_PEEL_LOAD_SLOPE / sqrt(rows);
-    double next = clamp_rho(fmax(load, 0.05) / global_density);
-    if (fabs(next - r) < 1e-9 * r)
-      break;
-    r = next;
-  }
+  double blocks = ceil((double)shard_numel / TAGC_BLOCK), items = global_density * blocks;
+  /* smallest R with LIMIT*R - SLOPE*sqrt(R) >= items, then the LOAD_MAX cap */
+  double s = (TAGC_PEEL_LOAD_SLOPE +
+              sqrt(TAGC_PEEL_LOAD_SLOPE * TAGC_PEEL_LOAD_SLOPE + 4.0 * TAGC_PEEL_LOAD_LIMIT * items)) /
+             (2.0 * TAGC_PEEL_LOAD_LIMIT);
+  double rows = fmax(ceil(s * s), ceil(items / TAGC_PEEL_LOAD_MAX));
+  double r = clamp_rho(blocks / fmax(rows, 3.0));
   *rho = r;
   return TAGC_OK;
 }

@@ -9,7 +9,7 @@
  *   tagc_kernels_encode     kept, local bitmap -> sketches [W][cells] (dest-major)
  *   (comm) reduce-scatter   SUM of the sketches (fp32, or bf16 wire + fp32 accumulate)
  *   tagc_kernels_decode     my summed sketch + my global bitmap -> my shard of the sum
- *   tagc_kernels_popcount + tagc_rho_advise  -> rho for the next step
+ *   tagc_kernels_lane_max + tagc_rho_advise  -> rho for the next step
  *
  * A CUDA build compiles kernels/dispatch.c with TAGC_KERNELS_CUDA defined and links the
  * *_cuda.cu objects; without it, device == TAGC_DEVICE_CUDA returns TAGC_EUNSUPPORTED. */
@@ -70,6 +70,8 @@ tagc_status tagc_kernels_bitmap_or_many(const tagc_kernel_ctx *ctx, uint64_t *ds
                                         const uint64_t *src, int32_t count, int64_t words);
 tagc_status tagc_kernels_popcount(const tagc_kernel_ctx *ctx, const uint64_t *words,
                                   int64_t nwords, int64_t *bits);
+tagc_status tagc_kernels_lane_max(const tagc_kernel_ctx *ctx, const uint64_t *bitmap,
+                                  int64_t blocks, int64_t *max_items);
 tagc_status tagc_kernels_bf16_encode(const tagc_kernel_ctx *ctx, const float *src,
                                      uint16_t *dst, int64_t n);
 tagc_status tagc_kernels_bf16_encode_stochastic(const tagc_kernel_ctx *ctx, const float *src,

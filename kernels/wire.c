@@ -1,6 +1,7 @@
 /* Compressed-unit wire format: explicit little-endian (de)serialisation (see wire.h). */
 #include "kernels/wire.h"
 
+#include <stdio.h>
 #include <string.h>
 
 #include "common/crc32c.h"
@@ -30,7 +31,7 @@ static uint64_t get64(const uint8_t *p) {
 }
 
 static uint64_t dtype_bytes(uint16_t dtype) {
-  return dtype == TAGC_WIRE_FP32 ? 4 : (dtype == TAGC_WIRE_BF16 ? 2 : 0);
+  return dtype == TAGC_WIRE_DTYPE_FP32 ? 4 : (dtype == TAGC_WIRE_DTYPE_BF16 ? 2 : 0);
 }
 
 /* Section sizes of h; TAGC_EINVAL with a detail when the header is inconsistent. */
@@ -149,8 +150,11 @@ tagc_status tagc_wire_decode(const uint8_t *buf, size_t len, tagc_wire_header *h
   if (tagc_crc32c(0, buf, 76) != h->header_crc)
     return tagc_errorf(TAGC_ECORRUPT, "wire: header CRC mismatch");
   uint64_t sk, bm;
-  if (section_bytes(h, &sk, &bm) != TAGC_OK)
-    return tagc_errorf(TAGC_ECORRUPT, "wire: invalid header: %s", tagc_last_error());
+  if (section_bytes(h, &sk, &bm) != TAGC_OK) {
+    char detail[256];
+    snprintf(detail, sizeof detail, "%s", tagc_last_error());
+    return tagc_errorf(TAGC_ECORRUPT, "%s", detail);
+  }
   if (h->payload_bytes != sk + bm)
     return tagc_errorf(TAGC_ECORRUPT, "wire: payload_bytes %llu, geometry needs %llu",
                        (unsigned long long)h->payload_bytes, (unsigned long long)(sk + bm));

@@ -40,7 +40,7 @@ extern "C" {
 #define TAGC_WIRE_BITMAP 2u
 #define TAGC_WIRE_MAX_PAYLOAD ((uint64_t)1 << 36) /* 64 GiB: larger is rejected */
 
-typedef enum tagc_wire_dtype { TAGC_WIRE_FP32 = 0, TAGC_WIRE_BF16 = 1 } tagc_wire_dtype;
+typedef enum tagc_wire_dtype { TAGC_WIRE_DTYPE_FP32 = 0, TAGC_WIRE_DTYPE_BF16 = 1 } tagc_wire_dtype;
 
 /* Host-order view of the header (the encoder fills payload_bytes and the CRCs). */
 typedef struct tagc_wire_header {
