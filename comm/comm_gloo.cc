@@ -8,15 +8,26 @@
 // arrives before the wait still ends it. After any failure the connections are closed under
 // the pairs' locks, so no late transfer writes into the caller's memory and peers see
 // "connection closed" at once.
+//
+// Gloo fails pending receives when a connection breaks, but not an unbound send that is
+// already queued for writing (its tx queue only signals bound buffers), so a peer that dies
+// while our data is in flight would leave waitSend() blocked until the deadline. So every
+// communicator keeps one probe receive posted per peer on a slot nobody sends on; Gloo fails
+// it when that connection breaks. A monitor thread checks the probes of the peers of a
+// running exchange every kProbeS seconds without blocking (abortWaitRecv, then waitRecv:
+// it throws if the probe has failed, else returns at once) and wakes the exchange when one
+// has.
 #include <signal.h>
 
 #include <chrono>
+#include <condition_variable>
 #include <cstdlib>
 #include <cstring>
 #include <exception>
 #include <memory>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <gloo/context.h>
@@ -83,17 +94,31 @@ class PrefixedStore : public gloo::rendezvous::Store {
   double timeout_s_;
 };
 
+// Seconds between two health probes of the connections of a running exchange.
+constexpr double kProbeS = 0.05;
+
+struct Pending {
+  gloo::transport::UnboundBuffer *buffer;
+  int peer;
+};
+
 struct GlooComm {
   std::shared_ptr<gloo::transport::Device> device;
   std::shared_ptr<gloo::rendezvous::Context> context;
   std::vector<char> scratch;
+  // probes[p]: zero-byte receive from peer p, posted at create, never completed.
+  std::vector<std::unique_ptr<gloo::transport::UnboundBuffer>> probes;
+  std::thread monitor;
 
-  // Guards the fields below against abort() from another thread.
+  // Guards the fields below against abort() and the monitor thread.
   std::mutex lock;
+  std::condition_variable wake; // the monitor waits on it
   bool aborted = false;
-  bool busy = false;     // an exchange is between posting and its last wait
-  bool closed = false;   // connections closed after a failure or abort
-  std::vector<gloo::transport::UnboundBuffer *> pending;
+  bool stopping = false;  // destroy: the monitor exits
+  bool busy = false;      // an exchange is between posting and its last wait
+  bool closed = false;    // connections closed after a failure or abort
+  int broken_peer = -1;   // found broken by the monitor
+  std::vector<Pending> pending;
 };
 
 using Buffer = std::unique_ptr<gloo::transport::UnboundBuffer>;
@@ -107,6 +132,44 @@ void close_locked(GlooComm *g) {
     g->context->closeConnections();
   } catch (const std::exception &) {
     // The connections are being torn down either way; nothing more to do.
+  }
+}
+
+// Wakes every pending wait of the running exchange; the caller holds g->lock.
+void wake_pending_locked(GlooComm *g) {
+  for (const Pending &p : g->pending) {
+    p.buffer->abortWaitRecv();
+    p.buffer->abortWaitSend();
+  }
+}
+
+// True when the connection to peer has failed: its probe then holds Gloo's exception.
+bool pair_broken(GlooComm *g, int peer) {
+  auto &probe = g->probes[peer];
+  probe->abortWaitRecv();
+  try {
+    probe->waitRecv(nullptr, std::chrono::milliseconds(1));
+    return false;
+  } catch (const std::exception &) {
+    return true;
+  }
+}
+
+void monitor_main(GlooComm *g) {
+  std::unique_lock<std::mutex> guard(g->lock);
+  while (!g->stopping) {
+    if (!g->busy || g->closed || g->broken_peer >= 0) {
+      g->wake.wait(guard);
+      continue;
+    }
+    for (const Pending &p : g->pending) {
+      if (pair_broken(g, p.peer)) {
+        g->broken_peer = p.peer;
+        wake_pending_locked(g);
+        break;
+      }
+    }
+    g->wake.wait_for(guard, std::chrono::duration<double>(kProbeS));
   }
 }
 
@@ -125,38 +188,43 @@ std::chrono::milliseconds time_left(double deadline) {
   return std::chrono::milliseconds(ms);
 }
 
-// Classifies a failed wait or post: abort beats timeout beats peer failure.
-tagc_status failure(GlooComm *g, double deadline, int peer, const char *what,
+// Classifies a failed wait or post: abort beats timeout (Gloo's own timeout breaks every
+// connection, so it must not read as a peer failure), which beats a connection the monitor
+// found broken, which beats the error Gloo reported. *peer is updated when the
+// monitor knows better which peer failed.
+tagc_status failure(GlooComm *g, double deadline, int *peer, const char *what,
                     const char *detail) {
   bool aborted;
+  int broken;
   {
     std::lock_guard<std::mutex> guard(g->lock);
     aborted = g->aborted;
+    broken = g->broken_peer;
   }
   if (aborted)
     return tagc_errorf(TAGC_EABORTED, "gloo %s: aborted", what);
   if (tagc_now() >= deadline - 1e-3)
-    return tagc_errorf(TAGC_ETIMEDOUT, "gloo %s: timed out waiting for rank %d", what, peer);
-  return tagc_errorf(TAGC_EPEER, "gloo %s: rank %d failed: %s", what, peer, detail);
+    return tagc_errorf(TAGC_ETIMEDOUT, "gloo %s: timed out waiting for rank %d", what, *peer);
+  if (broken >= 0) {
+    *peer = broken;
+    return tagc_errorf(TAGC_EPEER, "gloo %s: connection to rank %d failed", what, broken);
+  }
+  return tagc_errorf(TAGC_EPEER, "gloo %s: rank %d failed: %s", what, *peer, detail);
 }
 
-// Waits for one buffer in one direction; false with *st set on failure.
-bool wait_one(GlooComm *g, gloo::transport::UnboundBuffer *b, bool recv, int peer,
-              double deadline, tagc_status *st) {
+// Waits for one buffer in one direction. On failure returns the status and sets *peer
+// (initially the buffer's peer) to the suspected rank.
+tagc_status wait_one(GlooComm *g, gloo::transport::UnboundBuffer *b, bool recv, int *peer,
+                     double deadline) {
   const char *what = recv ? "recv" : "send";
   try {
     auto left = time_left(deadline);
-    if (left.count() <= 0) {
-      *st = failure(g, deadline, peer, what, "deadline");
-      return false;
-    }
+    if (left.count() <= 0)
+      return failure(g, deadline, peer, what, "deadline");
     bool done = recv ? b->waitRecv(nullptr, left) : b->waitSend(nullptr, left);
-    if (!done)
-      *st = failure(g, deadline, peer, what, "aborted");
-    return done;
+    return done ? TAGC_OK : failure(g, deadline, peer, what, "woken");
   } catch (const std::exception &e) {
-    *st = failure(g, deadline, peer, what, e.what());
-    return false;
+    return failure(g, deadline, peer, what, e.what());
   }
 }
 
@@ -183,11 +251,12 @@ tagc_status gloo_exchange(void *impl, const comm_xfer *x, int n, double deadline
     g->busy = true;
     for (int i = 0; i < n; i++) {
       if (sends[i])
-        g->pending.push_back(sends[i].get());
+        g->pending.push_back({sends[i].get(), x[i].peer});
       if (recvs[i])
-        g->pending.push_back(recvs[i].get());
+        g->pending.push_back({recvs[i].get(), x[i].peer});
     }
   }
+  g->wake.notify_all();
   tagc_status st = TAGC_OK;
   int i = 0;
   try {
@@ -199,16 +268,20 @@ tagc_status gloo_exchange(void *impl, const comm_xfer *x, int n, double deadline
     }
   } catch (const std::exception &e) {
     *peer = x[i].peer;
-    st = failure(g, deadline, x[i].peer, "post", e.what());
+    st = failure(g, deadline, peer, "post", e.what());
   }
   for (i = 0; i < n && st == TAGC_OK; i++) {
-    if (recvs[i] && !wait_one(g, recvs[i].get(), true, x[i].peer, deadline, &st))
-      *peer = x[i].peer;
+    *peer = x[i].peer;
+    if (recvs[i])
+      st = wait_one(g, recvs[i].get(), true, peer, deadline);
   }
   for (i = 0; i < n && st == TAGC_OK; i++) {
-    if (sends[i] && !wait_one(g, sends[i].get(), false, x[i].peer, deadline, &st))
-      *peer = x[i].peer;
+    *peer = x[i].peer;
+    if (sends[i])
+      st = wait_one(g, sends[i].get(), false, peer, deadline);
   }
+  if (st == TAGC_OK)
+    *peer = -1;
   finish(g, st != TAGC_OK);
   return st;
 }
@@ -244,25 +317,32 @@ void gloo_abort(void *impl) {
   GlooComm *g = static_cast<GlooComm *>(impl);
   std::lock_guard<std::mutex> guard(g->lock);
   g->aborted = true;
-  if (!g->busy) {
+  if (g->busy)
+    wake_pending_locked(g);
+  else
     close_locked(g);
-    return;
-  }
-  for (auto *b : g->pending) {
-    b->abortWaitRecv();
-    b->abortWaitSend();
-  }
 }
 
-void gloo_destroy(void *impl) {
-  GlooComm *g = static_cast<GlooComm *>(impl);
+// Stops the monitor, closes the connections and frees everything (also for a partly built
+// communicator).
+void free_comm(GlooComm *g) {
   {
     std::lock_guard<std::mutex> guard(g->lock);
-    close_locked(g);
+    g->stopping = true;
+    if (g->context)
+      close_locked(g);
   }
+  g->wake.notify_all();
+  if (g->monitor.joinable())
+    g->monitor.join();
+  g->probes.clear();
   g->context.reset();
   g->device.reset();
   delete g;
+}
+
+void gloo_destroy(void *impl) {
+  free_comm(static_cast<GlooComm *>(impl));
 }
 
 const comm_backend_ops gloo_ops = {gloo_exchange, gloo_copy,    gloo_to_bf16, gloo_reduce,
@@ -292,13 +372,20 @@ extern "C" tagc_status comm_gloo_create(const tagc_comm_config *cfg,
     g->context->setTimeout(std::chrono::milliseconds(static_cast<long>(cfg->timeout_s * 1000)));
     PrefixedStore store(cfg->store, cfg->prefix, cfg->timeout_s);
     g->context->connectFullMesh(store, g->device);
+    uint64_t probe_slot = static_cast<uint64_t>(g->context->nextSlot());
+    g->probes.resize(cfg->world_size);
+    for (int p = 0; p < cfg->world_size; p++) {
+      if (p == cfg->rank)
+        continue;
+      g->probes[p] = g->context->createUnboundBuffer(nullptr, 0);
+      g->probes[p]->recv(p, probe_slot, 0, 0);
+    }
+    g->monitor = std::thread(monitor_main, g);
   } catch (const std::exception &e) {
     tagc_status st = tagc_now() >= deadline ? TAGC_ETIMEDOUT : TAGC_EPEER;
     tagc_errorf(st, "gloo create (rank %d of %d, prefix %s): %s", cfg->rank,
                 cfg->world_size, cfg->prefix, e.what());
-    g->context.reset();
-    g->device.reset();
-    delete g;
+    free_comm(g);
     return st;
   }
   *ops = &gloo_ops;

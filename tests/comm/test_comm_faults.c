@@ -60,7 +60,7 @@ static int timeout_rank(int rank, int world, const char *dir, void *arg) {
     CHECK_EQ_INT(s.op[TAGC_COMM_OP_ALLREDUCE].errors, 1);
     CHECK_EQ_INT(s.op[TAGC_COMM_OP_BARRIER].errors, 1);
     CHECK_EQ_INT(s.op[TAGC_COMM_OP_ALLREDUCE].bytes_sent, 0);
-    printf("timeout: rank 0 got ETIMEDOUT after %.3f s (timeout 1.0 s)\n", took);
+    printf("timeout: rank 0 got %s after %.3f s (timeout 1.0 s)\n", tagc_strerror(st), took);
     mark(dir, "done/0");
   } else {
     CHECK(wait_mark(dir, "done/0", 10.0));
@@ -101,7 +101,7 @@ static int kill_blocked_rank(int rank, int world, const char *dir, void *arg) {
 }
 
 /* All ranks run large all-reduces in a loop; rank 1 is killed in the middle. Survivors
- * must see an error on the call that was running (or the next one) within its timeout. */
+ * must see TAGC_EPEER on the call that was running (or the next one). */
 static int kill_loop_rank(int rank, int world, const char *dir, void *arg) {
   (void)arg;
   RANK_START();
@@ -122,8 +122,10 @@ static int kill_loop_rank(int rank, int world, const char *dir, void *arg) {
     took = tagc_now() - t0;
     iters++;
   }
-  CHECK_MSG(st == TAGC_EPEER || st == TAGC_ETIMEDOUT, "status %d after %d calls", st, iters);
-  CHECK_MSG(took <= timeout + SLACK_S, "failing call took %.3f s", took);
+  /* The broken connection is noticed, not waited out (a send in flight to the victim
+   * included), so the failing call ends long before its timeout. */
+  CHECK_MSG(st == TAGC_EPEER, "status %d after %d calls", st, iters);
+  CHECK_MSG(took <= 2.0, "failing call took %.3f s (timeout %.1f s)", took, timeout);
   printf("kill in loop: rank %d got %s after %d calls, failing call %.3f s (peer %d)\n", rank,
          tagc_strerror(st), iters, took, tagc_comm_failed_peer(c));
   free(x);
@@ -182,8 +184,6 @@ static int abort_rank(int rank, int world, const char *dir, void *arg) {
 
 /* Abort with nothing pending, then every call fails at once; destroy after abort works. */
 static void test_abort_idle(void) {
-  harness h;
-  CHECK_OK(harness_start(&h, 0, NULL, NULL) == TAGC_EINVAL ? TAGC_OK : TAGC_EINTERNAL);
   char dir[] = "/tmp/tagc-comm-idle-XXXXXX";
   CHECK(mkdtemp(dir) != NULL);
   tagc_comm *c = harness_comm(0, 1, dir, "idle", 5.0);
