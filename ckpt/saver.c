@@ -122,6 +122,7 @@ static tagc_status copy_config(tagc_ckpt_saver *sv, const tagc_ckpt_writer_confi
   sv->buffer = malloc(sv->buffer_floats * sizeof(float) + 1);
   if (!sv->buffer)
     return tagc_errorf(TAGC_ENOMEM, "checkpoint host buffer of %zu floats", sv->buffer_floats);
+  memset(sv->buffer, 0, sv->buffer_floats * sizeof(float)); /* fault the pages in now, not in the first stall */
   size_t off = 0;
   for (int u = 0; u < nu; u++) {
     size_t count = (size_t)tagc_ckpt_range_count(cfg->ranges[u], sv->numel[u]);
