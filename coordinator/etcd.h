@@ -12,10 +12,16 @@
  * Ownership: results are filled into caller-owned structs and freed with the matching
  * *_free(); their byte buffers belong to the result. Input strings are borrowed for the call.
  *
- * Retries: an attempt that could not connect, or that got HTTP 5xx / etcd "unavailable", is
- * repeated on the next endpoint after an exponential backoff, within the call's deadline and
- * attempt budget. A transaction is repeated only when its request was never sent, because a
- * timed-out write has an unknown outcome. */
+ * Retries: an attempt that could not connect, timed out, or got HTTP 5xx / etcd "unavailable"
+ * is repeated on the next endpoint after an exponential backoff with jitter, within the call's
+ * deadline and attempt budget. A transaction or a lease grant is repeated only when its request
+ * was never sent, because a timed-out write has an unknown outcome.
+ *
+ * Errors of every call: TAGC_EPEER (no endpoint reachable, or etcd unavailable), TAGC_ETIMEDOUT,
+ * TAGC_EPROTO (a reply that is not what the gateway sends), TAGC_EIO (other transfer failures),
+ * and etcd's own errors mapped from their gRPC code (NotFound -> TAGC_ENOTFOUND, InvalidArgument
+ * / OutOfRange / auth failures -> TAGC_EINVAL, FailedPrecondition -> TAGC_ECONFLICT, ...) with
+ * etcd's message in tagc_last_error(). */
 #ifndef TAGC_COORDINATOR_ETCD_H
 #define TAGC_COORDINATOR_ETCD_H
 

@@ -332,6 +332,22 @@ static void test_watch_compacted(tagc_etcd *c) {
   tagc_etcd_watch_stop(w);
 }
 
+static void test_watch_filter(tagc_etcd *c) {
+  seen s = {.lock = PTHREAD_MUTEX_INITIALIZER};
+  tagc_etcd_watch *w = NULL;
+  int64_t rev = 0;
+  CHECK_OK(tagc_etcd_put(c, "/t/wf", "1", 1, 0, &rev));
+  CHECK_OK(tagc_etcd_put(c, "/t/wf", "2", 1, 0, NULL));
+  CHECK_OK(tagc_etcd_delete(c, "/t/wf", 0, NULL));
+  tagc_etcd_watch_opts o = {.start_revision = rev, .no_put = 1};
+  CHECK_OK(tagc_etcd_watch_start(c, "/t/wf", &o, collect, &s, &w));
+  CHECK_MSG(wait_seen(&s, 1, 0, 5), "no DELETE event seen");
+  tagc_sleep(0.2);
+  tagc_etcd_watch_stop(w);
+  CHECK_EQ_INT(s.n, 1);
+  CHECK_EQ_INT(s.types[0], TAGC_ETCD_DELETE);
+}
+
 static void test_failover(void) {
   char endpoints[256];
   snprintf(endpoints, sizeof endpoints, "http://127.0.0.1:%d,%s", tagc_test_free_port(), server.url);
@@ -497,6 +513,7 @@ int main(void) {
     test_lease(c);
     test_watch(c);
     test_watch_compacted(c);
+    test_watch_filter(c);
     test_threads(c);
     test_failover();
     test_tls();
