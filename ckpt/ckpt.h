@@ -177,9 +177,9 @@ void tagc_ckpt_close(tagc_ckpt_reader *rd);
 
 /* Arms the checkpoint fault points from a spec "ckpt:<stage>" or "ckpt:<stage>@<rank>"
  * (stages: after-open, mid-write, before-fsync, after-shard, before-manifest, before-rename,
- * before-latest); the process kills itself with SIGKILL on reaching that stage. NULL reads
- * the environment variable TAGC_FAULT again; "" disarms. Specs for other subsystems (not
- * starting with "ckpt:") are ignored. Without a call, TAGC_FAULT is read once on first use.
+ * before-latest); the process kills itself with SIGKILL on reaching that stage. The spec may
+ * be a comma-separated list: items of other subsystems are ignored, the first "ckpt:" item
+ * counts. NULL reads the environment variable TAGC_FAULT again; "" disarms. Without a call, TAGC_FAULT is read once on first use.
  * Errors: TAGC_EINVAL for an unknown stage. Call before saving, not concurrently with it. */
 tagc_status tagc_ckpt_fault_configure(const char *spec);
 

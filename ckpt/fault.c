@@ -20,30 +20,43 @@ static int armed_rank = -1; /* -1: any rank */
 static int configured;
 static pthread_once_t env_once = PTHREAD_ONCE_INIT;
 
-static tagc_status parse_spec(const char *spec) {
-  armed_stage = FAULT_NONE;
-  armed_rank = -1;
-  if (!spec || strncmp(spec, "ckpt:", 5) != 0)
-    return TAGC_OK;
-  const char *name = spec + 5;
-  const char *at = strchr(name, '@');
-  size_t len = at ? (size_t)(at - name) : strlen(name);
+/* Parses one "ckpt:<stage>[@<rank>]" item of len bytes. */
+static tagc_status parse_item(const char *item, size_t len) {
+  const char *name = item + 5, *end = item + len;
+  const char *at = memchr(name, '@', (size_t)(end - name));
+  size_t name_len = (size_t)((at ? at : end) - name);
   int rank = -1;
   if (at) {
-    char *end;
-    long r = strtol(at + 1, &end, 10);
-    if (end == at + 1 || *end || r < 0 || r > 1 << 20)
-      return tagc_errorf(TAGC_EINVAL, "TAGC_FAULT '%s': rank after '@' must be a number", spec);
+    char digits[16] = {0}, *stop;
+    size_t n = (size_t)(end - at - 1);
+    memcpy(digits, at + 1, n < sizeof digits - 1 ? n : sizeof digits - 1);
+    long r = strtol(digits, &stop, 10);
+    if (n == 0 || n >= sizeof digits || *stop || r < 0 || r > 1 << 20)
+      return tagc_errorf(TAGC_EINVAL, "fault spec '%.*s': rank after '@' must be a number", (int)len, item);
     rank = (int)r;
   }
   for (int s = FAULT_AFTER_OPEN; s <= FAULT_BEFORE_LATEST; s++) {
-    if (strlen(stage_names[s]) == len && strncmp(name, stage_names[s], len) == 0) {
+    if (strlen(stage_names[s]) == name_len && strncmp(name, stage_names[s], name_len) == 0) {
       armed_stage = (fault_stage)s;
       armed_rank = rank;
       return TAGC_OK;
     }
   }
-  return tagc_errorf(TAGC_EINVAL, "TAGC_FAULT '%s': unknown checkpoint stage", spec);
+  return tagc_errorf(TAGC_EINVAL, "fault spec '%.*s': unknown checkpoint stage", (int)len, item);
+}
+
+/* A spec is a comma-separated list of faults; the first "ckpt:" item arms the checkpoint. */
+static tagc_status parse_spec(const char *spec) {
+  armed_stage = FAULT_NONE;
+  armed_rank = -1;
+  for (const char *p = spec; p && *p;) {
+    const char *comma = strchr(p, ',');
+    size_t len = comma ? (size_t)(comma - p) : strlen(p);
+    if (len > 5 && strncmp(p, "ckpt:", 5) == 0)
+      return parse_item(p, len);
+    p += len + (comma != NULL);
+  }
+  return TAGC_OK;
 }
 
 static void read_env_once(void) {

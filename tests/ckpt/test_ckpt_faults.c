@@ -29,7 +29,7 @@ static const fault_case cases[] = {
 static void child_rank(const char *dir, fx_barrier *b, int rank, const fault_case *fc) {
   char spec[64];
   /* Both ranks arm the same spec: the @rank suffix selects the victim. */
-  snprintf(spec, sizeof spec, "ckpt:%s@%d", fc->stage, fc->rank);
+  snprintf(spec, sizeof spec, "crash:step=99,ckpt:%s@%d", fc->stage, fc->rank);
   if (fc->via_env) {
     setenv("TAGC_FAULT", spec, 1);
     tagc_ckpt_fault_configure(NULL);
@@ -128,6 +128,7 @@ int main(void) {
   tagc_log_configure("error", TAGC_LOG_TEXT);
   CHECK_EQ_INT(tagc_ckpt_fault_configure("ckpt:no-such-stage"), TAGC_EINVAL);
   CHECK_EQ_INT(tagc_ckpt_fault_configure("ckpt:mid-write@x"), TAGC_EINVAL);
+  CHECK_EQ_INT(tagc_ckpt_fault_configure("ckpt:after-open@"), TAGC_EINVAL);
   CHECK_OK(tagc_ckpt_fault_configure("net:drop")); /* other subsystems' specs are ignored */
   CHECK_OK(tagc_ckpt_fault_configure(""));
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
