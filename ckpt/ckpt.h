@@ -124,6 +124,12 @@ tagc_status tagc_ckpt_save(const tagc_ckpt_writer_config *cfg, int64_t step,
  * *n_removed (may be NULL) gets the number of directories removed. Rank 0 only. */
 tagc_status tagc_ckpt_retain(const char *dir, int keep_last, int keep_every, int *n_removed);
 
+/* Removes every step-*.tmp directory under dir (saves that never committed). For rank 0 at
+ * start or resume, before any rank saves: a leftover shard of an abandoned attempt at a step
+ * could otherwise satisfy a file-based barrier of a new attempt at the same step.
+ * *n_removed (may be NULL) gets the count. */
+tagc_status tagc_ckpt_remove_partial(const char *dir, int *n_removed);
+
 /* ---- loading ---- */
 
 typedef enum tagc_ckpt_verify {

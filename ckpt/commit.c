@@ -268,3 +268,16 @@ done:
     *n_removed = removed;
   return st;
 }
+
+tagc_status tagc_ckpt_remove_partial(const char *dir, int *n_removed) {
+  int removed = 0;
+  int64_t *tmps;
+  int n_tmp;
+  tagc_status st = list_steps(dir, 1, &tmps, &n_tmp);
+  for (int i = 0; i < n_tmp && st == TAGC_OK; i++)
+    st = remove_step(dir, tmps[i], ".tmp", &removed);
+  free(tmps);
+  if (n_removed)
+    *n_removed = removed;
+  return st;
+}

@@ -74,6 +74,12 @@ static void test_policy(void) {
   /* keep_last <= 0 keeps everything committed. */
   CHECK_OK(tagc_ckpt_retain(dir, 0, 0, &removed));
   CHECK(exists(dir, "step-8"));
+
+  /* At resume, every partial save goes, committed ones stay. */
+  CHECK_OK(tagc_ckpt_remove_partial(dir, &removed));
+  CHECK_EQ_INT(removed, 1);
+  CHECK(!exists(dir, "step-11.tmp"));
+  CHECK(exists(dir, "step-8"));
   fx_shard_free(data);
   fx_rmtree(dir);
   free(dir);
