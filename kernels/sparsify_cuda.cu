@@ -233,6 +233,9 @@ extern "C" tagc_status tagc_sparsify_cuda(const tagc_layout *l, float density,
     return tagc_errorf(TAGC_EINVAL, "sparsify_cuda: NULL argument");
   if (!(density >= 0.0f && density <= 1.0f))
     return tagc_errorf(TAGC_EINVAL, "sparsify_cuda: density %g outside [0, 1]", (double)density);
+  if (l->world > 65535)
+    return tagc_errorf(TAGC_EINVAL, "sparsify_cuda: %d shards exceed the grid limit 65535",
+                       (int)l->world);
   sparsify_ws w = ws_layout(l, ws);
   if (ws_bytes < w.bytes)
     return tagc_errorf(TAGC_EINVAL, "sparsify_cuda: workspace %zu bytes < %zu", ws_bytes, w.bytes);
