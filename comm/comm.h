@@ -38,8 +38,13 @@
  *   are the data bytes of the collective as this rank sends them (bf16 wire counts 2 bytes
  *   per element), excluding transport headers and the bootstrap. Bytes are counted only for
  *   operations that succeed. The formulas per operation are given at each function
- *   (W = world size); both backends report the same formulas (for NCCL, where the library
- *   picks its own algorithms for all-gather and broadcast, they are the nominal bytes). */
+ *   (W = world size). Both backends run the same pairwise algorithms (NCCL through grouped
+ *   ncclSend/ncclRecv), so the formulas are exact for both.
+ *
+ * Algorithms
+ *   Every collective is one or two pairwise exchanges: each rank posts its sends and receives
+ *   with all peers at once, so latency is one round and the bytes per rank are optimal for
+ *   all-gather, reduce-scatter and all-to-all. */
 #ifndef TAGC_COMM_COMM_H
 #define TAGC_COMM_COMM_H
 
@@ -101,7 +106,9 @@ typedef struct tagc_comm_config {
 void tagc_comm_config_init(tagc_comm_config *cfg);
 
 /* Builds a communicator: every rank of the generation calls it with the same prefix, world
- * size and backend. Blocks until all ranks connected or config.timeout_s passed.
+ * size and backend. Blocks until all ranks connected or the timeout passed (Gloo: the address
+ * exchange and the TCP connects each have config.timeout_s, so a failing create returns
+ * within about twice that).
  * Gloo: each rank publishes its address under <prefix>/... and connects a full mesh; the
  * process's SIGPIPE disposition is set to SIG_IGN if it was SIG_DFL (a closed peer must not
  * kill the process). NCCL: rank 0 publishes a fresh unique id (base64) under <prefix>/ncclid;
@@ -121,13 +128,15 @@ void tagc_comm_destroy(tagc_comm *comm);
  * (at once when none is pending). NCCL: ncclCommAbort. */
 void tagc_comm_abort(tagc_comm *comm);
 
-/* TAGC_OK while the communicator is usable, else the failure that broke it. Any thread. */
+/* TAGC_OK while the communicator is usable, else the failure that broke it (TAGC_EINVAL for
+ * NULL). Any thread. */
 tagc_status tagc_comm_status(const tagc_comm *comm);
 
 /* The rank suspected of the failure that broke the communicator, or -1 (none or unknown).
  * Any thread. */
 int tagc_comm_failed_peer(const tagc_comm *comm);
 
+/* This rank, the world size and the backend, as configured. comm must not be NULL. */
 int tagc_comm_rank(const tagc_comm *comm);
 int tagc_comm_world_size(const tagc_comm *comm);
 tagc_comm_backend tagc_comm_backend_of(const tagc_comm *comm);
