@@ -230,20 +230,22 @@ void etcd_drop_token(tagc_etcd *c) {
   pthread_mutex_unlock(&c->token_lock);
 }
 
+static void copy_token(tagc_etcd *c, char *token) {
+  pthread_mutex_lock(&c->token_lock);
+  memcpy(token, c->token, ETCD_TOKEN_MAX);
+  pthread_mutex_unlock(&c->token_lock);
+}
+
 int etcd_token_rejected(void) { return strstr(tagc_last_error(), "invalid auth token") != NULL; }
 
 tagc_status etcd_prepare(tagc_etcd *c, tagc_etcd_request *req, const char *endpoint,
                          const char *path, const char *body, char *token) {
   token[0] = '\0';
   if (c->user) {
-    pthread_mutex_lock(&c->token_lock);
-    memcpy(token, c->token, ETCD_TOKEN_MAX);
-    pthread_mutex_unlock(&c->token_lock);
+    copy_token(c, token);
     if (!token[0]) {
       TAGC_CHECK(authenticate(c, endpoint));
-      pthread_mutex_lock(&c->token_lock);
-      memcpy(token, c->token, ETCD_TOKEN_MAX);
-      pthread_mutex_unlock(&c->token_lock);
+      copy_token(c, token);
     }
   }
   *req = (tagc_etcd_request){endpoint, path, body, token[0] ? token : NULL, c->cfg.request_timeout_s,
