@@ -4,30 +4,48 @@
 #include <omp.h>
 #include <string.h>
 
-/* Per-thread state for one lane; all arrays live in the caller's workspace. */
-typedef struct lane_state {
-  int32_t *count;  /* [rows] items in the cell */
-  uint32_t *ids;   /* [rows] XOR of the block ids of the cell's items */
-  float *cell;     /* [rows] the lane's sketch column, peeled items subtracted */
-  uint32_t *stack; /* [rows + 3*blocks] cells whose count became 1 */
-  uint8_t *done;   /* [blocks] item peeled */
-} lane_state;
+/* Lanes are decoded in groups of 64 (one bitmap word column): the group's sketch columns
+ * are transposed into lane-major arrays and its items listed per lane in one pass over the
+ * bitmap words, so the peel itself touches only contiguous per-lane memory. */
+#define GROUP 64
+#define GROUPS (TAGC_BLOCK / GROUP)
 
-static size_t lane_state_bytes(const tagc_layout *l) {
+/* Per-thread state, carved from the caller's workspace. */
+typedef struct group_state {
+  float *cell;     /* [GROUP][rows] sketch columns of the group, peeled items subtracted */
+  uint32_t *items; /* [GROUP][blocks] block ids of each lane's items, ascending */
+  int64_t *nitems; /* [GROUP] */
+  int32_t *count;  /* [rows] items in each cell of the lane being peeled */
+  uint32_t *ids;   /* [rows] XOR of the block ids of those items */
+  uint32_t *stack; /* [rows + 3*blocks] cells whose count became 1 */
+  uint8_t *done;   /* [blocks] item peeled, indexed by block */
+} group_state;
+
+static size_t align64(size_t x) { return (x + 63) & ~(size_t)63; }
+
+static size_t group_state_bytes(const tagc_layout *l) {
   size_t r = (size_t)l->rows, g = (size_t)l->blocks;
-  size_t bytes = r * (sizeof(int32_t) + sizeof(uint32_t) + sizeof(float)) +
-                 (r + 3 * g) * sizeof(uint32_t) + g;
-  return (bytes + 63) & ~(size_t)63;
+  return align64(GROUP * r * sizeof(float)) + align64(GROUP * g * sizeof(uint32_t)) +
+         align64(GROUP * sizeof(int64_t)) + align64(r * sizeof(int32_t)) +
+         align64(r * sizeof(uint32_t)) + align64((r + 3 * g) * sizeof(uint32_t)) + align64(g);
 }
 
-static lane_state lane_state_at(const tagc_layout *l, void *base) {
+static group_state group_state_at(const tagc_layout *l, char *p) {
   size_t r = (size_t)l->rows, g = (size_t)l->blocks;
-  lane_state s;
-  s.count = base;
-  s.ids = (uint32_t *)(s.count + r);
-  s.cell = (float *)(s.ids + r);
-  s.stack = (uint32_t *)(s.cell + r);
-  s.done = (uint8_t *)(s.stack + r + 3 * g);
+  group_state s;
+  s.cell = (float *)p;
+  p += align64(GROUP * r * sizeof(float));
+  s.items = (uint32_t *)p;
+  p += align64(GROUP * g * sizeof(uint32_t));
+  s.nitems = (int64_t *)p;
+  p += align64(GROUP * sizeof(int64_t));
+  s.count = (int32_t *)p;
+  p += align64(r * sizeof(int32_t));
+  s.ids = (uint32_t *)p;
+  p += align64(r * sizeof(uint32_t));
+  s.stack = (uint32_t *)p;
+  p += align64((r + 3 * g) * sizeof(uint32_t));
+  s.done = (uint8_t *)p;
   return s;
 }
 
@@ -35,40 +53,47 @@ size_t tagc_decode_workspace_bytes(const tagc_layout *l, int threads) {
   if (!l)
     return 0;
   int t = threads > 0 ? threads : omp_get_max_threads();
-  return (size_t)t * lane_state_bytes(l);
-}
-
-static inline int lane_bit(const uint64_t *bitmap, int64_t b, int t) {
-  return (int)((bitmap[b * (TAGC_BLOCK / 64) + t / 64] >> (t % 64)) & 1u);
+  return (size_t)t * group_state_bytes(l);
 }
 
 static inline float row_sign(uint32_t entry) { return (entry & TAGC_ROW_SIGN) ? -1.0f : 1.0f; }
 
-/* Builds lane t's cells; returns its number of items. */
-static int64_t lane_load(const tagc_layout *l, const float *sketch, const uint64_t *bitmap,
-                         int t, lane_state *s) {
-  int64_t items = 0;
-  memset(s->count, 0, (size_t)l->rows * sizeof *s->count);
-  memset(s->ids, 0, (size_t)l->rows * sizeof *s->ids);
-  for (int64_t r = 0; r < l->rows; r++)
-    s->cell[r] = sketch[r * TAGC_BLOCK + t];
+/* Transposes group w's sketch columns and lists each lane's items. */
+static void group_load(const tagc_layout *l, const float *sketch, const uint64_t *bitmap, int w,
+                       group_state *s) {
+  int64_t rows = l->rows;
+  for (int64_t r = 0; r < rows; r++) {
+    const float *src = sketch + r * TAGC_BLOCK + GROUP * w;
+    for (int q = 0; q < GROUP; q++)
+      s->cell[q * rows + r] = src[q];
+  }
+  memset(s->nitems, 0, GROUP * sizeof *s->nitems);
   for (int64_t b = 0; b < l->blocks; b++) {
-    s->done[b] = 0;
-    if (!lane_bit(bitmap, b, t))
-      continue;
-    items++;
-    for (int i = 0; i < 3; i++) {
-      uint32_t r = l->block_rows[3 * b + i] & TAGC_ROW_MASK;
-      s->count[r]++;
-      s->ids[r] ^= (uint32_t)b;
+    uint64_t m = bitmap[b * GROUPS + w];
+    while (m) {
+      int q = __builtin_ctzll(m);
+      m &= m - 1;
+      s->items[q * l->blocks + s->nitems[q]++] = (uint32_t)b;
     }
   }
-  return items;
 }
 
-/* Peels lane t to exhaustion, writing recovered values to out; returns items peeled. */
-static int64_t lane_peel(const tagc_layout *l, int t, lane_state *s, float *out) {
+/* Peels lane q of the group (cells in `cell`, items in `items`), then estimates what is
+ * left; writes the lane's values to out (stride TAGC_BLOCK from `out`). Returns the number
+ * of items peeled. */
+static int64_t lane_decode(const tagc_layout *l, float *cell, const uint32_t *items,
+                           int64_t nitems, group_state *s, float *out) {
   int64_t top = 0, peeled = 0;
+  memset(s->count, 0, (size_t)l->rows * sizeof *s->count);
+  memset(s->ids, 0, (size_t)l->rows * sizeof *s->ids);
+  for (int64_t k = 0; k < nitems; k++) {
+    const uint32_t *rows = &l->block_rows[3 * (int64_t)items[k]];
+    s->done[items[k]] = 0;
+    for (int i = 0; i < 3; i++) {
+      s->count[rows[i] & TAGC_ROW_MASK]++;
+      s->ids[rows[i] & TAGC_ROW_MASK] ^= items[k];
+    }
+  }
   for (int64_t r = 0; r < l->rows; r++)
     if (s->count[r] == 1)
       s->stack[top++] = (uint32_t)r;
@@ -79,33 +104,29 @@ static int64_t lane_peel(const tagc_layout *l, int t, lane_state *s, float *out)
     uint32_t b = s->ids[r];
     const uint32_t *rows = &l->block_rows[3 * (int64_t)b];
     int own = (rows[0] & TAGC_ROW_MASK) == r ? 0 : ((rows[1] & TAGC_ROW_MASK) == r ? 1 : 2);
-    float x = row_sign(rows[own]) * s->cell[r];
-    out[(int64_t)b * TAGC_BLOCK + t] = x;
+    float x = row_sign(rows[own]) * cell[r];
+    out[(int64_t)b * TAGC_BLOCK] = x;
     s->done[b] = 1;
     peeled++;
     for (int i = 0; i < 3; i++) {
       uint32_t ri = rows[i] & TAGC_ROW_MASK;
-      s->cell[ri] -= row_sign(rows[i]) * x;
+      cell[ri] -= row_sign(rows[i]) * x;
       s->ids[ri] ^= b;
       if (--s->count[ri] == 1)
         s->stack[top++] = ri;
     }
   }
-  return peeled;
-}
-
-/* Median-of-3 estimate for lane t's items left in the 2-core. */
-static void lane_estimate(const tagc_layout *l, const uint64_t *bitmap, int t,
-                          const lane_state *s, float *out) {
-  for (int64_t b = 0; b < l->blocks; b++) {
-    if (s->done[b] || !lane_bit(bitmap, b, t))
+  for (int64_t k = 0; peeled < nitems && k < nitems; k++) {
+    uint32_t b = items[k];
+    if (s->done[b])
       continue;
-    const uint32_t *rows = &l->block_rows[3 * b];
+    const uint32_t *rows = &l->block_rows[3 * (int64_t)b];
     float a[3];
     for (int i = 0; i < 3; i++)
-      a[i] = row_sign(rows[i]) * s->cell[rows[i] & TAGC_ROW_MASK];
-    out[b * TAGC_BLOCK + t] = tagc_median3(a[0], a[1], a[2]);
+      a[i] = row_sign(rows[i]) * cell[rows[i] & TAGC_ROW_MASK];
+    out[(int64_t)b * TAGC_BLOCK] = tagc_median3(a[0], a[1], a[2]);
   }
+  return peeled;
 }
 
 /* Error unless every bit past shard_numel (the padding) is clear. */
@@ -124,25 +145,29 @@ tagc_status tagc_decode_cpu(const tagc_layout *l, const float *sketch, const uin
                             float *out, tagc_decode_stats *stats, void *ws, size_t ws_bytes) {
   if (!l || !l->block_rows || !sketch || !bitmap || !out || !stats || !ws)
     return tagc_errorf(TAGC_EINVAL, "decode: NULL argument");
-  size_t per_thread = lane_state_bytes(l);
-  int nthreads = (int)(ws_bytes / per_thread);
+  size_t per_thread = group_state_bytes(l);
+  size_t fit = ws_bytes / per_thread;
+  int nthreads = fit < (size_t)omp_get_max_threads() ? (int)fit : omp_get_max_threads();
   if (nthreads < 1)
     return tagc_errorf(TAGC_EINVAL, "decode: workspace %zu bytes < %zu", ws_bytes, per_thread);
   TAGC_CHECK(check_padding(l, bitmap));
   int64_t nonzero = 0, peeled = 0;
-  /* Lanes write straight into out; elements of the padding have no bit, so the writes of
-   * blocks that reach past shard_numel never happen there. */
+  /* Lanes write straight into out: padding elements have no bit, so no write lands past
+   * shard_numel. */
 #pragma omp parallel num_threads(nthreads) reduction(+ : nonzero, peeled)
   {
-    lane_state s = lane_state_at(l, (char *)ws + (size_t)omp_get_thread_num() * per_thread);
+    group_state s = group_state_at(l, (char *)ws + (size_t)omp_get_thread_num() * per_thread);
 #pragma omp for schedule(static)
     for (int64_t e = 0; e < l->shard_numel; e++)
       out[e] = 0.0f;
 #pragma omp for schedule(static)
-    for (int t = 0; t < TAGC_BLOCK; t++) {
-      nonzero += lane_load(l, sketch, bitmap, t, &s);
-      peeled += lane_peel(l, t, &s, out);
-      lane_estimate(l, bitmap, t, &s, out);
+    for (int w = 0; w < GROUPS; w++) {
+      group_load(l, sketch, bitmap, w, &s);
+      for (int q = 0; q < GROUP; q++) {
+        nonzero += s.nitems[q];
+        peeled += lane_decode(l, s.cell + (int64_t)q * l->rows, s.items + (int64_t)q * l->blocks,
+                              s.nitems[q], &s, out + GROUP * w + q);
+      }
     }
   }
   stats->nonzero = nonzero;

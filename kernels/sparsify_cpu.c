@@ -142,7 +142,8 @@ tagc_status tagc_sparsify_cpu(const tagc_layout *l, float density, const float *
     return tagc_errorf(TAGC_EINVAL, "sparsify: NULL argument");
   if (!(density >= 0.0f && density <= 1.0f))
     return tagc_errorf(TAGC_EINVAL, "sparsify: density %g outside [0, 1]", (double)density);
-  int nthreads = (int)(ws_bytes / HIST_BYTES);
+  size_t fit = ws_bytes / HIST_BYTES;
+  int nthreads = fit < (size_t)omp_get_max_threads() ? (int)fit : omp_get_max_threads();
   if (nthreads < 1)
     return tagc_errorf(TAGC_EINVAL, "sparsify: workspace %zu bytes < %zu", ws_bytes,
                        HIST_BYTES);

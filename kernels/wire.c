@@ -64,7 +64,7 @@ static tagc_status section_bytes(const tagc_wire_header *h, uint64_t *sketch, ui
 tagc_status tagc_wire_payload_bytes(const tagc_wire_header *h, uint64_t *bytes) {
   if (!h || !bytes)
     return tagc_errorf(TAGC_EINVAL, "wire: NULL argument");
-  uint64_t s, b;
+  uint64_t s = 0, b = 0;
   TAGC_CHECK(section_bytes(h, &s, &b));
   *bytes = s + b;
   return TAGC_OK;
@@ -114,7 +114,7 @@ tagc_status tagc_wire_encode(const tagc_wire_header *h, const void *sketch,
     return tagc_errorf(TAGC_EINVAL, "wire: NULL argument");
   tagc_wire_header out = *h;
   out.version = TAGC_WIRE_VERSION;
-  uint64_t sk, bm;
+  uint64_t sk = 0, bm = 0;
   TAGC_CHECK(section_bytes(&out, &sk, &bm));
   if ((sk && !sketch) || (bm && !bitmap))
     return tagc_errorf(TAGC_EINVAL, "wire: a section named in the header has no data");
@@ -149,7 +149,7 @@ tagc_status tagc_wire_decode(const uint8_t *buf, size_t len, tagc_wire_header *h
   read_header(buf, h);
   if (tagc_crc32c(0, buf, 76) != h->header_crc)
     return tagc_errorf(TAGC_ECORRUPT, "wire: header CRC mismatch");
-  uint64_t sk, bm;
+  uint64_t sk = 0, bm = 0;
   if (section_bytes(h, &sk, &bm) != TAGC_OK) {
     char detail[256];
     snprintf(detail, sizeof detail, "%s", tagc_last_error());
