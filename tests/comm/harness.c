@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -21,6 +22,7 @@ int harness_start(harness *h, int world, rank_fn fn, void *arg) {
     return TAGC_EIO;
   }
   fflush(NULL);
+  pid_t parent = getpid();
   for (int r = 0; r < world; r++) {
     pid_t pid = fork();
     if (pid < 0) {
@@ -29,6 +31,10 @@ int harness_start(harness *h, int world, rank_fn fn, void *arg) {
       return TAGC_EIO;
     }
     if (pid == 0) {
+      /* A rank never outlives the test, even when the test itself is killed. */
+      prctl(PR_SET_PDEATHSIG, SIGKILL);
+      if (getppid() != parent)
+        _exit(1);
       int failed = fn(r, world, h->dir, arg);
       fflush(NULL);
       _exit(failed ? 1 : 0);

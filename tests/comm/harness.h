@@ -1,6 +1,7 @@
 /* Multi-process test harness for comm: forks W ranks that bootstrap through a file store in
  * a fresh temporary directory, waits for them with a time limit, kills and reaps every child
- * on failure or timeout, and removes the directory. */
+ * on failure or timeout, and removes the directory. Ranks get SIGKILL if the test process
+ * dies, so none is left behind. */
 #ifndef TAGC_TESTS_COMM_HARNESS_H
 #define TAGC_TESTS_COMM_HARNESS_H
 

@@ -74,7 +74,8 @@ static int timeout_rank(int rank, int world, const char *dir, void *arg) {
 }
 
 /* The last rank builds the communicator and then hangs until it is SIGKILLed; the others are
- * blocked in an all-reduce with a 10 s timeout and must fail well before it. */
+ * blocked in an all-reduce with a 10 s timeout and must fail well before it, then rebuild a
+ * smaller communicator under a new prefix and continue. */
 static int kill_blocked_rank(int rank, int world, const char *dir, void *arg) {
   (void)arg;
   RANK_START();
@@ -96,6 +97,17 @@ static int kill_blocked_rank(int rank, int world, const char *dir, void *arg) {
   CHECK_EQ_INT(tagc_comm_failed_peer(c), world - 1);
   printf("kill while blocked: rank %d got %s after %.3f s (peer %d)\n", rank,
          tagc_strerror(st), took, tagc_comm_failed_peer(c));
+  tagc_comm_destroy(c);
+
+  /* Recovery: the survivors build the next generation without the victim and go on. */
+  c = harness_comm(rank, world - 1, dir, "killblocked-gen2", 10.0);
+  CHECK(c != NULL);
+  if (!c)
+    return test_failed_;
+  for (int i = 0; i < 4096; i++)
+    x[i] = (float)(rank + 1);
+  CHECK_OK(tagc_comm_allreduce(c, x, x, 4096, TAGC_DTYPE_F32, TAGC_REDOP_SUM, 10.0));
+  CHECK(x[0] == (float)(world - 1) * world / 2 && x[4095] == x[0]);
   tagc_comm_destroy(c);
   return test_failed_;
 }
