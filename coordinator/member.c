@@ -1,0 +1,627 @@
+#include "coordinator/member.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "common/json.h"
+#include "common/log.h"
+#include "common/timeutil.h"
+#include "coordinator/etcd_store.h"
+#include "coordinator/keys.h"
+
+/* Pause between two reads while another lease still holds workers/<id>. */
+#define HELD_POLL_S 0.25
+/* Attempts of a compare-and-swap write before giving up. */
+#define CAS_ATTEMPTS 8
+
+struct tagc_member {
+  tagc_etcd *c;
+  char job[TAGC_KEY_ID_MAX + 1];
+  char id[TAGC_KEY_ID_MAX + 1];
+  char worker_key[TAGC_KEY_MAX];
+  char gen_key[TAGC_KEY_MAX];
+  char done_key[TAGC_KEY_MAX];
+  double ttl_s;
+
+  pthread_mutex_t reg_lock; /* serialises registration: keeper, lease and info below */
+  char *info;               /* registration JSON text */
+  tagc_etcd_keeper *keeper;
+  atomic_int_least64_t lease;
+
+  pthread_mutex_t lock; /* guards the fields below and signals `changed` */
+  pthread_cond_t changed;
+  int64_t gen;
+  int done;
+  int lost_pending; /* the supervisor has a lost lease to replace */
+  int stopping;
+  void (*fn)(void *arg, int64_t gen);
+  void *fn_arg;
+
+  atomic_int lease_lost;
+  atomic_int losses;
+  tagc_etcd_watch *gen_watch;
+  tagc_etcd_watch *done_watch;
+  pthread_t supervisor;
+  int supervisor_started;
+};
+
+/* ---- plans ---- */
+
+void tagc_plan_free(tagc_plan *p) {
+  if (!p)
+    return;
+  for (int i = 0; p->members && i < p->world; i++)
+    free(p->members[i]);
+  free(p->members);
+  free(p->resume_path);
+  free(p->reason);
+  memset(p, 0, sizeof *p);
+}
+
+/* Fills members/world/rank from the JSON array. */
+static tagc_status parse_members(const json_t *arr, const char *my_id, tagc_plan *p) {
+  if (!json_is_array(arr) || json_array_size(arr) == 0)
+    return tagc_errorf(TAGC_EPROTO, "plan: \"members\" is not a non-empty array");
+  size_t n = json_array_size(arr);
+  p->members = calloc(n, sizeof *p->members);
+  if (!p->members)
+    return tagc_errorf(TAGC_ENOMEM, "plan members");
+  p->world = (int)n;
+  for (size_t i = 0; i < n; i++) {
+    const char *id = json_string_value(json_array_get(arr, i));
+    if (!id)
+      return tagc_errorf(TAGC_EPROTO, "plan: member %zu is not a string", i);
+    p->members[i] = strdup(id);
+    if (!p->members[i])
+      return tagc_errorf(TAGC_ENOMEM, "plan members");
+    if (strcmp(id, my_id) == 0)
+      p->rank = (int)i;
+  }
+  return TAGC_OK;
+}
+
+static tagc_status parse_plan(const json_t *root, const char *my_id, tagc_plan *p) {
+  int64_t world = 0;
+  TAGC_CHECK(tagc_json_get_int(root, "gen", &p->gen));
+  TAGC_CHECK(tagc_json_get_int(root, "world", &world));
+  TAGC_CHECK(parse_members(json_object_get(root, "members"), my_id, p));
+  if (world != p->world)
+    return tagc_errorf(TAGC_EPROTO, "plan: world %" PRId64 " but %d members", world, p->world);
+  const json_t *resume = json_object_get(root, "resume");
+  if (json_is_object(resume)) {
+    TAGC_CHECK(tagc_json_get_int(resume, "step", &p->resume_step));
+    const char *path = json_string_value(json_object_get(resume, "path"));
+    if (path && !(p->resume_path = strdup(path)))
+      return tagc_errorf(TAGC_ENOMEM, "plan resume path");
+  }
+  json_int_t mb = json_integer_value(json_object_get(json_object_get(root, "micro_batch"), my_id));
+  if (mb < 0 || mb > INT32_MAX)
+    return tagc_errorf(TAGC_EPROTO, "plan: micro-batch %lld of %s", (long long)mb, my_id);
+  p->micro_batch = (int)mb;
+  p->excluded = json_object_get(json_object_get(root, "excluded"), my_id) != NULL;
+  const char *reason = json_string_value(json_object_get(root, "reason"));
+  if (!(p->reason = strdup(reason ? reason : "")))
+    return tagc_errorf(TAGC_ENOMEM, "plan reason");
+  return TAGC_OK;
+}
+
+tagc_status tagc_plan_parse(const char *text, size_t len, const char *my_id, tagc_plan *out) {
+  memset(out, 0, sizeof *out);
+  out->rank = -1;
+  json_t *root;
+  TAGC_CHECK(tagc_json_parse(text, len, &root));
+  tagc_status st = json_is_object(root) ? parse_plan(root, my_id, out)
+                                        : tagc_errorf(TAGC_EPROTO, "plan is not a JSON object");
+  json_decref(root);
+  if (st != TAGC_OK)
+    tagc_plan_free(out);
+  return st;
+}
+
+/* ---- small helpers ---- */
+
+/* A JSON object as text, freed by the caller. */
+static tagc_status dump(const json_t *obj, char **out) {
+  *out = tagc_json_dump(obj);
+  return *out ? TAGC_OK : tagc_errorf(TAGC_ENOMEM, "JSON text");
+}
+
+/* Puts a JSON object (stolen) at key under lease. */
+static tagc_status put_json(tagc_member *m, const char *key, json_t *obj, int64_t lease) {
+  if (!obj)
+    return tagc_errorf(TAGC_ENOMEM, "JSON value of %s", key);
+  char *text;
+  tagc_status st = dump(obj, &text);
+  json_decref(obj);
+  TAGC_CHECK(st);
+  st = tagc_etcd_put(m->c, key, text, strlen(text), lease, NULL);
+  free(text);
+  return st;
+}
+
+/* Decimal generation number of a `gen` value; -1 when malformed. */
+static int64_t parse_gen(const unsigned char *value, size_t len) {
+  char buf[32];
+  if (len == 0 || len >= sizeof buf)
+    return -1;
+  memcpy(buf, value, len);
+  buf[len] = '\0';
+  char *end;
+  errno = 0;
+  long long g = strtoll(buf, &end, 10);
+  return errno || *end || g < 0 ? -1 : (int64_t)g;
+}
+
+static void notify(tagc_member *m, int64_t gen) {
+  pthread_mutex_lock(&m->lock);
+  void (*fn)(void *, int64_t) = m->fn;
+  void *arg = m->fn_arg;
+  pthread_mutex_unlock(&m->lock);
+  if (fn)
+    fn(arg, gen);
+}
+
+static void see_gen(tagc_member *m, int64_t g) {
+  pthread_mutex_lock(&m->lock);
+  int newer = g > m->gen;
+  if (newer) {
+    m->gen = g;
+    pthread_cond_broadcast(&m->changed);
+  }
+  pthread_mutex_unlock(&m->lock);
+  if (newer) {
+    LOG_INFO("member", "%s: generation %" PRId64, m->id, g);
+    notify(m, g);
+  }
+}
+
+static void see_done(tagc_member *m) {
+  pthread_mutex_lock(&m->lock);
+  m->done = 1;
+  pthread_cond_broadcast(&m->changed);
+  pthread_mutex_unlock(&m->lock);
+}
+
+/* ---- watches of `gen` and `done` ---- */
+
+static int on_gen(void *arg, const tagc_etcd_watch_msg *msg) {
+  tagc_member *m = arg;
+  if (msg->kind == TAGC_ETCD_WATCH_RESYNC && msg->snapshot->n == 1)
+    see_gen(m, parse_gen(msg->snapshot->kvs[0].value, msg->snapshot->kvs[0].value_len));
+  for (size_t i = 0; i < msg->n_events; i++) {
+    if (msg->events[i].type == TAGC_ETCD_PUT)
+      see_gen(m, parse_gen(msg->events[i].kv.value, msg->events[i].kv.value_len));
+  }
+  return 0;
+}
+
+static int on_done(void *arg, const tagc_etcd_watch_msg *msg) {
+  int put = msg->kind == TAGC_ETCD_WATCH_RESYNC && msg->snapshot->n == 1;
+  for (size_t i = 0; i < msg->n_events; i++)
+    put |= msg->events[i].type == TAGC_ETCD_PUT;
+  if (put)
+    see_done(arg);
+  return 0;
+}
+
+/* Reads key once and watches it from just after that read, so no change is missed. */
+static tagc_status read_and_watch(tagc_member *m, const char *key, tagc_etcd_watch_fn fn,
+                                  tagc_etcd_watch **out) {
+  tagc_etcd_range_result r;
+  TAGC_CHECK(tagc_etcd_range(m->c, key, NULL, &r));
+  tagc_etcd_watch_msg msg = {.kind = TAGC_ETCD_WATCH_RESYNC, .snapshot = &r, .cancel_reason = ""};
+  fn(m, &msg);
+  tagc_etcd_watch_opts o = {.start_revision = r.revision + 1};
+  tagc_etcd_range_result_free(&r);
+  return tagc_etcd_watch_start(m->c, key, &o, fn, m, out);
+}
+
+/* ---- registration ---- */
+
+static void on_lease_lost(void *arg, int64_t lease, tagc_status why) {
+  tagc_member *m = arg;
+  LOG_WARN("member", "%s: lease %" PRIx64 " lost (%s); registering again", m->id, (uint64_t)lease,
+           tagc_strerror(why));
+  atomic_store(&m->lease_lost, 1);
+  atomic_fetch_add(&m->losses, 1);
+  pthread_mutex_lock(&m->lock);
+  m->lost_pending = 1;
+  int64_t gen = m->gen;
+  pthread_cond_broadcast(&m->changed);
+  pthread_mutex_unlock(&m->lock);
+  notify(m, gen);
+}
+
+/* Creates workers/<id> under lease unless another lease holds it; waits up to until
+ * (monotonic) for such a holder to go (a restarted worker's old lease expiring). */
+static tagc_status put_if_absent(tagc_member *m, int64_t lease, double until) {
+  tagc_etcd_compare absent = {.key = m->worker_key, .target = TAGC_ETCD_CREATE,
+                              .result = TAGC_ETCD_EQUAL};
+  tagc_etcd_op put = {.type = TAGC_ETCD_OP_PUT, .key = m->worker_key, .value = m->info,
+                      .value_len = strlen(m->info), .lease = lease};
+  tagc_etcd_op get = {.type = TAGC_ETCD_OP_RANGE, .key = m->worker_key};
+  for (;;) {
+    tagc_etcd_txn_result t;
+    TAGC_CHECK(tagc_etcd_txn(m->c, &absent, 1, &put, 1, &get, 1, &t));
+    int ok = t.succeeded;
+    int64_t holder = !ok && t.n_responses == 1 && t.responses[0].range.n == 1
+                         ? t.responses[0].range.kvs[0].lease
+                         : 0;
+    tagc_etcd_txn_result_free(&t);
+    if (ok)
+      return TAGC_OK;
+    if (tagc_now() >= until)
+      return tagc_errorf(TAGC_ECONFLICT,
+                         "worker id %s is in use by another live worker (lease %" PRIx64 ")",
+                         m->id, (uint64_t)holder);
+    tagc_sleep(HELD_POLL_S);
+  }
+}
+
+/* (Re-)registers: drops the old lease and keeper, grants a new lease, writes workers/<id>
+ * and starts a keeper. Caller holds reg_lock. */
+static tagc_status register_worker(tagc_member *m) {
+  tagc_etcd_keeper_stop(m->keeper);
+  m->keeper = NULL;
+  int64_t old = atomic_load(&m->lease);
+  if (old) {
+    tagc_status st = tagc_etcd_lease_revoke(m->c, old);
+    if (st != TAGC_OK && st != TAGC_ENOTFOUND)
+      return st;
+    atomic_store(&m->lease, 0);
+  }
+  int64_t lease, granted;
+  TAGC_CHECK(tagc_etcd_lease_grant(m->c, (int64_t)(m->ttl_s + 0.5), &lease, &granted));
+  /* A previous process with our id holds the key for at most its TTL (twice on an etcd
+   * leader change, orchestration-anchors §4). */
+  tagc_status st = put_if_absent(m, lease, tagc_now() + 2 * m->ttl_s + 1);
+  if (st == TAGC_OK)
+    st = tagc_etcd_keeper_start(m->c, lease, granted, on_lease_lost, m, &m->keeper);
+  if (st != TAGC_OK) {
+    tagc_etcd_lease_revoke(m->c, lease);
+    return st;
+  }
+  atomic_store(&m->lease, lease);
+  LOG_INFO("member", "%s registered under lease %" PRIx64 " (TTL %" PRId64 " s)", m->id,
+           (uint64_t)lease, granted);
+  return TAGC_OK;
+}
+
+/* Waits s seconds or until stopping; returns m->stopping. Caller holds m->lock. */
+static int wait_locked(tagc_member *m, double s) {
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  double abs = (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9 + s;
+  ts.tv_sec = (time_t)abs;
+  ts.tv_nsec = (long)((abs - (double)ts.tv_sec) * 1e9);
+  pthread_cond_timedwait(&m->changed, &m->lock, &ts);
+  return m->stopping;
+}
+
+/* The supervisor: after a lost lease, registers again (retrying every TTL/4) until it works. */
+static void *supervise(void *arg) {
+  tagc_member *m = arg;
+  pthread_mutex_lock(&m->lock);
+  while (!m->stopping) {
+    if (!m->lost_pending) {
+      wait_locked(m, 1.0);
+      continue;
+    }
+    pthread_mutex_unlock(&m->lock);
+    pthread_mutex_lock(&m->reg_lock);
+    tagc_status st = register_worker(m);
+    pthread_mutex_unlock(&m->reg_lock);
+    pthread_mutex_lock(&m->lock);
+    if (st == TAGC_OK) {
+      m->lost_pending = 0;
+      atomic_store(&m->lease_lost, 0);
+    } else {
+      LOG_WARN("member", "%s: registering again failed (%s); retrying", m->id, tagc_last_error());
+      wait_locked(m, m->ttl_s / 4);
+    }
+  }
+  pthread_mutex_unlock(&m->lock);
+  return NULL;
+}
+
+/* info + "id" and "registered_at", as text in *out. */
+static tagc_status registration_text(const char *id, json_t *info, char **out) {
+  if (!json_is_object(info))
+    return tagc_errorf(TAGC_EINVAL, "member: worker info is not a JSON object");
+  json_t *copy = json_deep_copy(info);
+  if (!copy || json_object_set_new(copy, "id", json_string(id)) != 0 ||
+      json_object_set_new(copy, "registered_at", json_real(tagc_wall_time())) != 0) {
+    json_decref(copy);
+    return tagc_errorf(TAGC_ENOMEM, "member: worker info");
+  }
+  tagc_status st = dump(copy, out);
+  json_decref(copy);
+  return st;
+}
+
+static tagc_status init_keys(tagc_member *m, const char *job, const char *id) {
+  TAGC_CHECK(tagc_key_check_id(id, "worker id"));
+  TAGC_CHECK(tagc_key_worker(job, id, m->worker_key, sizeof m->worker_key));
+  TAGC_CHECK(tagc_key_gen(job, m->gen_key, sizeof m->gen_key));
+  TAGC_CHECK(tagc_key_done(job, m->done_key, sizeof m->done_key));
+  snprintf(m->job, sizeof m->job, "%s", job);
+  snprintf(m->id, sizeof m->id, "%s", id);
+  return TAGC_OK;
+}
+
+tagc_status tagc_member_join(tagc_etcd *etcd, const char *job, const char *worker_id,
+                             json_t *info, double ttl_s, tagc_member **out) {
+  *out = NULL;
+  if (!etcd || !job || !worker_id || !(ttl_s >= 1 && ttl_s <= 3600))
+    return tagc_errorf(TAGC_EINVAL, "member join: NULL client, job or id, or TTL %.3g outside [1, 3600] s",
+                       ttl_s);
+  tagc_member *m = calloc(1, sizeof *m);
+  if (!m)
+    return tagc_errorf(TAGC_ENOMEM, "member");
+  m->c = etcd;
+  m->ttl_s = ttl_s;
+  pthread_mutex_init(&m->reg_lock, NULL);
+  pthread_mutex_init(&m->lock, NULL);
+  pthread_cond_init(&m->changed, NULL);
+  tagc_status st;
+  TAGC_CHECK_GOTO(init_keys(m, job, worker_id), st, fail);
+  TAGC_CHECK_GOTO(registration_text(worker_id, info, &m->info), st, fail);
+  TAGC_CHECK_GOTO(register_worker(m), st, fail);
+  TAGC_CHECK_GOTO(read_and_watch(m, m->gen_key, on_gen, &m->gen_watch), st, fail);
+  TAGC_CHECK_GOTO(read_and_watch(m, m->done_key, on_done, &m->done_watch), st, fail);
+  if (pthread_create(&m->supervisor, NULL, supervise, m) != 0) {
+    st = tagc_errorf(TAGC_ENOMEM, "member: supervisor thread");
+    goto fail;
+  }
+  m->supervisor_started = 1;
+  *out = m;
+  return TAGC_OK;
+fail:
+  tagc_member_leave(m);
+  return st;
+}
+
+void tagc_member_leave(tagc_member *m) {
+  if (!m)
+    return;
+  pthread_mutex_lock(&m->lock);
+  m->stopping = 1;
+  pthread_cond_broadcast(&m->changed);
+  pthread_mutex_unlock(&m->lock);
+  if (m->supervisor_started)
+    pthread_join(m->supervisor, NULL);
+  tagc_etcd_watch_stop(m->gen_watch);
+  tagc_etcd_watch_stop(m->done_watch);
+  tagc_etcd_keeper_stop(m->keeper);
+  int64_t lease = atomic_load(&m->lease);
+  if (lease && tagc_etcd_lease_revoke(m->c, lease) != TAGC_OK)
+    LOG_WARN("member", "%s: revoking lease %" PRIx64 ": %s", m->id, (uint64_t)lease,
+             tagc_last_error());
+  pthread_cond_destroy(&m->changed);
+  pthread_mutex_destroy(&m->lock);
+  pthread_mutex_destroy(&m->reg_lock);
+  free(m->info);
+  free(m);
+}
+
+tagc_status tagc_member_rejoin(tagc_member *m, json_t *info) {
+  char *text = NULL;
+  if (info)
+    TAGC_CHECK(registration_text(m->id, info, &text));
+  pthread_mutex_lock(&m->reg_lock);
+  if (text) {
+    free(m->info);
+    m->info = text;
+  }
+  tagc_status st = register_worker(m);
+  pthread_mutex_unlock(&m->reg_lock);
+  return st;
+}
+
+/* ---- queries ---- */
+
+void tagc_member_on_change(tagc_member *m, void (*fn)(void *arg, int64_t gen), void *arg) {
+  pthread_mutex_lock(&m->lock);
+  m->fn = fn;
+  m->fn_arg = arg;
+  pthread_mutex_unlock(&m->lock);
+}
+
+int64_t tagc_member_gen(const tagc_member *m) {
+  tagc_member *mm = (tagc_member *)m; /* the lock is not part of the logical state */
+  pthread_mutex_lock(&mm->lock);
+  int64_t g = mm->gen;
+  pthread_mutex_unlock(&mm->lock);
+  return g;
+}
+
+int tagc_member_lease_lost(const tagc_member *m) { return atomic_load(&m->lease_lost); }
+
+int tagc_member_lease_losses(const tagc_member *m) { return atomic_load(&m->losses); }
+
+tagc_status tagc_member_wait_plan(tagc_member *m, int64_t after_gen, double timeout_s,
+                                  tagc_plan *out) {
+  memset(out, 0, sizeof *out);
+  double until = tagc_now() + timeout_s;
+  pthread_mutex_lock(&m->lock);
+  while (!m->done && m->gen <= after_gen && !m->stopping && tagc_now() < until)
+    wait_locked(m, until - tagc_now());
+  int64_t gen = m->gen;
+  int done = m->done;
+  pthread_mutex_unlock(&m->lock);
+  if (done)
+    return tagc_errorf(TAGC_ENOTFOUND, "done");
+  if (gen <= after_gen)
+    return tagc_errorf(TAGC_ETIMEDOUT, "member %s: no generation after %" PRId64 " within %.1f s",
+                       m->id, after_gen, timeout_s);
+  char key[TAGC_KEY_MAX];
+  TAGC_CHECK(tagc_key_gen_plan(m->job, gen, key, sizeof key));
+  char *text;
+  size_t len;
+  TAGC_CHECK(tagc_etcd_get(m->c, key, &text, &len, NULL));
+  tagc_status st = tagc_plan_parse(text, len, m->id, out);
+  free(text);
+  if (st == TAGC_OK && out->gen != gen)
+    st = tagc_errorf(TAGC_EPROTO, "plan at %s says generation %" PRId64, key, out->gen);
+  if (st != TAGC_OK)
+    tagc_plan_free(out);
+  return st;
+}
+
+tagc_status tagc_member_store(tagc_member *m, int64_t gen, tagc_store **out) {
+  return tagc_etcd_store_new(m->c, m->job, gen, out);
+}
+
+/* ---- reports ---- */
+
+tagc_status tagc_member_ready(tagc_member *m, int64_t gen, int rank) {
+  char key[TAGC_KEY_MAX];
+  TAGC_CHECK(tagc_key_gen_ready(m->job, gen, rank, key, sizeof key));
+  return put_json(m, key, json_pack("{s:s, s:f}", "id", m->id, "time", tagc_wall_time()),
+                  atomic_load(&m->lease));
+}
+
+static int known_kind(const char *kind) {
+  static const char *const kinds[] = {"comm", "timeout", "oom", "crash", "hang", "injected"};
+  for (size_t i = 0; kind && i < sizeof kinds / sizeof kinds[0]; i++) {
+    if (strcmp(kind, kinds[i]) == 0)
+      return 1;
+  }
+  return 0;
+}
+
+tagc_status tagc_member_report_failure(tagc_member *m, int64_t gen, const char *kind,
+                                       int64_t step, int suspected_rank, const char *detail) {
+  if (!known_kind(kind))
+    return tagc_errorf(TAGC_EINVAL,
+                       "failure kind '%s' is not one of comm, timeout, oom, crash, hang, injected",
+                       kind ? kind : "(null)");
+  char key[TAGC_KEY_MAX];
+  TAGC_CHECK(tagc_key_failure(m->job, gen, m->id, key, sizeof key));
+  LOG_WARN("member", "%s reports %s in generation %" PRId64 " at step %" PRId64
+           " (suspected rank %d): %s", m->id, kind, gen, step, suspected_rank, detail ? detail : "");
+  return put_json(m, key,
+                  json_pack("{s:s, s:I, s:i, s:s, s:f}", "kind", kind, "step", (json_int_t)step,
+                            "peer", suspected_rank < 0 ? -1 : suspected_rank, "detail",
+                            detail ? detail : "", "time", tagc_wall_time()),
+                  0);
+}
+
+tagc_status tagc_member_progress(tagc_member *m, json_t *progress) {
+  if (!json_is_object(progress))
+    return tagc_errorf(TAGC_EINVAL, "member progress: not a JSON object");
+  char key[TAGC_KEY_MAX];
+  TAGC_CHECK(tagc_key_progress(m->job, key, sizeof key));
+  json_t *copy = json_copy(progress);
+  if (copy && (json_object_set_new(copy, "worker", json_string(m->id)) != 0 ||
+               json_object_set_new(copy, "time", json_real(tagc_wall_time())) != 0)) {
+    json_decref(copy);
+    copy = NULL;
+  }
+  return put_json(m, key, copy, 0);
+}
+
+/* Whether a ckpt/committed record (JSON text) is newer than (gen, step). */
+static int record_newer(const char *text, size_t len, int64_t gen, int64_t step) {
+  json_t *old;
+  if (tagc_json_parse(text, len, &old) != TAGC_OK)
+    return 0; /* a malformed record is replaced */
+  int64_t old_gen = 0, old_step = 0;
+  int newer = tagc_json_get_int(old, "gen", &old_gen) == TAGC_OK &&
+              tagc_json_get_int(old, "step", &old_step) == TAGC_OK &&
+              (old_gen > gen || (old_gen == gen && old_step > step));
+  json_decref(old);
+  return newer;
+}
+
+tagc_status tagc_member_commit_ckpt(tagc_member *m, int64_t gen, int64_t step, const char *path,
+                                    int world, uint32_t manifest_crc) {
+  if (!path || gen < 0 || step < 0 || world < 1)
+    return tagc_errorf(TAGC_EINVAL, "commit ckpt: NULL path or bad gen, step or world");
+  char key[TAGC_KEY_MAX];
+  TAGC_CHECK(tagc_key_ckpt_committed(m->job, key, sizeof key));
+  json_t *rec = json_pack("{s:I, s:I, s:s, s:i, s:I, s:f}", "gen", (json_int_t)gen, "step",
+                          (json_int_t)step, "path", path, "world", world, "manifest_crc",
+                          (json_int_t)manifest_crc, "time", tagc_wall_time());
+  char *text = NULL;
+  tagc_status st = rec ? dump(rec, &text) : tagc_errorf(TAGC_ENOMEM, "ckpt record");
+  json_decref(rec);
+  TAGC_CHECK(st);
+  for (int attempt = 0; attempt < CAS_ATTEMPTS; attempt++) {
+    tagc_etcd_range_result r;
+    TAGC_CHECK_GOTO(tagc_etcd_range(m->c, key, NULL, &r), st, out);
+    int64_t mod = r.n ? r.kvs[0].mod_revision : 0;
+    int newer = r.n && record_newer((char *)r.kvs[0].value, r.kvs[0].value_len, gen, step);
+    tagc_etcd_range_result_free(&r);
+    if (newer) {
+      st = tagc_errorf(TAGC_ECONFLICT, "ckpt/committed already holds a newer record than gen %" PRId64
+                       " step %" PRId64, gen, step);
+      goto out;
+    }
+    tagc_etcd_compare same = {.key = key, .target = TAGC_ETCD_MOD, .result = TAGC_ETCD_EQUAL,
+                              .number = mod};
+    tagc_etcd_op put = {.type = TAGC_ETCD_OP_PUT, .key = key, .value = text, .value_len = strlen(text)};
+    tagc_etcd_txn_result t;
+    TAGC_CHECK_GOTO(tagc_etcd_txn(m->c, &same, 1, &put, 1, NULL, 0, &t), st, out);
+    int ok = t.succeeded;
+    tagc_etcd_txn_result_free(&t);
+    if (ok) {
+      LOG_INFO("member", "checkpoint of step %" PRId64 " (gen %" PRId64 ") committed: %s", step,
+               gen, path);
+      goto out;
+    }
+  }
+  st = tagc_errorf(TAGC_ECONFLICT, "ckpt/committed kept changing; gave up after %d attempts",
+                   CAS_ATTEMPTS);
+out:
+  free(text);
+  return st;
+}
+
+tagc_status tagc_member_finish(tagc_member *m, int64_t gen, int64_t step) {
+  char gen_text[32];
+  snprintf(gen_text, sizeof gen_text, "%" PRId64, gen);
+  json_t *rec = json_pack("{s:s, s:I, s:I, s:s, s:f}", "status", "finished", "gen", (json_int_t)gen,
+                          "step", (json_int_t)step, "by", m->id, "time", tagc_wall_time());
+  char *text = NULL;
+  tagc_status st = rec ? dump(rec, &text) : tagc_errorf(TAGC_ENOMEM, "done record");
+  json_decref(rec);
+  TAGC_CHECK(st);
+  tagc_etcd_compare cmp[2] = {
+      {.key = m->gen_key, .target = TAGC_ETCD_VALUE, .result = TAGC_ETCD_EQUAL, .value = gen_text,
+       .value_len = strlen(gen_text)},
+      {.key = m->done_key, .target = TAGC_ETCD_CREATE, .result = TAGC_ETCD_EQUAL}};
+  tagc_etcd_op put = {.type = TAGC_ETCD_OP_PUT, .key = m->done_key, .value = text,
+                      .value_len = strlen(text)};
+  tagc_etcd_op get = {.type = TAGC_ETCD_OP_RANGE, .key = m->done_key};
+  tagc_etcd_txn_result t;
+  st = tagc_etcd_txn(m->c, cmp, 2, &put, 1, &get, 1, &t);
+  free(text);
+  TAGC_CHECK(st);
+  int ok = t.succeeded || (t.n_responses == 1 && t.responses[0].range.n == 1);
+  tagc_etcd_txn_result_free(&t);
+  if (!ok)
+    return tagc_errorf(TAGC_ECONFLICT, "finish: generation %" PRId64 " is no longer current", gen);
+  LOG_INFO("member", "%s: job finished at step %" PRId64 " (generation %" PRId64 ")", m->id, step,
+           gen);
+  see_done(m);
+  return TAGC_OK;
+}
+
+tagc_status tagc_member_chaos(tagc_member *m, char **spec) {
+  *spec = NULL;
+  char key[TAGC_KEY_MAX];
+  TAGC_CHECK(tagc_key_chaos(m->job, m->id, key, sizeof key));
+  tagc_status st = tagc_etcd_get(m->c, key, spec, NULL, NULL);
+  if (st == TAGC_ENOTFOUND) {
+    tagc_clear_error();
+    return TAGC_OK;
+  }
+  return st;
+}

@@ -1,0 +1,138 @@
+/* The worker side of a tagc job's membership: registration under a lease, the generation
+ * watch, plans, readiness, failure reports, progress, checkpoint records and the end of the
+ * job. Keys and values: docs/etcd-schema.md (built with coordinator/keys.h only).
+ *
+ * Life of a worker (ARCHITECTURE.md §4):
+ *   tagc_member_join()          lease + workers/<id>, keep-alive and watches start
+ *   loop:
+ *     tagc_member_wait_plan()   the next generation (rank -1: stand by and wait again)
+ *     tagc_member_store()       bootstrap store of that generation -> tagc_comm_create()
+ *     tagc_member_ready()       after the communicator is built and the resume state loaded
+ *     train; on a data-path failure: tagc_member_report_failure(), then wait for a plan
+ *   tagc_member_finish()        rank 0 at the last step; every wait_plan then returns "done"
+ *   tagc_member_leave()
+ *
+ * Threading: a tagc_member runs three threads of its own: the lease keep-alive (renews at
+ * TTL/3; a failed renewal is retried while the lease can still be valid), the watch of `gen`
+ * and `done`, and a supervisor that re-registers the worker under a new lease when the old
+ * one is lost. Every function below may be called from any thread, except that
+ * tagc_member_leave() must not race with the others and must not be called from the
+ * on_change callback. The etcd client is borrowed and must outlive the member. */
+#ifndef TAGC_COORDINATOR_MEMBER_H
+#define TAGC_COORDINATOR_MEMBER_H
+
+#include <stdint.h>
+
+#include <jansson.h>
+
+#include "comm/store.h"
+#include "common/status.h"
+#include "coordinator/etcd.h"
+
+/* One generation's plan, as seen by one worker. Owned by the caller: tagc_plan_free(). */
+typedef struct tagc_plan {
+  int64_t gen;          /* generation number (>= 1) */
+  int world;            /* members */
+  int rank;             /* my rank, or -1 when I am not a member of this generation */
+  char **members;       /* world worker ids, index = rank */
+  int64_t resume_step;  /* step to resume from (0 = from scratch) */
+  char *resume_path;    /* checkpoint directory to resume from, or NULL */
+  int micro_batch;      /* my micro-batch (0 = the job's default); halved after an oom report */
+  char *reason;         /* why this generation was made (human text) */
+  int excluded;         /* 1 when the leader excluded me (suspected, partitioned, oom at 1):
+                           I stay out until I tagc_member_rejoin() */
+} tagc_plan;
+
+/* Frees what p owns and zeroes it. Idempotent; NULL is ignored. */
+void tagc_plan_free(tagc_plan *p);
+
+/* Decodes plan JSON text (the value of gen/<g>/plan) as seen by worker my_id into *out
+ * (caller frees with tagc_plan_free). TAGC_EPROTO for malformed JSON or missing fields.
+ * Pure; any thread. */
+tagc_status tagc_plan_parse(const char *text, size_t len, const char *my_id, tagc_plan *out);
+
+typedef struct tagc_member tagc_member;
+
+/* Joins job as worker_id: grants a lease of ttl_s seconds (>= 1; etcd raises small values to
+ * its minimum), writes workers/<id> = info (borrowed; a JSON object, e.g. host, pid, device;
+ * "id" and "registered_at" are added) under the lease, starts the keep-alive, the watch of
+ * `gen` and `done`, and the supervisor. Errors: TAGC_EINVAL (bad job or worker id, info not
+ * an object, ttl), TAGC_ECONFLICT (workers/<id> is held by another live lease: a second worker
+ * with the same id), or the etcd error (e.g. TAGC_EIO when unreachable). Blocks for a few
+ * etcd round trips. */
+tagc_status tagc_member_join(tagc_etcd *etcd, const char *job, const char *worker_id,
+                             json_t *info, double ttl_s, tagc_member **out);
+
+/* Stops the threads, revokes the lease (so workers/<id> and our ready keys disappear at once)
+ * and frees the member. NULL is ignored. Blocks for at most about one etcd request. */
+void tagc_member_leave(tagc_member *m);
+
+/* Sets fn, called with the latest generation whenever `gen` changes and whenever the lease
+ * is lost, so that the training thread can tagc_comm_abort() a hung collective at once.
+ * Called from the watch or keep-alive thread: it must be quick and must not call
+ * tagc_member_leave(). NULL fn removes it. */
+void tagc_member_on_change(tagc_member *m, void (*fn)(void *arg, int64_t gen), void *arg);
+
+/* The latest generation seen (0 before the first plan). Any thread, non-blocking. */
+int64_t tagc_member_gen(const tagc_member *m);
+
+/* 1 while the worker is not registered: its lease was lost (expired or unreachable for a whole
+ * TTL) and the supervisor has not yet registered it again under a new lease; else 0. The
+ * leader treats a re-registration as a membership change, so a new generation follows. */
+int tagc_member_lease_lost(const tagc_member *m);
+
+/* Number of times the lease was lost since join (any thread). */
+int tagc_member_lease_losses(const tagc_member *m);
+
+/* Blocks until a generation > after_gen exists and returns the plan of the newest one in
+ * *out (caller frees). Errors: TAGC_ENOTFOUND with detail "done" once the job is done
+ * (`done` exists), TAGC_ETIMEDOUT after timeout_s, TAGC_EPROTO for a malformed plan, or an
+ * etcd error. */
+tagc_status tagc_member_wait_plan(tagc_member *m, int64_t after_gen, double timeout_s,
+                                  tagc_plan *out);
+
+/* A bootstrap store over gen/<gen>/boot/ (coordinator/etcd_store.h) for tagc_comm_create;
+ * the caller frees it with tagc_store_free() before tagc_member_leave(). */
+tagc_status tagc_member_store(tagc_member *m, int64_t gen, tagc_store **out);
+
+/* Writes gen/<gen>/ready/<rank> = {"id","time"} under the worker's lease: this rank has built
+ * its communicator and loaded its state. TAGC_EINVAL for a negative gen or rank. */
+tagc_status tagc_member_ready(tagc_member *m, int64_t gen, int rank);
+
+/* Reports a failure seen in generation gen: failures/<gen>/<id> = {"kind","step","peer",
+ * "detail","time"}. kind is one of comm, timeout, oom, crash, hang, injected; suspected_rank
+ * is the rank blamed (-1 when unknown); detail may be NULL. The leader then makes a new
+ * generation (rules: docs/etcd-schema.md, coordinator/planner.h). TAGC_EINVAL for an unknown
+ * kind or negative gen. */
+tagc_status tagc_member_report_failure(tagc_member *m, int64_t gen, const char *kind,
+                                       int64_t step, int suspected_rank, const char *detail);
+
+/* Rank 0: writes `progress` = progress (borrowed JSON object; "step" expected, "worker" and
+ * "time" added). The caller keeps to at most one call per second. TAGC_EINVAL when progress
+ * is not an object. */
+tagc_status tagc_member_progress(tagc_member *m, json_t *progress);
+
+/* Rank 0, after a checkpoint is durable: ckpt/committed = {"gen","step","path","world",
+ * "manifest_crc","time"}, written by compare-and-swap so that a record of an older
+ * generation, or an older step of the same generation, never replaces a newer one:
+ * TAGC_ECONFLICT (nothing written) in that case. TAGC_EINVAL for a NULL path. */
+tagc_status tagc_member_commit_ckpt(tagc_member *m, int64_t gen, int64_t step, const char *path,
+                                    int world, uint32_t manifest_crc);
+
+/* Rank 0: training reached the last step. Writes `done` = {"status":"finished","gen","step",
+ * "by"} if gen is still the current generation and the job is not done yet; every
+ * tagc_member_wait_plan() then returns "done" and the leader stops planning.
+ * TAGC_ECONFLICT when gen is no longer current (a newer generation replaced it). */
+tagc_status tagc_member_finish(tagc_member *m, int64_t gen, int64_t step);
+
+/* The current value of chaos/<id> in *spec (new malloc'd string, caller frees), or NULL when
+ * there is none. */
+tagc_status tagc_member_chaos(tagc_member *m, char **spec);
+
+/* Registers again under a new lease with new info (borrowed JSON object, or NULL to keep the
+ * old one): the old lease is revoked first, so the leader sees a new registration. This is
+ * how a worker the leader excluded (plan.excluded) asks to be considered again, e.g. after it
+ * checked its own health. Blocks for a few etcd round trips. */
+tagc_status tagc_member_rejoin(tagc_member *m, json_t *info);
+
+#endif
