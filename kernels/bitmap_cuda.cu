@@ -1,7 +1,9 @@
-/* CUDA bitmap ops (see bitmap.h): word-parallel OR folds and a popcount reduction, all
- * enqueued on the caller's stream. Integer results, so identical to the CPU versions. */
+/* CUDA bitmap ops (see bitmap.h): word-parallel OR folds, a popcount reduction and the
+ * densest-lane count, all enqueued on the caller's stream. Integer results, so identical
+ * to the CPU versions. */
 #include "kernels/cuda_common.cuh"
 #include "kernels/bitmap.h"
+#include "kernels/layout.h"
 
 /* dst[i] = OR over k < count of src[k*words + i], or dst[i] |= src[i] when `into`. */
 __global__ void or_kernel(uint64_t *dst, const uint64_t *src, int32_t count, int64_t words,
@@ -23,6 +25,33 @@ __global__ void popcount_kernel(const uint64_t *words, int64_t nwords, unsigned 
   unsigned long long total = block_sum_u64(local);
   if (threadIdx.x == 0 && total)
     atomicAdd(bits, total);
+}
+
+/* One block of TAGC_BLOCK threads, thread t = lane t: counts lane t's bits over all blocks
+ * (the 64 threads of a word column read the same word, so each warp loads one word per
+ * block), then the block's maximum goes to *max_items. No workspace, no atomics. */
+__global__ void __launch_bounds__(TAGC_BLOCK)
+    lane_max_kernel(const uint64_t *bitmap, int64_t blocks, int64_t *max_items) {
+  __shared__ unsigned long long warp_max[TAGC_BLOCK / 32];
+  int t = threadIdx.x;
+  const uint64_t *column = bitmap + t / 64;
+  unsigned long long count = 0;
+#pragma unroll 8
+  for (int64_t b = 0; b < blocks; b++)
+    count += (column[b * (TAGC_BLOCK / 64)] >> (t % 64)) & 1u;
+  for (int off = 16; off > 0; off >>= 1) {
+    unsigned long long other = __shfl_down_sync(0xFFFFFFFFu, count, off);
+    count = other > count ? other : count;
+  }
+  if ((t & 31) == 0)
+    warp_max[t >> 5] = count;
+  __syncthreads();
+  if (t == 0) {
+    unsigned long long best = 0;
+    for (int w = 0; w < TAGC_BLOCK / 32; w++)
+      best = warp_max[w] > best ? warp_max[w] : best;
+    *max_items = (int64_t)best;
+  }
 }
 
 static tagc_status launch_or(uint64_t *dst, const uint64_t *src, int32_t count, int64_t words,
@@ -62,4 +91,13 @@ extern "C" tagc_status tagc_bitmap_popcount_cuda(const uint64_t *words, int64_t 
   popcount_kernel<<<grid_for(nwords, 4 * CUDA_THREADS), CUDA_THREADS, 0, stream>>>(
       words, nwords, (unsigned long long *)bits);
   return cuda_launched("bitmap_popcount_cuda");
+}
+
+extern "C" tagc_status tagc_bitmap_lane_max_cuda(const uint64_t *bitmap, int64_t blocks,
+                                                 int64_t *max_items, tagc_stream stream) {
+  if (!max_items || blocks < 0 || (blocks > 0 && !bitmap))
+    return tagc_errorf(TAGC_EINVAL, "bitmap_lane_max_cuda: bad arguments (blocks %lld)",
+                       (long long)blocks);
+  lane_max_kernel<<<1, TAGC_BLOCK, 0, stream>>>(bitmap, blocks, max_items);
+  return cuda_launched("bitmap_lane_max_cuda");
 }

@@ -485,6 +485,94 @@ static void test_bad_arguments(void) {
   tagc_layout_free(&l);
 }
 
+/* The dispatch point routes TAGC_DEVICE_CUDA here: the whole pipeline through
+ * tagc_kernels_* on a CUDA context equals the same calls on a CPU context. */
+static void test_dispatch(void) {
+  tagc_layout l;
+  CHECK_OK(tagc_layout_init(&l, 2, 50000, 4.0, 99));
+  int64_t total = 2 * l.shard_numel, padded = 2 * l.shard_padded, cells = 2 * l.sketch_cells;
+  float *g = malloc(total * 4), *r = malloc(total * 4), *r_cpu = malloc(total * 4);
+  fill_input(IN_GAUSS, g, r, total);
+  memcpy(r_cpu, r, total * 4);
+  float *k_cpu = malloc(padded * 4), *sk_cpu = malloc(cells * 4), *o_cpu = malloc(l.shard_numel * 4);
+  float *o_gpu = malloc(l.shard_numel * 4);
+  uint64_t *b_cpu = malloc(2 * l.bitmap_words * 8);
+  tagc_sparsify_stats ss[2];
+  tagc_decode_stats ds_cpu, ds_gpu;
+  int64_t bits_cpu = -1, bits_gpu = -2;
+  tagc_kernel_ctx cpu = {TAGC_DEVICE_CPU, NULL, NULL, NULL, 0, 0};
+  cpu.workspace_bytes = tagc_kernels_workspace_bytes(TAGC_DEVICE_CPU, &l, 0);
+  cpu.workspace = malloc(cpu.workspace_bytes);
+  CHECK_OK(tagc_kernels_sparsify(&cpu, &l, 0.1f, g, r_cpu, k_cpu, b_cpu, ss));
+  CHECK_OK(tagc_kernels_encode(&cpu, &l, k_cpu, b_cpu, sk_cpu));
+  CHECK_OK(tagc_kernels_decode(&cpu, &l, sk_cpu, b_cpu, o_cpu, &ds_cpu));
+  CHECK_OK(tagc_kernels_popcount(&cpu, b_cpu, 2 * l.bitmap_words, &bits_cpu));
+
+  tagc_kernel_ctx gpu = {TAGC_DEVICE_CUDA, stream, NULL, NULL, 0, 0};
+  gpu.block_rows = dev_copy(l.block_rows, l.blocks * 3 * sizeof(uint32_t));
+  gpu.workspace_bytes = tagc_kernels_workspace_bytes(TAGC_DEVICE_CUDA, &l, 0);
+  CHECK(gpu.workspace_bytes > 0);
+  gpu.workspace = dev_alloc(gpu.workspace_bytes);
+  float *dg = dev_copy(g, total * 4), *dr = dev_copy(r, total * 4), *dk = dev_alloc(padded * 4);
+  float *dsk = dev_alloc(cells * 4), *dout = dev_alloc(l.shard_numel * 4);
+  uint64_t *db = dev_alloc(2 * l.bitmap_words * 8);
+  tagc_sparsify_stats *dss = dev_alloc(sizeof ss);
+  tagc_decode_stats *dds = dev_alloc(sizeof ds_gpu);
+  int64_t *dbits = dev_alloc(8);
+  CHECK_OK(tagc_kernels_sparsify(&gpu, &l, 0.1f, dg, dr, dk, db, dss));
+  CHECK_OK(tagc_kernels_encode(&gpu, &l, dk, db, dsk));
+  CHECK_OK(tagc_kernels_decode(&gpu, &l, dsk, db, dout, dds));
+  CHECK_OK(tagc_kernels_popcount(&gpu, db, 2 * l.bitmap_words, dbits));
+  CUDA_OK(cudaStreamSynchronize(stream));
+  host_copy(o_gpu, dout, l.shard_numel * 4);
+  host_copy(&ds_gpu, dds, sizeof ds_gpu);
+  host_copy(&bits_gpu, dbits, 8);
+  double maxd;
+  int64_t bad = diff_f32(o_cpu, o_gpu, l.shard_numel, &maxd);
+  printf("dispatch pipeline: decode mismatches %lld (max diff %g), peeled %lld vs %lld, "
+         "popcount %lld vs %lld\n",
+         (long long)bad, maxd, (long long)ds_cpu.peeled, (long long)ds_gpu.peeled,
+         (long long)bits_cpu, (long long)bits_gpu);
+  CHECK_EQ_INT(bad, 0);
+  CHECK_EQ_INT(ds_cpu.peeled, ds_gpu.peeled);
+  CHECK_EQ_INT(bits_cpu, bits_gpu);
+  cudaFree((void *)gpu.block_rows), cudaFree(gpu.workspace), cudaFree(dg), cudaFree(dr);
+  cudaFree(dk), cudaFree(dsk), cudaFree(dout), cudaFree(db), cudaFree(dss), cudaFree(dds);
+  cudaFree(dbits);
+  free(cpu.workspace), free(g), free(r), free(r_cpu), free(k_cpu), free(sk_cpu), free(o_cpu);
+  free(o_gpu), free(b_cpu);
+  tagc_layout_free(&l);
+}
+
+/* Densest-lane count: random sparse bitmaps, plus one lane set in every block. */
+static void test_lane_max(void) {
+  static const int64_t blocks_list[] = {0, 1, 37, 5000};
+  for (size_t c = 0; c < sizeof blocks_list / sizeof *blocks_list; c++)
+    for (int dense_lane = 0; dense_lane < 2; dense_lane++) {
+      int64_t blocks = blocks_list[c], words = blocks * (TAGC_BLOCK / 64);
+      uint64_t *bm = malloc((size_t)(words + 1) * 8);
+      for (int64_t i = 0; i < words; i++) {
+        bm[i] = next_u64() & next_u64() & next_u64();
+        if (dense_lane && i % (TAGC_BLOCK / 64) == 777 / 64)
+          bm[i] |= 1ull << (777 % 64);
+      }
+      int64_t cpu = -1, gpu = -2, *dmax = dev_alloc(8);
+      uint64_t *dbm = dev_copy(bm, (size_t)words * 8);
+      CHECK_OK(tagc_bitmap_lane_max_cpu(bm, blocks, &cpu));
+      CHECK_OK(tagc_bitmap_lane_max_cuda(dbm, blocks, dmax, stream));
+      CUDA_OK(cudaStreamSynchronize(stream));
+      host_copy(&gpu, dmax, 8);
+      printf("lane_max blocks=%lld dense=%d: cpu %lld gpu %lld\n", (long long)blocks, dense_lane,
+             (long long)cpu, (long long)gpu);
+      CHECK_EQ_INT(cpu, gpu);
+      if (dense_lane)
+        CHECK_EQ_INT(gpu, blocks);
+      cudaFree(dmax), cudaFree(dbm);
+      free(bm);
+    }
+  CHECK(tagc_bitmap_lane_max_cuda(NULL, 3, NULL, stream) == TAGC_EINVAL);
+}
+
 int main(void) {
   int devices = 0;
   if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0)
@@ -497,9 +585,11 @@ int main(void) {
   CUDA_OK(cudaEventCreate(&ev_stop));
   test_bad_arguments();
   test_bitmap();
+  test_lane_max();
   test_bf16();
   test_sparsify();
   test_sketch_pipeline();
+  test_dispatch();
   cudaEventDestroy(ev_start);
   cudaEventDestroy(ev_stop);
   cudaStreamDestroy(stream);
