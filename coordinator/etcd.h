@@ -217,7 +217,8 @@ typedef struct tagc_etcd_event {
 
 typedef enum tagc_etcd_watch_kind {
   TAGC_ETCD_WATCH_EVENTS, /* events, in revision order */
-  TAGC_ETCD_WATCH_RESYNC  /* the server canceled the watch (e.g. compaction): a fresh read */
+  TAGC_ETCD_WATCH_RESYNC  /* a fresh read of the range: the server canceled the watch (e.g.
+                             compaction), or the watch asked for an initial read */
 } tagc_etcd_watch_kind;
 
 typedef struct tagc_etcd_watch_msg {
@@ -237,6 +238,9 @@ typedef int (*tagc_etcd_watch_fn)(void *arg, const tagc_etcd_watch_msg *msg);
 typedef struct tagc_etcd_watch_opts {
   int prefix;              /* watch every key with this prefix */
   int64_t start_revision;  /* first revision to report; 0 = from now */
+  int initial_read;        /* first report a RESYNC holding the range as it is now
+                              (compact_revision 0, cancel_reason ""), then every change after
+                              that read: read-then-watch without a gap. Needs start_revision 0 */
   int prev_kv;             /* events carry the previous value */
   int no_put;              /* only deletions */
   int no_delete;           /* only puts */

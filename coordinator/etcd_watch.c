@@ -84,6 +84,8 @@ static int handle_message(tagc_etcd_watch *w, const char *text, size_t len) {
   }
   int close = 0;
   if (r.canceled) {
+    LOG_INFO("etcd", "watch %s canceled by the server (compact revision %lld, reason '%s')", w->key,
+             (long long)r.compact_revision, r.cancel_reason);
     w->need_resync = 1;
     w->compact_revision = r.compact_revision;
     free(w->cancel_reason);
@@ -146,7 +148,7 @@ static void pause_unless_stopped(tagc_etcd_watch *w, double s) {
     tagc_sleep(0.02);
 }
 
-/* Re-reads the range after a cancel and reports it; the watch resumes after that read. */
+/* Reads the range (initially, or after a cancel) and reports it; the watch resumes after it. */
 static tagc_status resync(tagc_etcd_watch *w) {
   tagc_etcd_range_opts ro = {.prefix = w->opts.prefix};
   tagc_etcd_range_result snap;
@@ -155,9 +157,8 @@ static tagc_status resync(tagc_etcd_watch *w) {
                              .snapshot = &snap,
                              .compact_revision = w->compact_revision,
                              .cancel_reason = w->cancel_reason ? w->cancel_reason : ""};
-  LOG_INFO("etcd", "watch %s canceled by the server (compact revision %lld, reason '%s'); "
-           "re-read at revision %lld", w->key, (long long)w->compact_revision, msg.cancel_reason,
-           (long long)snap.revision);
+  LOG_DEBUG("etcd", "watch %s read at revision %lld (compact revision %lld, cancel reason '%s')",
+            w->key, (long long)snap.revision, (long long)w->compact_revision, msg.cancel_reason);
   atomic_store(&w->next_rev, snap.revision + 1);
   w->need_resync = 0;
   if (w->fn(w->arg, &msg) != 0)
@@ -226,8 +227,9 @@ tagc_status tagc_etcd_watch_start(tagc_etcd *c, const char *key, const tagc_etcd
   static const tagc_etcd_watch_opts defaults;
   if (!opts)
     opts = &defaults;
-  if (opts->start_revision < 0 || (opts->no_put && opts->no_delete))
-    return tagc_errorf(TAGC_EINVAL, "etcd watch %s: bad start revision or filters", key);
+  if (opts->start_revision < 0 || (opts->no_put && opts->no_delete) ||
+      (opts->initial_read && opts->start_revision))
+    return tagc_errorf(TAGC_EINVAL, "etcd watch %s: bad start revision, filters or initial read", key);
   tagc_etcd_watch *w = calloc(1, sizeof *w);
   if (!w || !(w->key = strdup(key))) {
     free(w);
@@ -237,6 +239,7 @@ tagc_status tagc_etcd_watch_start(tagc_etcd *c, const char *key, const tagc_etcd
   w->opts = *opts;
   w->fn = fn;
   w->arg = arg;
+  w->need_resync = opts->initial_read;
   atomic_init(&w->stop, 0);
   atomic_init(&w->next_rev, opts->start_revision);
   int rc = pthread_create(&w->thread, NULL, watch_main, w);

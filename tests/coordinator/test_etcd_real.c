@@ -348,6 +348,27 @@ static void test_watch_filter(tagc_etcd *c) {
   CHECK_EQ_INT(s.types[0], TAGC_ETCD_DELETE);
 }
 
+static void test_watch_initial_read(tagc_etcd *c) {
+  CHECK_OK(tagc_etcd_put(c, "/t/ir/a", "1", 1, 0, NULL));
+  CHECK_OK(tagc_etcd_put(c, "/t/ir/b", "2", 1, 0, NULL));
+  seen s = {.lock = PTHREAD_MUTEX_INITIALIZER};
+  tagc_etcd_watch *w = NULL;
+  tagc_etcd_watch_opts o = {.prefix = 1, .initial_read = 1};
+  CHECK_OK(tagc_etcd_watch_start(c, "/t/ir/", &o, collect, &s, &w));
+  CHECK_MSG(wait_seen(&s, 0, 1, 5), "no initial read");
+  CHECK_OK(tagc_etcd_put(c, "/t/ir/c", "3", 1, 0, NULL));
+  CHECK_MSG(wait_seen(&s, 1, 1, 5), "no event after the initial read");
+  tagc_sleep(0.2);
+  tagc_etcd_watch_stop(w);
+  CHECK_EQ_INT(s.resyncs, 1);
+  CHECK_EQ_INT(s.snapshot_n, 2);
+  CHECK_EQ_INT(s.compact_revision, 0);
+  CHECK_EQ_INT(s.n, 1);
+  CHECK_EQ_STR(s.keys[0], "/t/ir/c");
+  o.start_revision = 5;
+  CHECK_EQ_INT(tagc_etcd_watch_start(c, "/t/ir/", &o, collect, &s, &w), TAGC_EINVAL);
+}
+
 static void test_failover(void) {
   char endpoints[256];
   snprintf(endpoints, sizeof endpoints, "http://127.0.0.1:%d,%s", tagc_test_free_port(), server.url);
@@ -514,6 +535,7 @@ int main(void) {
     test_watch(c);
     test_watch_compacted(c);
     test_watch_filter(c);
+    test_watch_initial_read(c);
     test_threads(c);
     test_failover();
     test_tls();
