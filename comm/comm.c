@@ -143,6 +143,10 @@ void tagc_comm_stats_reset(tagc_comm *comm) {
   pthread_mutex_unlock(&comm->stats_lock);
 }
 
+/* Longer timeouts are clamped to this (about 11 days), which keeps every clock computation
+ * of the backends far from overflow. */
+#define MAX_TIMEOUT_S 1e6
+
 /* One collective call in progress: its deadline and the payload bytes it moved. */
 typedef struct op_call {
   tagc_comm *c;
@@ -159,7 +163,8 @@ static tagc_status op_begin(op_call *op, tagc_comm *c, tagc_comm_opkind kind,
   op->c = c;
   op->kind = kind;
   op->start = tagc_now();
-  op->deadline = op->start + (timeout_s > 0 ? timeout_s : c->default_timeout);
+  double timeout = timeout_s > 0 ? timeout_s : c->default_timeout;
+  op->deadline = op->start + (timeout < MAX_TIMEOUT_S ? timeout : MAX_TIMEOUT_S);
   op->sent = op->recv = 0;
   tagc_status st = (tagc_status)atomic_load(&c->state);
   if (st == TAGC_OK)
@@ -243,6 +248,9 @@ tagc_status tagc_comm_allgather(tagc_comm *comm, const void *send, void *recv, s
                                 double timeout_s) {
   if (!comm || (bytes && (!send || !recv)))
     return tagc_errorf(TAGC_EINVAL, "comm allgather: NULL argument");
+  char *own = bytes ? (char *)recv + (size_t)comm->rank * bytes : recv;
+  if (send != own && ranges_overlap(send, bytes, recv, bytes * (size_t)comm->world))
+    return tagc_errorf(TAGC_EINVAL, "comm allgather: send overlaps recv other than in place");
   op_call op;
   TAGC_CHECK(op_begin(&op, comm, TAGC_COMM_OP_ALLGATHER, timeout_s));
   char *out = recv;
@@ -253,8 +261,8 @@ tagc_status tagc_comm_allgather(tagc_comm *comm, const void *send, void *recv, s
     x[i] = (comm_xfer){p, send, bytes, out + (size_t)p * bytes, bytes};
   }
   tagc_status st = TAGC_OK;
-  if (bytes && send != out + (size_t)comm->rank * bytes)
-    st = comm->ops->copy(comm->impl, out + (size_t)comm->rank * bytes, send, bytes);
+  if (bytes && send != own)
+    st = comm->ops->copy(comm->impl, own, send, bytes);
   if (st == TAGC_OK && bytes)
     st = exchange(&op, x, n, &peer);
   return op_end(&op, st, peer);

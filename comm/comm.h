@@ -9,7 +9,8 @@
  *
  * Timeouts and failures
  *   Every operation takes `timeout_s`, a relative timeout in seconds counted from the call;
- *   timeout_s <= 0 means the config's default. An operation never exits the process and never
+ *   timeout_s <= 0 means the config's default; longer than 10^6 s is clamped to that.
+ *   An operation never exits the process and never
  *   waits past its timeout: it returns
  *     TAGC_ETIMEDOUT  the timeout passed (a peer is slow, hung or did not call the operation),
  *     TAGC_EPEER      a peer failed or closed its connection,
@@ -142,7 +143,8 @@ int tagc_comm_world_size(const tagc_comm *comm);
 tagc_comm_backend tagc_comm_backend_of(const tagc_comm *comm);
 
 /* All-gather: every rank contributes `bytes` bytes; recv receives W * bytes, rank-major
- * (rank r's block at offset r * bytes). send may alias recv + rank * bytes.
+ * (rank r's block at offset r * bytes). send may be recv + rank * bytes (in place);
+ * otherwise it must not overlap recv.
  * Counts: sent = recv'd = (W-1) * bytes. */
 tagc_status tagc_comm_allgather(tagc_comm *comm, const void *send, void *recv, size_t bytes,
                                 double timeout_s);

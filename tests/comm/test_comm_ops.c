@@ -55,6 +55,18 @@ static void test_allgather(tagc_comm *c, int rank, int w) {
       bad += out[(size_t)r * n + i] != (unsigned char)(r * 31 + i);
   CHECK_EQ_INT(bad, 0);
   check_stats(c, TAGC_COMM_OP_ALLGATHER, (uint64_t)(w - 1) * n, (uint64_t)(w - 1) * n);
+  /* In place: own block already at its offset in the output. */
+  memset(out, 0, n * (size_t)w);
+  memcpy(out + (size_t)rank * n, in, n);
+  CHECK_OK(tagc_comm_allgather(c, out + (size_t)rank * n, out, n, 0));
+  bad = 0;
+  for (int r = 0; r < w; r++)
+    for (size_t i = 0; i < n; i++)
+      bad += out[(size_t)r * n + i] != (unsigned char)(r * 31 + i);
+  CHECK_EQ_INT(bad, 0);
+  if (w > 1)
+    CHECK_EQ_INT(tagc_comm_allgather(c, out + 1, out, n, 0), TAGC_EINVAL);
+  tagc_comm_stats_reset(c);
   free(in);
   free(out);
 }
