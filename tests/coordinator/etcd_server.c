@@ -215,6 +215,18 @@ tagc_status tagc_test_etcd_kill(tagc_test_etcd *e) {
   return TAGC_OK;
 }
 
+static tagc_status send_signal(tagc_test_etcd *e, int sig) {
+  if (e->pid <= 0)
+    return tagc_errorf(TAGC_EINVAL, "etcd is not running");
+  if (kill(e->pid, sig) != 0)
+    return tagc_errorf(TAGC_EIO, "kill(%d, %d): %s", (int)e->pid, sig, strerror(errno));
+  return TAGC_OK;
+}
+
+tagc_status tagc_test_etcd_pause(tagc_test_etcd *e) { return send_signal(e, SIGSTOP); }
+
+tagc_status tagc_test_etcd_resume(tagc_test_etcd *e) { return send_signal(e, SIGCONT); }
+
 tagc_status tagc_test_etcd_restart(tagc_test_etcd *e) {
   if (e->pid > 0)
     return tagc_errorf(TAGC_EINVAL, "etcd pid %d is still running", (int)e->pid);
@@ -229,6 +241,8 @@ static int remove_entry(const char *path, const struct stat *sb, int flag, struc
 }
 
 void tagc_test_etcd_stop(tagc_test_etcd *e) {
+  if (e->pid > 0)
+    kill(e->pid, SIGCONT); /* a paused server cannot act on SIGTERM */
   if (e->pid > 0 && signal_and_reap(e->pid, SIGTERM, 5) != 0)
     signal_and_reap(e->pid, SIGKILL, 5);
   e->pid = 0;

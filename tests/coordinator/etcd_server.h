@@ -44,6 +44,10 @@ tagc_status tagc_test_etcd_kill(tagc_test_etcd *e);
 /* Starts a server again on the same data dir and ports after tagc_test_etcd_kill. */
 tagc_status tagc_test_etcd_restart(tagc_test_etcd *e);
 
+/* Freezes (SIGSTOP) or thaws (SIGCONT) the server: a hung etcd whose sockets stay open. */
+tagc_status tagc_test_etcd_pause(tagc_test_etcd *e);
+tagc_status tagc_test_etcd_resume(tagc_test_etcd *e);
+
 /* Stops the server (SIGTERM, then SIGKILL after 5 s, by PID) and removes its directory.
  * Idempotent. */
 void tagc_test_etcd_stop(tagc_test_etcd *e);

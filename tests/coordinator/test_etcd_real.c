@@ -369,6 +369,37 @@ static void test_watch_initial_read(tagc_etcd *c) {
   CHECK_EQ_INT(tagc_etcd_watch_start(c, "/t/ir/", &o, collect, &s, &w), TAGC_EINVAL);
 }
 
+/* A hung server (SIGSTOP): calls time out within their deadline; a watch resumes once it
+ * thaws. */
+static void test_hung_server(void) {
+  tagc_etcd_config cfg;
+  tagc_etcd_config_init(&cfg);
+  cfg.endpoints = server.url;
+  cfg.request_timeout_s = 0.4;
+  cfg.deadline_s = 1.2;
+  tagc_etcd *c = NULL;
+  CHECK_OK(tagc_etcd_create(&cfg, &c));
+  if (!c)
+    return;
+  seen s = {.lock = PTHREAD_MUTEX_INITIALIZER};
+  tagc_etcd_watch *w = NULL;
+  tagc_etcd_watch_opts o = {.initial_read = 1};
+  CHECK_OK(tagc_etcd_watch_start(c, "/t/hung", &o, collect, &s, &w));
+  CHECK(wait_seen(&s, 0, 1, 5));
+  CHECK_OK(tagc_test_etcd_pause(&server));
+  double t0 = tagc_now();
+  tagc_etcd_range_result r;
+  CHECK_EQ_INT(tagc_etcd_range(c, "/t/hung", NULL, &r), TAGC_ETIMEDOUT);
+  double took = tagc_now() - t0;
+  CHECK_MSG(took > 0.3 && took < 2.0, "a call to a hung server took %.2f s (deadline 1.2 s)", took);
+  CHECK_OK(tagc_test_etcd_resume(&server));
+  CHECK_OK(tagc_etcd_put(c, "/t/hung", "after", 5, 0, NULL));
+  CHECK_MSG(wait_seen(&s, 1, 1, 5), "the watch did not resume after the server thawed");
+  CHECK_EQ_STR(s.values[0], "after");
+  tagc_etcd_watch_stop(w);
+  tagc_etcd_destroy(c);
+}
+
 static void test_failover(void) {
   char endpoints[256];
   snprintf(endpoints, sizeof endpoints, "http://127.0.0.1:%d,%s", tagc_test_free_port(), server.url);
@@ -536,6 +567,7 @@ int main(void) {
     test_watch_compacted(c);
     test_watch_filter(c);
     test_watch_initial_read(c);
+    test_hung_server();
     test_threads(c);
     test_failover();
     test_tls();
