@@ -10,6 +10,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "ckpt/ckpt_cli.h"
 #include "comm/store.h"
 #include "common/json.h"
 #include "common/log.h"
@@ -158,7 +159,8 @@ done:
 static void usage(FILE *f) {
   fprintf(f, "usage: tagctl COMMAND [options]\n\n"
              "commands:\n"
-             "  run     train locally (tagctl run --help)\n");
+             "  run     train locally (tagctl run --help)\n"
+             "  ckpt    ls|verify|inspect DIR: checkpoints of a run (DIR = OUT/ckpt)\n");
 }
 
 int main(int argc, char **argv) {
@@ -168,6 +170,8 @@ int main(int argc, char **argv) {
   }
   if (!strcmp(argv[1], "run"))
     return cmd_run(argc - 1, argv + 1);
+  if (!strcmp(argv[1], "ckpt"))
+    return tagc_ckpt_cli_main(argc - 1, argv + 1);
   if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
     usage(stdout);
     return 0;

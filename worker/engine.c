@@ -2,6 +2,7 @@
 
 #include <math.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -19,6 +20,7 @@
 enum { SUM_LOSS, SUM_SQ, SUM_ESTIMATED, SUM_SEG0 /* + segment index: global bits */ };
 
 typedef struct segment {
+  char name[48]; /* "u<unit>.<first tensor>": stable across world sizes (checkpoint unit) */
   int unit;
   size_t off, len, S; /* arena offset, elements, shard size */
   tagc_role_policy pol;
@@ -84,6 +86,8 @@ struct tagc_engine {
   double comm_s;       /* comm thread busy time (guarded by mu) */
   double exposed_s;    /* compute thread waiting time */
   int64_t step_now;
+  char **seg_names;    /* checkpoint unit names (point into segs[i].name) */
+  int64_t *seg_numel;
   double *sums;        /* per-step scalars summed over ranks: see tagc_engine_step */
 };
 
@@ -104,14 +108,13 @@ static tagc_status build_segments(tagc_engine *e) {
     for (int t = ui->first_tensor; t < ui->first_tensor + ui->n_tensors; t++) {
       const tagc_tensor_info *ti = &L->tensors[t];
       tagc_role_policy pol = e->cfg.policy.role[ti->role];
-      if (e->world == 1)
-        pol.kind = TAGC_POLICY_NONE;
       segment *prev = e->n_segs > e->unit_first_seg[u] ? &e->segs[e->n_segs - 1] : NULL;
       if (prev && tagc_role_policy_equal(&prev->pol, &pol)) {
         prev->len += ti->numel;
         continue;
       }
       segment *s = &e->segs[e->n_segs++];
+      snprintf(s->name, sizeof s->name, "u%d.%s", u, ti->name);
       s->unit = u;
       s->off = ti->offset;
       s->len = ti->numel;
@@ -134,7 +137,7 @@ static tagc_status build_segments(tagc_engine *e) {
     s->g = block + 3 * s->S;
     if (s->S * (size_t)e->world > max_padded)
       max_padded = s->S * (size_t)e->world;
-    if (s->pol.kind == TAGC_POLICY_TAGC) {
+    if (s->pol.kind == TAGC_POLICY_TAGC && e->world > 1) {
       s->residual = calloc(s->S * (size_t)e->world, sizeof(float));
       if (!s->residual)
         return tagc_errorf(TAGC_ENOMEM, "residual of %zu elements", s->S * (size_t)e->world);
@@ -142,8 +145,14 @@ static tagc_status build_segments(tagc_engine *e) {
   }
   e->staging = malloc(max_padded * sizeof(float));
   e->sums = malloc((size_t)(SUM_SEG0 + e->n_segs) * sizeof(double));
-  if (!e->staging || !e->sums)
+  e->seg_names = malloc((size_t)e->n_segs * sizeof(char *));
+  e->seg_numel = malloc((size_t)e->n_segs * sizeof(int64_t));
+  if (!e->staging || !e->sums || !e->seg_names || !e->seg_numel)
     return tagc_errorf(TAGC_ENOMEM, "staging buffer of %zu floats", max_padded);
+  for (int i = 0; i < e->n_segs; i++) {
+    e->seg_names[i] = e->segs[i].name;
+    e->seg_numel[i] = (int64_t)e->segs[i].len;
+  }
   return TAGC_OK;
 }
 
@@ -283,8 +292,14 @@ static tagc_status reduce_tagc(tagc_engine *e, segment *s, const float *grad) {
 
 static tagc_status reduce_segment(tagc_engine *e, segment *s) {
   const float *grad = e->grads + s->off;
-  if (e->world == 1) {
+  if (e->world == 1) { /* nothing to send; a residual loaded from a checkpoint is folded in */
     memcpy(s->g, grad, s->len * sizeof(float));
+    if (s->residual) {
+      for (size_t i = 0; i < s->len; i++)
+        s->g[i] += s->residual[i];
+      free(s->residual);
+      s->residual = NULL;
+    }
     return TAGC_OK;
   }
   if (s->pol.kind == TAGC_POLICY_TAGC)
@@ -526,6 +541,8 @@ void tagc_engine_free(tagc_engine *e) {
   free(e->grads);
   free(e->staging);
   free(e->sums);
+  free(e->seg_names);
+  free(e->seg_numel);
   free(e->tokens);
   free(e->targets);
   free(e);
@@ -637,7 +654,7 @@ tagc_status tagc_engine_step(tagc_engine *e, const tagc_corpus *corpus, int64_t 
   for (int i = 0; i < e->n_segs; i++) {
     segment *s = &e->segs[i];
     sums[SUM_SQ] += tagc_sumsq(s->g, s->S);
-    if (s->pol.kind == TAGC_POLICY_TAGC && e->world > 1) {
+    if (s->residual) {
       sums[SUM_ESTIMATED] += (double)s->estimated;
       sums[SUM_SEG0 + i] = (double)s->global_bits;
     }
@@ -709,4 +726,110 @@ int tagc_engine_n_segments(const tagc_engine *e) { return e->n_segs; }
 void tagc_engine_segment_info(const tagc_engine *e, int i, tagc_segment_info *out) {
   const segment *s = &e->segs[i];
   *out = (tagc_segment_info){s->unit, s->off, s->len, s->S, s->pol.kind};
+}
+
+/* ---------- checkpoints ---------- */
+
+static const char *const stream_names[TAGC_ENGINE_STREAMS] = {"param", "adam_m", "adam_v", "residual"};
+
+void tagc_engine_ckpt_layout(const tagc_engine *e, tagc_ckpt_layout *layout,
+                             tagc_ckpt_range *ranges) {
+  layout->n_units = e->n_segs;
+  layout->unit_names = (const char *const *)e->seg_names;
+  layout->unit_numel = e->seg_numel;
+  layout->n_streams = TAGC_ENGINE_STREAMS;
+  layout->stream_names = stream_names;
+  for (int i = 0; i < e->n_segs; i++) {
+    ranges[i].lo = (int64_t)((size_t)e->rank * e->segs[i].S);
+    ranges[i].hi = ranges[i].lo + (int64_t)e->segs[i].S;
+  }
+}
+
+/* Replaces each rank's residual by the summed residual of its own shard (zero elsewhere). */
+static tagc_status canonicalise_residual(tagc_engine *e, segment *s) {
+  size_t n = s->S * (size_t)e->world;
+  float *mine = s->residual + (size_t)e->rank * s->S;
+  TAGC_CHECK(tagc_comm_reduce_scatter(e->cfg.comm, s->residual, e->staging, s->S, TAGC_DTYPE_F32,
+                                      TAGC_REDOP_SUM, TAGC_WIRE_NATIVE, e->cfg.op_timeout_s));
+  memset(s->residual, 0, n * sizeof(float));
+  memcpy(mine, e->staging, s->S * sizeof(float));
+  return TAGC_OK;
+}
+
+tagc_status tagc_engine_snapshot(tagc_engine *e, float *const *views) {
+  TAGC_CHECK(drain(e));
+  for (int i = 0; i < e->n_segs; i++) {
+    segment *s = &e->segs[i];
+    size_t n;
+    shard_range(e, s, &n);
+    if (s->residual && e->world > 1)
+      TAGC_CHECK(canonicalise_residual(e, s));
+    float *const *v = views + (size_t)i * TAGC_ENGINE_STREAMS;
+    const float *src[TAGC_ENGINE_STREAMS] = {s->p, s->m, s->v,
+                                             s->residual ? s->residual + (size_t)e->rank * s->S : NULL};
+    for (int k = 0; k < TAGC_ENGINE_STREAMS; k++) {
+      if (!n)
+        continue;
+      if (src[k])
+        memcpy(v[k], src[k], n * sizeof(float));
+      else
+        memset(v[k], 0, n * sizeof(float));
+    }
+  }
+  return TAGC_OK;
+}
+
+tagc_status tagc_engine_load(tagc_engine *e, tagc_ckpt_reader *rd) {
+  int streams[TAGC_ENGINE_STREAMS];
+  for (int k = 0; k < TAGC_ENGINE_STREAMS; k++)
+    if ((streams[k] = tagc_ckpt_reader_stream_index(rd, stream_names[k])) < 0)
+      return tagc_errorf(TAGC_ECORRUPT, "%s: no '%s' stream", tagc_ckpt_reader_path(rd), stream_names[k]);
+  for (int i = 0; i < e->n_segs; i++) {
+    segment *s = &e->segs[i];
+    int u = tagc_ckpt_reader_unit_index(rd, s->name);
+    if (u < 0 || tagc_ckpt_reader_unit_numel(rd, u) != (int64_t)s->len)
+      return tagc_errorf(TAGC_ECORRUPT, "%s: unit %s is missing or has another size: the "
+                         "checkpoint is of another model or compression policy",
+                         tagc_ckpt_reader_path(rd), s->name);
+    int64_t lo = (int64_t)((size_t)e->rank * s->S), hi = lo + (int64_t)s->S;
+    float *dst[3] = {s->p, s->m, s->v};
+    for (int k = 0; k < 3; k++)
+      TAGC_CHECK(tagc_ckpt_read(rd, u, streams[k], lo, hi, dst[k]));
+    if (s->pol.kind == TAGC_POLICY_TAGC) { /* at world size 1 folded into the first step */
+      size_t n = s->S * (size_t)e->world;
+      if (!s->residual && !(s->residual = calloc(n, sizeof(float))))
+        return tagc_errorf(TAGC_ENOMEM, "residual of %zu elements", n);
+      memset(s->residual, 0, n * sizeof(float));
+      TAGC_CHECK(tagc_ckpt_read(rd, u, streams[3], lo, hi, s->residual + (size_t)e->rank * s->S));
+    }
+  }
+  return TAGC_OK;
+}
+
+json_t *tagc_engine_compression_state(const tagc_engine *e) {
+  json_t *segs = json_array();
+  for (int i = 0; segs && i < e->n_segs; i++) {
+    const segment *s = &e->segs[i];
+    json_array_append_new(segs, json_pack("{s:s, s:s, s:f, s:f, s:f}", "name", s->name, "policy",
+                                          tagc_policy_kind_name(s->pol.kind), "density_seen",
+                                          s->density_seen, "rho", s->rho_used, "target_density",
+                                          s->pol.density));
+  }
+  return json_pack("{s:i, s:o}", "world_size", e->world, "segments", segs);
+}
+
+tagc_status tagc_engine_set_compression_state(tagc_engine *e, const json_t *state) {
+  json_t *segs = json_object_get(state, "segments");
+  size_t i;
+  json_t *item;
+  json_array_foreach(segs, i, item) {
+    const char *name = json_string_value(json_object_get(item, "name"));
+    json_t *d = json_object_get(item, "density_seen");
+    if (!name || !json_is_number(d))
+      return tagc_errorf(TAGC_ECORRUPT, "compression state entry %zu is malformed", i);
+    for (int k = 0; k < e->n_segs; k++)
+      if (!strcmp(e->segs[k].name, name))
+        e->segs[k].density_seen = json_number_value(d);
+  }
+  return TAGC_OK;
 }

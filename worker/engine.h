@@ -24,6 +24,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <jansson.h>
+
+#include "ckpt/ckpt.h"
 #include "comm/comm.h"
 #include "common/status.h"
 #include "worker/adamw.h"
@@ -96,5 +99,31 @@ typedef struct tagc_segment_info {
 
 int tagc_engine_n_segments(const tagc_engine *e);
 void tagc_engine_segment_info(const tagc_engine *e, int i, tagc_segment_info *out);
+
+/* ---- checkpoints (the checkpoint units are the engine's segments) ---- */
+
+#define TAGC_ENGINE_STREAMS 4 /* param, adam_m, adam_v, residual */
+
+/* Describes the checkpoint content of this engine: segment names and sizes (the same for
+ * every world size), the four stream names, and this rank's range of each segment. The
+ * layout's arrays are borrowed from the engine; ranges must hold n_segments entries. */
+void tagc_engine_ckpt_layout(const tagc_engine *e, tagc_ckpt_layout *layout,
+                             tagc_ckpt_range *ranges);
+
+/* Collective. Canonicalises the error-feedback residuals (reduce-scatter: each rank then
+ * holds the summed residual of its own shard and zero elsewhere — the same un-sent mass, now
+ * storable at 1x parameter size; a run that saves and one that resumes from the save do the
+ * same math) and copies this rank's shards into views[seg * TAGC_ENGINE_STREAMS + stream].
+ * Errors: communication failures. */
+tagc_status tagc_engine_snapshot(tagc_engine *e, float *const *views);
+
+/* Loads parameters, moments and residual shards from an open checkpoint (any saved world
+ * size) into this rank's shards. TAGC_ECORRUPT when the checkpoint's segments do not match
+ * this model and policy. */
+tagc_status tagc_engine_load(tagc_engine *e, tagc_ckpt_reader *rd);
+
+/* Compression state for the manifest (new reference) and its restoration. */
+json_t *tagc_engine_compression_state(const tagc_engine *e);
+tagc_status tagc_engine_set_compression_state(tagc_engine *e, const json_t *state);
 
 #endif

@@ -17,6 +17,7 @@
 #include "common/json.h"
 #include "common/log.h"
 #include "common/timeutil.h"
+#include "ckpt/ckpt_saver.h"
 #include "worker/data.h"
 #include "worker/engine.h"
 #include "worker/model.h"
@@ -62,6 +63,18 @@ static const tagc_opt train_opts[] = {
     {"world", TAGC_OPT_INT, OFF(world), "1", 1, 4096, NULL, "number of workers"},
     {"rendezvous", TAGC_OPT_STRING, OFF(rendezvous), "", 0, -1, NULL,
      "directory shared by the workers for the static rendezvous (world > 1)"},
+    {"ckpt-every", TAGC_OPT_INT, OFF(ckpt_every), "100", 0, 1e9, NULL,
+     "save a checkpoint every N steps and at the end (0 = never)"},
+    {"ckpt-dir", TAGC_OPT_STRING, OFF(ckpt_dir), "", 0, -1, NULL,
+     "checkpoint root (default OUT/ckpt); shared by all workers"},
+    {"ckpt-keep-last", TAGC_OPT_INT, OFF(ckpt_keep_last), "3", 0, 1e6, NULL,
+     "keep the newest N checkpoints (0 = keep all) ..."},
+    {"ckpt-keep-every", TAGC_OPT_INT, OFF(ckpt_keep_every), "0", 0, 1e9, NULL,
+     "... and every checkpoint whose step is a multiple of N (0 = none)"},
+    {"resume", TAGC_OPT_BOOL, OFF(resume), "true", 0, -1, NULL,
+     "continue from the newest valid checkpoint in the checkpoint root"},
+    {"stop-at", TAGC_OPT_INT, OFF(stop_at), "0", 0, 1e9, NULL,
+     "stop after this step as if interrupted, without changing the schedule (0 = run to --steps)"},
     {"dump-params", TAGC_OPT_STRING, OFF(dump_params), "", 0, -1, NULL,
      "at the end, rank 0 writes the full fp32 parameter arena to this file (tests, tools)"},
     {"op-timeout", TAGC_OPT_DOUBLE, OFF(op_timeout), "60", 0.1, 86400, NULL,
@@ -84,9 +97,16 @@ typedef struct trainer {
   int rank, world;
   FILE *metrics; /* rank 0 only */
   int threads;
+  char ckpt_root[4096];
+  tagc_ckpt_range *ranges;
+  tagc_ckpt_saver *saver;
+  int64_t start_step; /* first step to run (resume point) */
+  int64_t end_step;   /* step this run stops after */
 } trainer;
 
 static void trainer_free(trainer *t) {
+  tagc_ckpt_saver_destroy(t->saver);
+  free(t->ranges);
   tagc_engine_free(t->engine);
   tagc_comm_destroy(t->comm);
   tagc_store_free(t->store);
@@ -121,6 +141,131 @@ static tagc_status connect_ranks(trainer *t) {
   return tagc_comm_create(&cc, &t->comm);
 }
 
+/* ---------- checkpoints ---------- */
+
+static json_t *model_json(const trainer *t) {
+  const tagc_model_config *m = &t->layout.cfg;
+  return json_pack("{s:i, s:i, s:i, s:i, s:i}", "vocab", m->vocab, "ctx", m->ctx, "layers",
+                   m->n_layer, "heads", m->n_head, "dim", m->d_model);
+}
+
+static json_t *tensors_json(const trainer *t) {
+  json_t *a = json_array();
+  for (int i = 0; a && i < t->layout.n_tensors; i++) {
+    const tagc_tensor_info *ti = &t->layout.tensors[i];
+    json_array_append_new(a, json_pack("{s:s, s:s, s:i, s:i, s:i, s:I}", "name", ti->name, "role",
+                                       tagc_role_name(ti->role), "unit", ti->unit, "rows", ti->rows,
+                                       "cols", ti->cols, "offset", (json_int_t)ti->offset));
+  }
+  return a;
+}
+
+static json_t *sampler_json(const trainer *t, int64_t step) {
+  return json_pack("{s:I, s:I, s:I, s:I, s:I}", "seed", (json_int_t)t->cfg->seed, "batch",
+                   (json_int_t)t->cfg->batch, "ctx", (json_int_t)t->cfg->ctx, "step",
+                   (json_int_t)step, "corpus_crc32c", (json_int_t)t->corpus.crc);
+}
+
+/* Rank 0's barrier before commit: every rank's shard file is durable once it has its final
+ * name (ckpt/ renames it after fsync), so waiting for the W files is the barrier, and it needs
+ * no collective on the saver's thread. */
+static tagc_status shard_files_barrier(void *arg, int64_t step) {
+  trainer *t = arg;
+  if (t->rank != 0)
+    return TAGC_OK;
+  double deadline = tagc_now() + 10 * t->cfg->op_timeout;
+  for (int r = 0; r < t->world; r++) {
+    char path[4200];
+    snprintf(path, sizeof path, "%s/step-%lld.tmp/rank-%05d.bin", t->ckpt_root, (long long)step, r);
+    while (access(path, F_OK) != 0) {
+      if (tagc_now() > deadline)
+        return tagc_errorf(TAGC_ETIMEDOUT, "checkpoint %lld: rank %d's shard did not arrive",
+                           (long long)step, r);
+      tagc_sleep(0.01);
+    }
+  }
+  return TAGC_OK;
+}
+
+static tagc_status open_saver(trainer *t) {
+  if (t->cfg->ckpt_every == 0)
+    return TAGC_OK;
+  if (t->rank == 0 && mkdir(t->ckpt_root, 0755) != 0 && errno != EEXIST)
+    return tagc_errorf(TAGC_EIO, "checkpoint root %s: %s", t->ckpt_root, strerror(errno));
+  /* Leftover shards of an abandoned save would satisfy shard_files_barrier: remove them now,
+   * before any rank can save (saves come after collective steps, which wait for rank 0). */
+  if (t->rank == 0)
+    TAGC_CHECK(tagc_ckpt_remove_partial(t->ckpt_root, NULL));
+  int n = tagc_engine_n_segments(t->engine);
+  t->ranges = calloc((size_t)n, sizeof *t->ranges);
+  if (!t->ranges)
+    return tagc_errorf(TAGC_ENOMEM, "checkpoint ranges");
+  tagc_ckpt_writer_config wc = {0};
+  wc.dir = t->ckpt_root;
+  wc.rank = t->rank;
+  wc.world_size = t->world;
+  tagc_engine_ckpt_layout(t->engine, &wc.layout, t->ranges);
+  wc.ranges = t->ranges;
+  wc.barrier = shard_files_barrier;
+  wc.barrier_arg = t;
+  wc.keep_last = (int)t->cfg->ckpt_keep_last;
+  wc.keep_every = (int)t->cfg->ckpt_keep_every;
+  return tagc_ckpt_saver_create(&wc, &t->saver);
+}
+
+/* Starts an asynchronous save of the state after `step` completed steps. */
+static tagc_status save_checkpoint(trainer *t, int64_t step) {
+  float *const *views;
+  TAGC_CHECK(tagc_ckpt_saver_begin(t->saver, step, &views));
+  tagc_status st = tagc_engine_snapshot(t->engine, views);
+  json_t *model = model_json(t), *tensors = tensors_json(t), *sampler = sampler_json(t, step);
+  json_t *rng = json_pack("{s:I}", "seed", (json_int_t)t->cfg->seed);
+  json_t *comp = tagc_engine_compression_state(t->engine);
+  if (comp)
+    json_object_set_new(comp, "policy", json_string(t->cfg->compress));
+  tagc_ckpt_meta meta = {model, tensors, sampler, rng, comp};
+  tagc_status fin = tagc_ckpt_saver_finish(t->saver, &meta);
+  json_decref(model);
+  json_decref(tensors);
+  json_decref(sampler);
+  json_decref(rng);
+  json_decref(comp);
+  return st != TAGC_OK ? st : fin;
+}
+
+/* Loads the newest valid checkpoint, if any, after checking it belongs to this job. */
+static tagc_status try_resume(trainer *t) {
+  if (!t->cfg->resume)
+    return TAGC_OK;
+  tagc_ckpt_reader *rd;
+  tagc_status st = tagc_ckpt_find_latest_valid(t->ckpt_root, TAGC_CKPT_VERIFY_FULL, &rd);
+  if (st == TAGC_ENOTFOUND) {
+    tagc_clear_error();
+    return TAGC_OK;
+  }
+  TAGC_CHECK(st);
+  json_t *model = model_json(t), *sampler = sampler_json(t, tagc_ckpt_reader_step(rd));
+  const json_t *saved_model = tagc_ckpt_reader_meta(rd, "model");
+  const json_t *saved_sampler = tagc_ckpt_reader_meta(rd, "sampler");
+  if (!json_equal(model, saved_model) || !json_equal(sampler, saved_sampler))
+    st = tagc_errorf(TAGC_EINVAL, "checkpoint %s is of another model, batch, seed or corpus: "
+                     "use another --out or --no-resume", tagc_ckpt_reader_path(rd));
+  if (st == TAGC_OK)
+    st = tagc_engine_load(t->engine, rd);
+  if (st == TAGC_OK)
+    st = tagc_engine_set_compression_state(t->engine, tagc_ckpt_reader_meta(rd, "compression"));
+  if (st == TAGC_OK) {
+    t->start_step = tagc_ckpt_reader_step(rd);
+    if (t->rank == 0)
+      LOG_INFO("train", "resuming from %s (step %lld, saved by %d workers)", tagc_ckpt_reader_path(rd),
+               (long long)t->start_step, tagc_ckpt_reader_world_size(rd));
+  }
+  json_decref(model);
+  json_decref(sampler);
+  tagc_ckpt_close(rd);
+  return st;
+}
+
 static tagc_status trainer_init(trainer *t, const tagc_train_config *cfg) {
   memset(t, 0, sizeof *t);
   t->cfg = cfg;
@@ -142,14 +287,12 @@ static tagc_status trainer_init(trainer *t, const tagc_train_config *cfg) {
   omp_set_num_threads(t->threads);
   openblas_set_num_threads(t->threads);
   TAGC_CHECK(tagc_corpus_load(cfg->corpus, (size_t)cfg->ctx + 1, &t->corpus));
-  if (t->rank == 0) {
+  if (t->rank == 0)
     TAGC_CHECK(make_dir(cfg->out));
-    char path[4096];
-    snprintf(path, sizeof path, "%s/metrics.jsonl", cfg->out);
-    t->metrics = fopen(path, "w");
-    if (!t->metrics)
-      return tagc_errorf(TAGC_EIO, "%s: %s", path, strerror(errno));
-  }
+  if ((size_t)snprintf(t->ckpt_root, sizeof t->ckpt_root, "%s", *cfg->ckpt_dir ? cfg->ckpt_dir : cfg->out) >= sizeof t->ckpt_root - 8)
+    return tagc_errorf(TAGC_EINVAL, "checkpoint path too long");
+  if (!*cfg->ckpt_dir)
+    strcat(t->ckpt_root, "/ckpt");
   TAGC_CHECK(connect_ranks(t));
   int64_t local = (cfg->batch * (t->rank + 1)) / t->world - (cfg->batch * t->rank) / t->world;
   ec.layout = &t->layout;
@@ -167,7 +310,17 @@ static tagc_status trainer_init(trainer *t, const tagc_train_config *cfg) {
   ec.micro_batch = (int)(cfg->micro_batch ? cfg->micro_batch : local);
   ec.seed = (uint64_t)cfg->seed;
   ec.op_timeout_s = cfg->op_timeout;
-  return tagc_engine_new(&ec, &t->engine);
+  TAGC_CHECK(tagc_engine_new(&ec, &t->engine));
+  TAGC_CHECK(try_resume(t));
+  TAGC_CHECK(open_saver(t));
+  if (t->rank == 0) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s/metrics.jsonl", cfg->out);
+    t->metrics = fopen(path, t->start_step > 0 ? "a" : "w");
+    if (!t->metrics)
+      return tagc_errorf(TAGC_EIO, "%s: %s", path, strerror(errno));
+  }
+  return TAGC_OK;
 }
 
 static void format_duration(double s, char *buf, size_t cap) {
@@ -184,7 +337,8 @@ static void print_progress(const trainer *t, int64_t step, double loss, double v
   char el[32], eta[32];
   int64_t done = step + 1;
   format_duration(elapsed, el, sizeof el);
-  format_duration(elapsed / (double)done * (double)(t->cfg->steps - done), eta, sizeof eta);
+  format_duration(elapsed / (double)(done - t->start_step) * (double)(t->cfg->steps - done), eta,
+                  sizeof eta);
   char val[32] = "";
   if (!isnan(val_loss))
     snprintf(val, sizeof val, " val %.4f", val_loss);
@@ -234,7 +388,7 @@ static tagc_status write_summary(const trainer *t, const totals *tt, double trai
   double median = tt->steps ? tt->step_s[tt->steps / 2] : 0;
   json_t *s = json_pack(
       "{s:I, s:f, s:f, s:f, s:f, s:i, s:s, s:s, s:i, s:I, s:I, s:I, s:f, s:f, s:f, s:f, s:f, s:f, s:f}",
-      "steps", (json_int_t)tt->steps, "final_train_loss", train_loss, "final_val_loss", val_loss,
+      "steps", (json_int_t)t->end_step, "final_train_loss", train_loss, "final_val_loss", val_loss,
       "tokens_per_s", tt->tokens / wall, "wall_s", wall, "world_size", t->world, "compress",
       cfg->compress, "blas", openblas_get_config(), "threads", t->threads, "params",
       (json_int_t)t->layout.n_params, "seed", (json_int_t)cfg->seed, "params_crc32c",
@@ -244,6 +398,8 @@ static tagc_status write_summary(const trainer *t, const totals *tt, double trai
       "global_density", tt->density / n, "rho", tt->rho / n);
   if (!s)
     return tagc_errorf(TAGC_ENOMEM, "summary");
+  json_object_set_new(s, "steps_this_run", json_integer(tt->steps));
+  json_object_set_new(s, "resumed_from", json_integer(t->start_step));
   json_object_set_new(s, "model", json_pack("{s:i, s:i, s:i, s:i, s:i}", "vocab", 256, "ctx",
                                             (int)cfg->ctx, "layers", (int)cfg->layers, "heads",
                                             (int)cfg->heads, "dim", (int)cfg->dim));
@@ -305,13 +461,23 @@ tagc_status tagc_train_run(const tagc_train_config *cfg) {
   }
   double t0 = tagc_now(), last_print = -1e9, loss = NAN, val = NAN;
   double step_tokens = (double)cfg->batch * (double)cfg->ctx;
-  for (int64_t step = 0; step < cfg->steps; step++) {
+  if (t.start_step >= cfg->steps) {
+    if (t.rank == 0)
+      LOG_INFO("train", "the checkpoint is already at step %lld of %lld: nothing to train",
+               (long long)t.start_step, (long long)cfg->steps);
+    goto done;
+  }
+  int64_t end = cfg->stop_at > t.start_step && cfg->stop_at < cfg->steps ? cfg->stop_at : cfg->steps;
+  t.end_step = end;
+  for (int64_t step = t.start_step; step < end; step++) {
     tagc_step_stats ss;
     TAGC_CHECK_GOTO(tagc_engine_step(t.engine, &t.corpus, step, &ss), st, done);
+    int last = step + 1 == end;
+    if (t.saver && ((step + 1) % cfg->ckpt_every == 0 || last))
+      TAGC_CHECK_GOTO(save_checkpoint(&t, step + 1), st, done);
     loss = ss.loss;
     accumulate(&tt, &ss, step_tokens);
     double step_val = NAN;
-    int last = step + 1 == cfg->steps;
     if (last || (cfg->eval_every && (step + 1) % cfg->eval_every == 0)) {
       TAGC_CHECK_GOTO(tagc_engine_eval(t.engine, &t.corpus, cfg->eval_windows, &step_val), st, done);
       val = step_val;
@@ -320,18 +486,24 @@ tagc_status tagc_train_run(const tagc_train_config *cfg) {
       continue;
     double now = tagc_now();
     write_metrics(&t, step, &ss, step_val, now - t0);
-    if (step == 0 || last || !isnan(step_val) || now - last_print >= 1.0) {
+    if (step == t.start_step || last || !isnan(step_val) || now - last_print >= 1.0) {
       print_progress(&t, step, loss, step_val, tt.tokens / (now - t0), now - t0);
       last_print = now;
     }
   }
+  if (end < cfg->steps && t.rank == 0)
+    LOG_INFO("train", "stopped after step %lld of %lld as asked (--stop-at)", (long long)end,
+             (long long)cfg->steps);
+  if (t.saver)
+    TAGC_CHECK_GOTO(tagc_ckpt_saver_wait(t.saver), st, done);
   double wall = tagc_now() - t0;
   uint32_t crc = 0;
   TAGC_CHECK_GOTO(finish_params(&t, &crc), st, done);
   if (t.rank == 0) {
     TAGC_CHECK_GOTO(write_summary(&t, &tt, loss, val, wall, crc), st, done);
-    LOG_INFO("train", "done: %lld steps, train loss %.4f, val loss %.4f, %.0f tokens/s, %.1f s",
-             (long long)cfg->steps, loss, val, tt.tokens / wall, wall);
+    LOG_INFO("train", "done: step %lld, %lld steps in this run, train loss %.4f, val loss %.4f, "
+             "%.0f tokens/s, %.1f s", (long long)end, (long long)tt.steps, loss, val,
+             tt.tokens / wall, wall);
   }
 done:
   free(tt.step_s);

@@ -38,6 +38,11 @@ typedef struct tagc_train_config {
   char *rendezvous;   /* directory of the static rendezvous store (world > 1) */
   double op_timeout;  /* seconds a collective may take before it counts as failed */
   char *dump_params;  /* rank 0 writes the final full parameters here ("" = no) */
+  int64_t ckpt_every;
+  char *ckpt_dir;     /* "" = OUT/ckpt */
+  int64_t ckpt_keep_last, ckpt_keep_every;
+  int resume;
+  int64_t stop_at;    /* stop after this step (0 = no) */
 } tagc_train_config;
 
 /* The option table of tagc-worker (and of tagctl run, which forwards to it). */
