@@ -177,12 +177,14 @@ static tagc_status op_begin(op_call *op, tagc_comm *c, tagc_comm_opkind kind,
                      tagc_comm_opkind_name(kind), tagc_strerror(st));
 }
 
-/* Ends a call: breaks the communicator on a transport failure and updates the counters.
- * An abort that raced with the failure wins, so the caller sees TAGC_EABORTED. */
+/* Ends a call: breaks the communicator on a transport failure (and has the backend drop its
+ * connections, so peers fail fast) and updates the counters. An abort that raced with the
+ * failure wins, so the caller sees TAGC_EABORTED. */
 static tagc_status op_end(op_call *op, tagc_status st, int peer) {
   tagc_comm *c = op->c;
   if (st != TAGC_OK && st != TAGC_EINVAL) {
     mark_broken(c, st, peer);
+    c->ops->abort(c->impl);
     tagc_status final = (tagc_status)atomic_load(&c->state);
     if (final != st)
       st = tagc_errorf(final, "comm %s: %s", tagc_comm_opkind_name(op->kind),

@@ -8,7 +8,8 @@
  *   to_bf16   round fp32 to bf16 (round to nearest even) for the wire;
  *   reduce    combine nrows equal rows in row order 0, 1, ... into out (fp32 accumulation).
  * A backend that fails an exchange breaks itself (closes connections / aborts) before it
- * returns, so no late transfer can touch caller memory afterwards. */
+ * returns, so no late transfer can touch caller memory afterwards; after any other failure
+ * the front end calls abort(), which must then drop the connections too. */
 #ifndef TAGC_COMM_COMM_BACKEND_H
 #define TAGC_COMM_COMM_BACKEND_H
 
@@ -43,7 +44,8 @@ typedef struct comm_backend_ops {
   /* Backend-owned scratch of at least bytes (host or device memory), kept between calls;
    * NULL when allocation fails. */
   void *(*scratch)(void *impl, size_t bytes);
-  /* Wakes or cancels a pending exchange; any thread; idempotent. */
+  /* Wakes or cancels a pending exchange, or drops the connections when none is pending;
+   * any thread; idempotent. */
   void (*abort)(void *impl);
   void (*destroy)(void *impl);
 } comm_backend_ops;
