@@ -1,8 +1,15 @@
-/* GPT-2-style decoder on the CPU. Matrix products go to OpenBLAS (cblas_sgemm); elementwise,
- * normalisation and softmax loops use OpenMP with static schedules. Every reduction has a fixed
- * order that does not depend on the thread count: per-row work is split over rows, and sums
- * over the batch (bias, norm and embedding gradients) are split over columns, each column
- * summed by one thread in row order. */
+/* GPT-2-style decoder on the CPU.
+ *
+ * Threading: one OpenMP thread pool does all the work. Matrix products go to OpenBLAS
+ * (cblas_sgemm) called single-threaded from inside the OpenMP regions: a linear layer splits
+ * its rows over the threads, attention runs one (batch, head) pair per iteration. Running the
+ * BLAS's own pthread pool next to OpenMP's would make two pools spin against each other on
+ * the same cores.
+ *
+ * Determinism: with the same thread count the outputs are bit-identical run to run. Every
+ * reduction has a fixed order: per-row work is split over rows, and sums over the batch
+ * (bias, norm and embedding gradients) are split over columns, each column summed by one
+ * thread in row order. No atomics. */
 #include "worker/model.h"
 
 #include <cblas.h>
@@ -657,28 +664,29 @@ static void attention_backward(const att_dims *d, float *dqkv, float *datt, cons
     const float *base = qkv + off, *p = att + att_row(d, b, h, 0);
     const float *dyb = dy + (size_t)b * d->T * d->C + (size_t)h * d->hd;
     float *dbase = dqkv + off, *ds = datt + att_row(d, b, h, 0);
-    for (int t = 0; t < d->T; t++)
-      for (int part = 0; part < 3; part++)
-        memset(dbase + (size_t)t * C3 + (size_t)part * d->C, 0, (size_t)d->hd * sizeof(float));
-    /* dP = dY V^T and dV += P^T dY, per row block. */
-    for (int r0 = 0; r0 < d->T; r0 += ATT_ROW_BLOCK) {
+    /* Row blocks run last to first: the last one covers every key row, so its dV and dK
+     * products initialise them (beta 0) and the earlier, shorter ones accumulate. */
+    int last = (d->T - 1) / ATT_ROW_BLOCK * ATT_ROW_BLOCK;
+    /* dP = dY V^T and dV (+)= P^T dY. */
+    for (int r0 = last; r0 >= 0; r0 -= ATT_ROW_BLOCK) {
       int r1 = att_cols(d, r0);
       const float *dyr = dyb + (size_t)r0 * d->C;
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, r1 - r0, r1, d->hd, 1.0f, dyr, d->C,
                   base + 2 * d->C, C3, 0.0f, ds + (size_t)r0 * d->T, d->T);
       cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, r1, d->hd, r1 - r0, 1.0f,
-                  p + (size_t)r0 * d->T, d->T, dyr, d->C, 1.0f, dbase + 2 * d->C, C3);
+                  p + (size_t)r0 * d->T, d->T, dyr, d->C, r0 == last ? 0.0f : 1.0f,
+                  dbase + 2 * d->C, C3);
     }
     for (int t = 0; t < d->T; t++)
       softmax_causal_row_backward(d, ds + (size_t)t * d->T, p + (size_t)t * d->T, t);
-    /* dQ = dS K and dK += dS^T Q, per row block. */
-    for (int r0 = 0; r0 < d->T; r0 += ATT_ROW_BLOCK) {
+    /* dQ = dS K and dK (+)= dS^T Q. */
+    for (int r0 = last; r0 >= 0; r0 -= ATT_ROW_BLOCK) {
       int r1 = att_cols(d, r0);
       const float *dsr = ds + (size_t)r0 * d->T;
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, r1 - r0, d->hd, r1, 1.0f, dsr, d->T,
                   base + d->C, C3, 0.0f, dbase + (size_t)r0 * C3, C3);
       cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, r1, d->hd, r1 - r0, 1.0f, dsr, d->T,
-                  base + (size_t)r0 * C3, C3, 1.0f, dbase + d->C, C3);
+                  base + (size_t)r0 * C3, C3, r0 == last ? 0.0f : 1.0f, dbase + d->C, C3);
     }
   }
 }

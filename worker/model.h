@@ -19,8 +19,11 @@
  * that unit's backward is done. The single-process trainer passes hooks that return slices
  * of one arena.
  *
- * Threading: the model functions use OpenMP and the BLAS's threads internally; a
- * tagc_model_acts is used by one caller at a time. */
+ * Threading: the model functions parallelise with OpenMP (omp_set_num_threads /
+ * OMP_NUM_THREADS decide) and call OpenBLAS single-threaded from inside their parallel
+ * regions; forward and backward set OpenBLAS's own thread count to 1 for that reason. The
+ * same inputs and thread count give bit-identical results. A tagc_model_acts is used by one
+ * caller at a time. */
 #ifndef TAGC_WORKER_MODEL_H
 #define TAGC_WORKER_MODEL_H
 
