@@ -75,8 +75,6 @@ static const tagc_opt train_opts[] = {
      "continue from the newest valid checkpoint in the checkpoint root"},
     {"stop-at", TAGC_OPT_INT, OFF(stop_at), "0", 0, 1e9, NULL,
      "stop after this step as if interrupted, without changing the schedule (0 = run to --steps)"},
-    {"check-feedback", TAGC_OPT_BOOL, OFF(check_feedback), "false", 0, -1, NULL,
-     "test hook: measure error-feedback mass conservation each step (metrics: feedback_error)"},
     {"dump-params", TAGC_OPT_STRING, OFF(dump_params), "", 0, -1, NULL,
      "at the end, rank 0 writes the full fp32 parameter arena to this file (tests, tools)"},
     {"op-timeout", TAGC_OPT_DOUBLE, OFF(op_timeout), "60", 0.1, 86400, NULL,
@@ -312,7 +310,6 @@ static tagc_status trainer_init(trainer *t, const tagc_train_config *cfg) {
   ec.micro_batch = (int)(cfg->micro_batch ? cfg->micro_batch : local);
   ec.seed = (uint64_t)cfg->seed;
   ec.op_timeout_s = cfg->op_timeout;
-  ec.check_feedback = cfg->check_feedback;
   TAGC_CHECK(tagc_engine_new(&ec, &t->engine));
   TAGC_CHECK(try_resume(t));
   TAGC_CHECK(open_saver(t));
@@ -427,8 +424,6 @@ static void write_metrics(trainer *t, int64_t step, const tagc_step_stats *ss, d
     return;
   if (!isnan(val_loss))
     json_object_set_new(m, "val_loss", json_real(val_loss));
-  if (t->cfg->check_feedback)
-    json_object_set_new(m, "feedback_error", json_real(ss->feedback_error));
   json_dumpf(m, t->metrics, JSON_COMPACT);
   fputc('\n', t->metrics);
   fflush(t->metrics);

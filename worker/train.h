@@ -43,7 +43,6 @@ typedef struct tagc_train_config {
   int64_t ckpt_keep_last, ckpt_keep_every;
   int resume;
   int64_t stop_at;    /* stop after this step (0 = no) */
-  int check_feedback; /* test hook, see tagc_engine_config */
 } tagc_train_config;
 
 /* The option table of tagc-worker (and of tagctl run, which forwards to it). */
