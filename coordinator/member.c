@@ -86,16 +86,23 @@ static tagc_status parse_members(const json_t *arr, const char *my_id, tagc_plan
   return TAGC_OK;
 }
 
+/* A required integer field; a missing one is a malformed plan. */
+static tagc_status need_int(const json_t *obj, const char *key, int64_t *out) {
+  if (tagc_json_get_int(obj, key, out) != TAGC_OK)
+    return tagc_errorf(TAGC_EPROTO, "plan: \"%s\" is missing or not an integer", key);
+  return TAGC_OK;
+}
+
 static tagc_status parse_plan(const json_t *root, const char *my_id, tagc_plan *p) {
   int64_t world = 0;
-  TAGC_CHECK(tagc_json_get_int(root, "gen", &p->gen));
-  TAGC_CHECK(tagc_json_get_int(root, "world", &world));
+  TAGC_CHECK(need_int(root, "gen", &p->gen));
+  TAGC_CHECK(need_int(root, "world", &world));
   TAGC_CHECK(parse_members(json_object_get(root, "members"), my_id, p));
   if (world != p->world)
     return tagc_errorf(TAGC_EPROTO, "plan: world %" PRId64 " but %d members", world, p->world);
   const json_t *resume = json_object_get(root, "resume");
   if (json_is_object(resume)) {
-    TAGC_CHECK(tagc_json_get_int(resume, "step", &p->resume_step));
+    TAGC_CHECK(need_int(resume, "step", &p->resume_step));
     const char *path = json_string_value(json_object_get(resume, "path"));
     if (path && !(p->resume_path = strdup(path)))
       return tagc_errorf(TAGC_ENOMEM, "plan resume path");

@@ -1,0 +1,101 @@
+/* The leader's decision, as a pure function: from the current plan, the live workers, the
+ * failure reports of the current generation and the committed checkpoint, decide whether to
+ * make a new generation and what it looks like. No etcd, no clock, no threads: unit-tested
+ * directly (tests/coordinator_proc/test_planner.c).
+ *
+ * Rules (docs/etcd-schema.md repeats them for operators):
+ *  - Membership: survivors of the current plan keep their relative order (so their ranks only
+ *    move down when someone before them leaves); joiners (live, not excluded, not members) are
+ *    appended in id order; the world is cut at max_workers. A plan needs min_workers.
+ *  - A new generation is made when there is no plan yet, when a member's lease is gone, when
+ *    a member registered again (new lease), when an eligible joiner fits under max_workers,
+ *    or when any failure report exists for the current generation.
+ *  - Suspicion (PFAIL -> FAIL): a report naming a peer rank suspects that member. A suspect
+ *    that reports its own failure too is alive and stays; a suspect that has not reported
+ *    suspect_window_s after the accusation was first seen is excluded; until then the
+ *    decision is WAIT. A suspect whose lease is gone is dropped as lost.
+ *  - Partitions: when the same pair of members accuses each other (or one accuses the other
+ *    and both report) in two consecutive generations, the one with the higher rank (the later
+ *    joiner) is excluded, so a partition that keeps failing is resolved by the second
+ *    generation after it first shows.
+ *  - Out of memory: an oom report halves the reporter's micro-batch (from its plan value, or
+ *    default_micro_batch when that is 0; minimum 1); the worker raises its accumulation steps so
+ *    the global batch stays the same. An oom at micro-batch 1 excludes the reporter.
+ *  - Exclusion lasts as long as the excluded worker's registration (the create revision of
+ *    workers/<id>): a worker that registers again (tagc_member_rejoin, or a restart) is a
+ *    joiner again.
+ *  - Reports from workers that are not members of the current plan, or naming ranks outside
+ *    it, only count as a failure (a new generation), never as suspicion.
+ *
+ * Plan JSON (the value of gen/<g>/plan):
+ *   {"gen":g, "world":n, "members":[ids, index = rank],
+ *    "resume":{"step":s, "path":p|null},            from ckpt/committed, else step 0
+ *    "micro_batch":{"<id>":n, ...},                  every member; 0 = the job's default
+ *    "registrations":{"<id>":create_revision, ...}, every member
+ *    "excluded":{"<id>":{"registration":r, "why":text}, ...},
+ *    "suspicion":[{"pair":[a,b], "count":c}, ...],  pairs accused in the last generation
+ *    "failures_total":{"<kind>":n, ...},            every report and lost lease so far
+ *    "reason":text} */
+#ifndef TAGC_COORDINATOR_PLANNER_H
+#define TAGC_COORDINATOR_PLANNER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <jansson.h>
+
+#include "common/status.h"
+
+typedef struct tagc_planner_config {
+  int min_workers;          /* >= 1 */
+  int max_workers;          /* >= min_workers */
+  double suspect_window_s;  /* how long a suspected member has to report itself (>= 0) */
+  int default_micro_batch;  /* the job's micro-batch, what a first oom halves; 0 = unknown */
+} tagc_planner_config;
+
+typedef struct tagc_planner_worker {
+  const char *id;           /* worker id (workers/<id>) */
+  int64_t registration;     /* create revision of workers/<id> */
+} tagc_planner_worker;
+
+typedef struct tagc_planner_report {
+  const char *worker;       /* who reported (failures/<g>/<worker>) */
+  const char *kind;         /* comm, timeout, oom, crash, hang, injected */
+  int64_t step;
+  int peer;                 /* suspected rank in the current plan, -1 for none */
+  double seen_at;           /* when the leader first saw the report (monotonic seconds) */
+} tagc_planner_report;
+
+typedef struct tagc_planner_input {
+  const json_t *plan;                    /* current generation's plan; NULL when none */
+  const tagc_planner_worker *workers;    /* live workers, any order, unique ids */
+  size_t n_workers;
+  const tagc_planner_report *reports;    /* failures/<current gen>/..., any order */
+  size_t n_reports;
+  const json_t *ckpt;                    /* ckpt/committed record, NULL when none */
+  double now;                            /* same clock as seen_at */
+} tagc_planner_input;
+
+typedef enum tagc_planner_action {
+  TAGC_PLANNER_KEEP,    /* nothing to do */
+  TAGC_PLANNER_WAIT,    /* a suspect may still report: decide again at wait_until */
+  TAGC_PLANNER_STALLED, /* something changed but fewer than min_workers are eligible */
+  TAGC_PLANNER_NEW      /* write `plan` as generation plan.gen */
+} tagc_planner_action;
+
+typedef struct tagc_planner_decision {
+  tagc_planner_action action;
+  double wait_until;    /* WAIT */
+  json_t *plan;         /* NEW: the new plan (owned by the decision) */
+  char reason[512];     /* why (every action), for logs and /status */
+} tagc_planner_decision;
+
+/* Decides (rules above) into *out (free with tagc_planner_decision_free). TAGC_EINVAL for a
+ * bad config, TAGC_EPROTO for a malformed current plan, TAGC_ENOMEM. Pure; any thread. */
+tagc_status tagc_planner_decide(const tagc_planner_config *cfg, const tagc_planner_input *in,
+                                tagc_planner_decision *out);
+
+/* Releases the plan of a decision; idempotent. */
+void tagc_planner_decision_free(tagc_planner_decision *d);
+
+#endif
