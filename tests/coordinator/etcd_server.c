@@ -36,18 +36,30 @@ static const char *etcd_binary(void) {
   return bin && *bin ? bin : "/usr/bin/etcd";
 }
 
-static size_t discard(char *p, size_t s, size_t n, void *u) {
-  (void)p;
-  (void)u;
+typedef struct reply {
+  char text[256];
+  size_t len;
+} reply;
+
+static size_t keep_head(char *p, size_t s, size_t n, void *u) {
+  reply *r = u;
+  size_t take = s * n;
+  if (take > sizeof r->text - 1 - r->len)
+    take = sizeof r->text - 1 - r->len;
+  memcpy(r->text + r->len, p, take);
+  r->len += take;
+  r->text[r->len] = '\0';
   return s * n;
 }
 
-static int version_answers(const tagc_test_etcd *e) {
+/* GET /health answers 200 with "health":"true": the member serves and has a leader. */
+static int healthy(const tagc_test_etcd *e) {
   char full[128];
-  snprintf(full, sizeof full, "%s/version", e->url);
+  snprintf(full, sizeof full, "%s/health", e->url);
   CURL *h = curl_easy_init();
   if (!h)
     return 0;
+  reply r = {.len = 0};
   curl_easy_setopt(h, CURLOPT_URL, full);
   if (e->tls) {
     curl_easy_setopt(h, CURLOPT_CAINFO, e->ca_file);
@@ -56,12 +68,13 @@ static int version_answers(const tagc_test_etcd *e) {
   }
   curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, 500L);
   curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
-  curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, discard);
+  curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, keep_head);
+  curl_easy_setopt(h, CURLOPT_WRITEDATA, &r);
   long code = 0;
   if (curl_easy_perform(h) == CURLE_OK)
     curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &code);
   curl_easy_cleanup(h);
-  return code == 200;
+  return code == 200 && strstr(r.text, "\"true\"") != NULL;
 }
 
 /* The last bytes of the server's log, for error messages. */
@@ -81,15 +94,14 @@ static const char *log_tail(const tagc_test_etcd *e, char *buf, size_t cap) {
   return buf;
 }
 
-static void exec_etcd(const tagc_test_etcd *e) {
-  char data[300], log[300], client[64], peer[64], cluster[96], cert[300], key[300];
+static void exec_etcd(const tagc_test_etcd *e, int single) {
+  char data[300], log[300], client[64], peer[64], cert[300], key[300];
   snprintf(data, sizeof data, "%s/data", e->dir);
   snprintf(log, sizeof log, "%s/etcd.log", e->dir);
   snprintf(client, sizeof client, "%s://127.0.0.1:%d", e->tls ? "https" : "http", e->client_port);
+  snprintf(peer, sizeof peer, "http://127.0.0.1:%d", e->peer_port);
   snprintf(cert, sizeof cert, "%s/server.pem", e->dir);
   snprintf(key, sizeof key, "%s/server.key", e->dir);
-  snprintf(peer, sizeof peer, "http://127.0.0.1:%d", e->peer_port);
-  snprintf(cluster, sizeof cluster, "default=%s", peer);
   int fd = open(log, O_WRONLY | O_CREAT | O_APPEND, 0644);
   if (fd >= 0) {
     dup2(fd, STDOUT_FILENO);
@@ -97,12 +109,16 @@ static void exec_etcd(const tagc_test_etcd *e) {
     close(fd);
   }
   prctl(PR_SET_PDEATHSIG, SIGKILL);
-  const char *argv[40] = {"etcd", "--name", "default", "--data-dir", data, "--listen-client-urls",
+  const char *argv[40] = {"etcd", "--name", e->name, "--data-dir", data, "--listen-client-urls",
                           client, "--advertise-client-urls", client, "--listen-peer-urls", peer,
-                          "--initial-advertise-peer-urls", peer, "--initial-cluster", cluster,
-                          "--heartbeat-interval", "50", "--election-timeout", "500",
-                          "--log-level", "warn"};
-  int n = 21;
+                          "--initial-advertise-peer-urls", peer, "--initial-cluster",
+                          e->initial_cluster, "--log-level", "warn"};
+  int n = 17;
+  if (single) {
+    const char *fast[] = {"--heartbeat-interval", "50", "--election-timeout", "500"};
+    for (size_t i = 0; i < sizeof fast / sizeof fast[0]; i++)
+      argv[n++] = fast[i];
+  }
   if (e->tls) {
     const char *tls[] = {"--cert-file", cert, "--key-file", key, "--trusted-ca-file", e->ca_file,
                          "--client-cert-auth"};
@@ -114,27 +130,31 @@ static void exec_etcd(const tagc_test_etcd *e) {
   _exit(127);
 }
 
-static tagc_status spawn_and_wait(tagc_test_etcd *e) {
+static tagc_status spawn(tagc_test_etcd *e) {
   pid_t pid = fork();
   if (pid < 0)
     return tagc_errorf(TAGC_EIO, "fork: %s", strerror(errno));
   if (pid == 0)
-    exec_etcd(e);
+    exec_etcd(e, strchr(e->initial_cluster, ',') == NULL);
   e->pid = pid;
-  double deadline = tagc_now() + 15;
+  return TAGC_OK;
+}
+
+static tagc_status wait_healthy(tagc_test_etcd *e, double deadline) {
+  char tail[600];
   while (tagc_now() < deadline) {
     int status;
-    if (waitpid(pid, &status, WNOHANG) == pid) {
-      char tail[600];
+    if (waitpid(e->pid, &status, WNOHANG) == e->pid) {
       e->pid = 0;
-      return tagc_errorf(TAGC_EIO, "etcd exited with status %d: %s", status, log_tail(e, tail, sizeof tail));
+      return tagc_errorf(TAGC_EIO, "etcd %s exited with status %d: %s", e->name, status,
+                         log_tail(e, tail, sizeof tail));
     }
-    if (version_answers(e))
+    if (healthy(e))
       return TAGC_OK;
     tagc_sleep(0.05);
   }
-  char tail[600];
-  return tagc_errorf(TAGC_ETIMEDOUT, "etcd did not answer within 15 s: %s", log_tail(e, tail, sizeof tail));
+  return tagc_errorf(TAGC_ETIMEDOUT, "etcd %s was not healthy in time: %s", e->name,
+                     log_tail(e, tail, sizeof tail));
 }
 
 /* A CA, and server (for 127.0.0.1) and client certificates it signed, in e->dir. */
@@ -144,7 +164,7 @@ static tagc_status make_certificates(tagc_test_etcd *e) {
       "openssl req -x509 $k -keyout ca.key -out ca.pem -days 1 -subj /CN=tagc-test-ca;"
       "for who in server client; do"
       "  openssl req $k -keyout $who.key -out $who.csr -subj /CN=127.0.0.1;"
-      "  printf 'subjectAltName=IP:127.0.0.1\nextendedKeyUsage=serverAuth,clientAuth\n' > $who.ext;"
+      "  printf 'subjectAltName=IP:127.0.0.1\\nextendedKeyUsage=serverAuth,clientAuth\\n' > $who.ext;"
       "  openssl x509 -req -in $who.csr -CA ca.pem -CAkey ca.key -CAcreateserial -days 1"
       "    -extfile $who.ext -out $who.pem;"
       "done";
@@ -160,7 +180,8 @@ static tagc_status make_certificates(tagc_test_etcd *e) {
   return TAGC_OK;
 }
 
-static tagc_status start(tagc_test_etcd *e, int tls) {
+/* Zeroes e, checks the binary, and makes its temporary directory and ports. */
+static tagc_status prepare(tagc_test_etcd *e, int tls, const char *name) {
   memset(e, 0, sizeof *e);
   if (access(etcd_binary(), X_OK) != 0)
     return tagc_errorf(TAGC_EUNSUPPORTED, "no etcd binary at %s", etcd_binary());
@@ -172,28 +193,75 @@ static tagc_status start(tagc_test_etcd *e, int tls) {
   if (!mkdtemp(e->dir))
     return tagc_errorf(TAGC_EIO, "mkdtemp %s: %s", e->dir, strerror(errno));
   e->tls = tls;
-  tagc_status st = tls ? make_certificates(e) : TAGC_OK;
-  if (st != TAGC_OK) {
-    tagc_test_etcd_stop(e);
-    return st;
-  }
-  st = TAGC_EIO;
+  snprintf(e->name, sizeof e->name, "%s", name);
+  e->client_port = tagc_test_free_port();
+  e->peer_port = tagc_test_free_port();
+  snprintf(e->url, sizeof e->url, "%s://127.0.0.1:%d", tls ? "https" : "http", e->client_port);
+  return tls ? make_certificates(e) : TAGC_OK;
+}
+
+static tagc_status start(tagc_test_etcd *e, int tls) {
+  tagc_status st = TAGC_EIO;
+  /* A port taken by someone else between picking and binding makes etcd exit: try again. */
   for (int attempt = 0; attempt < 3 && st != TAGC_OK; attempt++) {
-    e->client_port = tagc_test_free_port();
-    e->peer_port = tagc_test_free_port();
-    snprintf(e->url, sizeof e->url, "%s://127.0.0.1:%d", tls ? "https" : "http", e->client_port);
-    st = spawn_and_wait(e); /* a port taken in between makes etcd exit: pick new ones */
-    if (st != TAGC_OK && e->pid)
-      tagc_test_etcd_kill(e);
+    st = prepare(e, tls, "default");
+    if (st == TAGC_OK) {
+      snprintf(e->initial_cluster, sizeof e->initial_cluster, "default=http://127.0.0.1:%d", e->peer_port);
+      st = spawn(e);
+    }
+    if (st == TAGC_OK)
+      st = wait_healthy(e, tagc_now() + 15);
+    if (st != TAGC_OK) {
+      tagc_status keep = st;
+      tagc_test_etcd_stop(e);
+      st = keep;
+      if (st == TAGC_EUNSUPPORTED)
+        break;
+    }
   }
-  if (st != TAGC_OK)
-    tagc_test_etcd_stop(e);
   return st;
 }
 
 tagc_status tagc_test_etcd_start(tagc_test_etcd *e) { return start(e, 0); }
 
 tagc_status tagc_test_etcd_start_tls(tagc_test_etcd *e) { return start(e, 1); }
+
+tagc_status tagc_test_etcd_cluster_start(tagc_test_etcd_cluster *cl, int n) {
+  memset(cl, 0, sizeof *cl);
+  if (n < 1 || n > TAGC_TEST_ETCD_MAX_MEMBERS)
+    return tagc_errorf(TAGC_EINVAL, "cluster of %d members", n);
+  char initial[512] = "";
+  tagc_status st = TAGC_OK;
+  for (int i = 0; i < n && st == TAGC_OK; i++) {
+    char name[16];
+    snprintf(name, sizeof name, "m%d", i);
+    st = prepare(&cl->member[i], 0, name);
+    cl->n = i + 1;
+    size_t used = strlen(initial), eused = strlen(cl->endpoints);
+    snprintf(initial + used, sizeof initial - used, "%s%s=http://127.0.0.1:%d", i ? "," : "", name,
+             cl->member[i].peer_port);
+    snprintf(cl->endpoints + eused, sizeof cl->endpoints - eused, "%s%s", i ? "," : "", cl->member[i].url);
+  }
+  for (int i = 0; i < n && st == TAGC_OK; i++) {
+    snprintf(cl->member[i].initial_cluster, sizeof cl->member[i].initial_cluster, "%s", initial);
+    st = spawn(&cl->member[i]);
+  }
+  double deadline = tagc_now() + 20;
+  for (int i = 0; i < n && st == TAGC_OK; i++)
+    st = wait_healthy(&cl->member[i], deadline);
+  if (st != TAGC_OK) {
+    tagc_status keep = st;
+    tagc_test_etcd_cluster_stop(cl);
+    st = keep;
+  }
+  return st;
+}
+
+void tagc_test_etcd_cluster_stop(tagc_test_etcd_cluster *cl) {
+  for (int i = 0; i < cl->n; i++)
+    tagc_test_etcd_stop(&cl->member[i]);
+  cl->n = 0;
+}
 
 /* Sends sig and reaps the process, waiting up to timeout_s; 0 once it is gone. */
 static int signal_and_reap(pid_t pid, int sig, double timeout_s) {
@@ -230,7 +298,8 @@ tagc_status tagc_test_etcd_resume(tagc_test_etcd *e) { return send_signal(e, SIG
 tagc_status tagc_test_etcd_restart(tagc_test_etcd *e) {
   if (e->pid > 0)
     return tagc_errorf(TAGC_EINVAL, "etcd pid %d is still running", (int)e->pid);
-  return spawn_and_wait(e);
+  TAGC_CHECK(spawn(e));
+  return wait_healthy(e, tagc_now() + 15);
 }
 
 static int remove_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw) {
