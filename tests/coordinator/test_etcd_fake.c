@@ -477,6 +477,73 @@ static void test_watch_auth(void) {
   tagc_etcd_destroy(c);
 }
 
+typedef struct lost {
+  pthread_mutex_t lock;
+  int calls;
+  tagc_status why;
+  double at;
+} lost;
+
+static void on_lost(void *arg, int64_t lease, tagc_status why) {
+  lost *l = arg;
+  (void)lease;
+  pthread_mutex_lock(&l->lock);
+  l->calls++;
+  l->why = why;
+  l->at = tagc_now();
+  pthread_mutex_unlock(&l->lock);
+}
+
+static int wait_lost(lost *l, double timeout_s) {
+  double deadline = tagc_now() + timeout_s;
+  for (;;) {
+    pthread_mutex_lock(&l->lock);
+    int calls = l->calls;
+    pthread_mutex_unlock(&l->lock);
+    if (calls || tagc_now() > deadline)
+      return calls;
+    tagc_sleep(0.01);
+  }
+}
+
+/* The keeper: renewals at TTL/3; a lease the server no longer knows is reported at once; a
+ * server that cannot be reached is reported once the TTL has passed without a renewal. */
+static void test_keeper(tagc_etcd *c) {
+  script_reset();
+  add(TAGC_OK, 200, "{\"result\":{" HDR ",\"ID\":\"9\",\"TTL\":\"1\"}}");
+  add(TAGC_OK, 200, "{\"result\":{" HDR ",\"ID\":\"9\"}}");
+  lost l = {.lock = PTHREAD_MUTEX_INITIALIZER};
+  tagc_etcd_keeper *k = NULL;
+  double t0 = tagc_now();
+  CHECK_OK(tagc_etcd_keeper_start(c, 9, 1, on_lost, &l, &k));
+  CHECK(wait_lost(&l, 3));
+  tagc_etcd_keeper_stop(k);
+  CHECK_EQ_INT(l.calls, 1);
+  CHECK_EQ_INT(l.why, TAGC_ENOTFOUND);
+  CHECK_NEAR(l.at - t0, 2.0 / 3.0, 0.3); /* two renewals, a third of the TTL apart */
+  CHECK_EQ_STR(S.path[1], "/v3/lease/keepalive");
+  CHECK(strstr(S.body[1], "\"ID\":\"9\"") != NULL);
+
+  script_reset(); /* nothing scripted: every renewal fails to connect */
+  l.calls = 0;
+  t0 = tagc_now();
+  CHECK_OK(tagc_etcd_keeper_start(c, 9, 1, on_lost, &l, &k));
+  CHECK(wait_lost(&l, 3));
+  tagc_etcd_keeper_stop(k);
+  CHECK_EQ_INT(l.calls, 1);
+  CHECK_EQ_INT(l.why, TAGC_ETIMEDOUT);
+  CHECK_NEAR(l.at - t0, 1.0, 0.5);
+
+  /* Stopping is prompt even in the middle of a long period. */
+  l.calls = 0;
+  CHECK_OK(tagc_etcd_keeper_start(c, 9, 60, on_lost, &l, &k));
+  t0 = tagc_now();
+  tagc_etcd_keeper_stop(k);
+  CHECK(tagc_now() - t0 < 0.5);
+  CHECK_EQ_INT(l.calls, 0);
+  CHECK_EQ_INT(tagc_etcd_keeper_start(c, 9, 0, on_lost, &l, &k), TAGC_EINVAL);
+}
+
 int main(void) {
   test_config();
   tagc_etcd *c = client(NULL);
@@ -489,6 +556,7 @@ int main(void) {
   test_numbers_and_leases(c);
   test_watch(c);
   test_watch_first_compaction(c);
+  test_keeper(c);
   tagc_etcd_destroy(c);
   test_auth();
   test_watch_auth();
