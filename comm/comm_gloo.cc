@@ -97,6 +97,8 @@ class PrefixedStore : public gloo::rendezvous::Store {
 // Seconds between two health probes of the connections of a running exchange.
 constexpr double kProbeS = 0.05;
 
+using Buffer = std::unique_ptr<gloo::transport::UnboundBuffer>;
+
 struct Pending {
   gloo::transport::UnboundBuffer *buffer;
   int peer;
@@ -107,7 +109,7 @@ struct GlooComm {
   std::shared_ptr<gloo::rendezvous::Context> context;
   std::vector<char> scratch;
   // probes[p]: zero-byte receive from peer p, posted at create, never completed.
-  std::vector<std::unique_ptr<gloo::transport::UnboundBuffer>> probes;
+  std::vector<Buffer> probes;
   std::thread monitor;
 
   // Guards the fields below against abort() and the monitor thread.
@@ -120,8 +122,6 @@ struct GlooComm {
   int broken_peer = -1;   // found broken by the monitor
   std::vector<Pending> pending;
 };
-
-using Buffer = std::unique_ptr<gloo::transport::UnboundBuffer>;
 
 // Closes every pair; the caller holds g->lock.
 void close_locked(GlooComm *g) {
