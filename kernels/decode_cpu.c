@@ -17,7 +17,7 @@ typedef struct group_state {
   int64_t *nitems; /* [GROUP] */
   int32_t *count;  /* [rows] items in each cell of the lane being peeled */
   uint32_t *ids;   /* [rows] XOR of the block ids of those items */
-  uint32_t *stack; /* [rows + 3*blocks] cells whose count became 1 */
+  uint32_t *stack; /* [rows + 3*blocks + 1] cells whose count became 1 */
   uint8_t *done;   /* [blocks] item peeled, indexed by block */
 } group_state;
 
@@ -27,7 +27,7 @@ static size_t group_state_bytes(const tagc_layout *l) {
   size_t r = (size_t)l->rows, g = (size_t)l->blocks;
   return align64(GROUP * r * sizeof(float)) + align64(GROUP * g * sizeof(uint32_t)) +
          align64(GROUP * sizeof(int64_t)) + align64(r * sizeof(int32_t)) +
-         align64(r * sizeof(uint32_t)) + align64((r + 3 * g) * sizeof(uint32_t)) + align64(g);
+         align64(r * sizeof(uint32_t)) + align64((r + 3 * g + 1) * sizeof(uint32_t)) + align64(g);
 }
 
 static group_state group_state_at(const tagc_layout *l, char *p) {
@@ -44,7 +44,7 @@ static group_state group_state_at(const tagc_layout *l, char *p) {
   s.ids = (uint32_t *)p;
   p += align64(r * sizeof(uint32_t));
   s.stack = (uint32_t *)p;
-  p += align64((r + 3 * g) * sizeof(uint32_t));
+  p += align64((r + 3 * g + 1) * sizeof(uint32_t));
   s.done = (uint8_t *)p;
   return s;
 }
@@ -56,7 +56,11 @@ size_t tagc_decode_workspace_bytes(const tagc_layout *l, int threads) {
   return (size_t)t * group_state_bytes(l);
 }
 
-static inline float row_sign(uint32_t entry) { return (entry & TAGC_ROW_SIGN) ? -1.0f : 1.0f; }
+/* +1.0f or -1.0f from the sign bit of a block_rows entry (branch-free). */
+static inline float row_sign(uint32_t entry) {
+  union { uint32_t u; float f; } c = {0x3F800000u | (entry & TAGC_ROW_SIGN)};
+  return c.f;
+}
 
 /* Transposes group w's sketch columns and lists each lane's items. */
 static void group_load(const tagc_layout *l, const float *sketch, const uint64_t *bitmap, int w,
@@ -94,17 +98,19 @@ static int64_t lane_decode(const tagc_layout *l, float *cell, const uint32_t *it
       s->ids[rows[i] & TAGC_ROW_MASK] ^= items[k];
     }
   }
-  for (int64_t r = 0; r < l->rows; r++)
-    if (s->count[r] == 1)
-      s->stack[top++] = (uint32_t)r;
+  for (int64_t r = 0; r < l->rows; r++) { /* branch-free: most tests are unpredictable */
+    s->stack[top] = (uint32_t)r;
+    top += s->count[r] == 1;
+  }
   while (top > 0) {
     uint32_t r = s->stack[--top];
     if (s->count[r] != 1)
       continue;
     uint32_t b = s->ids[r];
     const uint32_t *rows = &l->block_rows[3 * (int64_t)b];
-    int own = (rows[0] & TAGC_ROW_MASK) == r ? 0 : ((rows[1] & TAGC_ROW_MASK) == r ? 1 : 2);
-    float x = row_sign(rows[own]) * cell[r];
+    uint32_t own = (rows[0] & TAGC_ROW_MASK) == r ? rows[0]
+                   : ((rows[1] & TAGC_ROW_MASK) == r ? rows[1] : rows[2]);
+    float x = row_sign(own) * cell[r];
     out[(int64_t)b * TAGC_BLOCK] = x;
     s->done[b] = 1;
     peeled++;
@@ -112,8 +118,8 @@ static int64_t lane_decode(const tagc_layout *l, float *cell, const uint32_t *it
       uint32_t ri = rows[i] & TAGC_ROW_MASK;
       cell[ri] -= row_sign(rows[i]) * x;
       s->ids[ri] ^= b;
-      if (--s->count[ri] == 1)
-        s->stack[top++] = ri;
+      s->stack[top] = ri; /* pushed only if its count drops to 1 (branch-free) */
+      top += --s->count[ri] == 1;
     }
   }
   for (int64_t k = 0; peeled < nitems && k < nitems; k++) {

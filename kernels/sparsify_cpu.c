@@ -48,19 +48,22 @@ static uint32_t threshold_bin(const uint32_t *hist, int64_t k) {
   return 0;
 }
 
-/* Sparsifies `count` (<= 64) consecutive elements and returns their bitmap word. */
+/* Sparsifies `count` (<= 64) consecutive elements and returns their bitmap word.
+ * Branch-free bit selects so the element loop vectorises. */
 static inline uint64_t apply_word(const float *g, float *r, float *kept, int count,
                                   uint32_t tbin) {
-  uint64_t word = 0;
+  uint32_t keep[64];
   for (int q = 0; q < count; q++) {
-    float v = g[q] + r[q];
-    uint32_t bits = tagc_f32_bits(v);
-    uint32_t keep = (bits & 0x7FFFFFFFu) != 0 && mag_bin(bits) >= tbin;
-    float zero = tagc_f32_from_bits(bits & 0x80000000u);
-    kept[q] = keep ? v : zero;
-    r[q] = keep ? zero : v;
-    word |= (uint64_t)keep << q;
+    uint32_t bits = tagc_f32_bits(g[q] + r[q]), mag = bits & 0x7FFFFFFFu;
+    uint32_t k = 0u - (uint32_t)((mag != 0) & ((mag >> TAGC_HIST_SHIFT) >= tbin));
+    uint32_t sign = bits & 0x80000000u;
+    kept[q] = tagc_f32_from_bits((bits & k) | (sign & ~k));
+    r[q] = tagc_f32_from_bits((sign & k) | (bits & ~k));
+    keep[q] = k & 1u;
   }
+  uint64_t word = 0;
+  for (int q = 0; q < count; q++)
+    word |= (uint64_t)keep[q] << q;
   return word;
 }
 
