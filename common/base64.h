@@ -6,6 +6,10 @@
 
 #include "status.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 /* Characters needed to encode n bytes, excluding the terminating NUL. */
 size_t tagc_base64_encoded_len(size_t n);
 
@@ -22,5 +26,9 @@ tagc_status tagc_base64_decode(const char *text, size_t len, unsigned char *out,
 
 /* Decodes into a new malloc'd NUL-terminated buffer (caller frees). */
 tagc_status tagc_base64_decode_new(const char *text, unsigned char **out, size_t *out_len);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

@@ -9,6 +9,10 @@
 
 #include "status.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 /* Parses a file into a new reference (caller decrefs). TAGC_ENOTFOUND/TAGC_EIO when it can't
  * be read, TAGC_EPROTO with "file:line:column: message" when the JSON is malformed. */
 tagc_status tagc_json_load_file(const char *path, json_t **out);
@@ -33,5 +37,9 @@ char *tagc_json_dump(const json_t *value);
 
 /* Writes value plus a newline to path atomically (temp file, fsync, rename). */
 tagc_status tagc_json_write_file(const char *path, const json_t *value);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

@@ -9,6 +9,10 @@
 
 #include "status.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 typedef enum tagc_log_level {
   TAGC_LOG_DEBUG = 0,
   TAGC_LOG_INFO = 1,
@@ -36,5 +40,9 @@ void tagc_log(tagc_log_level level, const char *subsys, const char *fmt, ...)
 #define LOG_INFO(sub, ...) tagc_log(TAGC_LOG_INFO, sub, __VA_ARGS__)
 #define LOG_WARN(sub, ...) tagc_log(TAGC_LOG_WARN, sub, __VA_ARGS__)
 #define LOG_ERROR(sub, ...) tagc_log(TAGC_LOG_ERROR, sub, __VA_ARGS__)
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

@@ -19,6 +19,10 @@
 
 #include "status.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 typedef enum tagc_opt_type {
   TAGC_OPT_INT,
   TAGC_OPT_DOUBLE,
@@ -69,5 +73,9 @@ void tagc_opts_log(const tagc_opt_program *prog, const void *cfg);
 
 /* Frees the strings the parser allocated in cfg. Idempotent. */
 void tagc_opts_free(const tagc_opt_program *prog, void *cfg);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

@@ -7,6 +7,10 @@
 #ifndef TAGC_COMMON_STATUS_H
 #define TAGC_COMMON_STATUS_H
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 typedef enum tagc_status {
   TAGC_OK = 0,
   TAGC_EINVAL = -1,      /* bad argument, option or input data */
@@ -53,5 +57,9 @@ void tagc_clear_error(void);
     if ((st) != TAGC_OK)                 \
       goto label;                        \
   } while (0)
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

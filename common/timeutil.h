@@ -4,6 +4,10 @@
 
 #include <stdint.h>
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 /* Monotonic time in seconds (CLOCK_MONOTONIC). */
 double tagc_now(void);
 
@@ -15,5 +19,9 @@ double tagc_wall_time(void);
 
 /* Sleeps for the given seconds, resuming after signals. */
 void tagc_sleep(double seconds);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

@@ -17,7 +17,13 @@
 #define PROBE_EVERY 16  /* steps between density probes of a segment sent dense */
 
 /* Slots of the per-step scalars summed over ranks. */
-enum { SUM_LOSS, SUM_SQ, SUM_ESTIMATED, SUM_SEG0 /* + segment index: global bits */ };
+enum {
+  SUM_LOSS, SUM_SQ, SUM_ESTIMATED,
+  SUM_FB_IN,  /* check_feedback: sum of raw gradients + old residuals of tagc segments */
+  SUM_FB_OUT, /* ... sum of what was kept (sent) + new residuals */
+  SUM_FB_ABS, /* ... sum of their absolute values (scale of the comparison) */
+  SUM_SEG0    /* + segment index: global bits */
+};
 
 typedef struct segment {
   char name[48]; /* "u<unit>.<first tensor>": stable across world sizes (checkpoint unit) */
@@ -86,6 +92,7 @@ struct tagc_engine {
   double comm_s;       /* comm thread busy time (guarded by mu) */
   double exposed_s;    /* compute thread waiting time */
   int64_t step_now;
+  double feedback[3];  /* check_feedback sums of this step (comm thread, read after drain) */
   char **seg_names;    /* checkpoint unit names (point into segs[i].name) */
   int64_t *seg_numel;
   double *sums;        /* per-step scalars summed over ranks: see tagc_engine_step */
@@ -226,6 +233,22 @@ static tagc_status choose_rho(const tagc_engine *e, const segment *s, double *rh
   return TAGC_OK;
 }
 
+/* Test hook: error-feedback mass of one sparsify call. `in` is the sum of raw gradient and old
+ * residual; what was kept (and so sent) plus the new residual must sum to the same. */
+static void record_feedback(tagc_engine *e, const segment *s, double in, double abs_in) {
+  const tagc_layout *l = &s->lay;
+  double out = 0;
+  for (size_t j = 0; j < (size_t)e->world; j++) {
+    const float *kept = e->scratch.kept + j * (size_t)l->shard_padded;
+    const float *res = s->residual + j * s->S;
+    for (size_t i = 0; i < s->S; i++)
+      out += (double)kept[i] + (double)res[i];
+  }
+  e->feedback[0] += in;
+  e->feedback[1] += out;
+  e->feedback[2] += abs_in;
+}
+
 /* One tagc segment: sparsify with error feedback, OR the bitmaps to their owners, encode the
  * W destination sketches, reduce-scatter them, decode this rank's shard. */
 static tagc_status reduce_tagc(tagc_engine *e, segment *s, const float *grad) {
@@ -270,11 +293,19 @@ static tagc_status reduce_tagc(tagc_engine *e, segment *s, const float *grad) {
   tagc_sparsify_stats *ss = W <= 64 ? sstats : malloc(W * sizeof *ss);
   if (!ss)
     return tagc_errorf(TAGC_ENOMEM, "sparsify stats");
+  double in = 0, abs_in = 0;
+  if (e->cfg.check_feedback)
+    for (size_t i = 0; i < n; i++) {
+      in += (double)grad[i] + (double)s->residual[i];
+      abs_in += fabs((double)grad[i]) + fabs((double)s->residual[i]);
+    }
   tagc_status st = tagc_kernels_sparsify(&ctx, l, (float)s->pol.density, grad, s->residual,
                                          sc->kept, sc->bitmap, ss);
   if (ss != sstats)
     free(ss);
   TAGC_CHECK(st);
+  if (e->cfg.check_feedback)
+    record_feedback(e, s, in, abs_in);
   TAGC_CHECK(tagc_comm_reduce_scatter(e->cfg.comm, sc->bitmap, sc->global_bitmap, words,
                                       TAGC_DTYPE_U64, TAGC_REDOP_BOR, TAGC_WIRE_NATIVE,
                                       e->cfg.op_timeout_s));
@@ -390,9 +421,12 @@ static int slot_of(const tagc_engine *e, int unit) {
   return -1;
 }
 
-/* Starts gathering unit into a free slot unless it is already there. -1 when no slot is free. */
+/* Starts gathering unit into a free slot unless it is already there. -1 when no slot is free
+ * or the pass will not use the unit. */
 static int prefetch(tagc_engine *e, int unit) {
   if (unit < 0 || unit >= e->L->n_units)
+    return -1;
+  if (e->dir < 0 && !tagc_model_backward_needs_params(e->L, unit))
     return -1;
   int s = slot_of(e, unit);
   if (s >= 0)
@@ -609,6 +643,8 @@ static void update_density(tagc_engine *e, tagc_step_stats *stats) {
   stats->global_density = elements > 0 ? bits / elements : 0;
   stats->rho = n ? rho / n : 0;
   stats->unpeeled = (uint64_t)e->sums[SUM_ESTIMATED];
+  if (e->sums[SUM_FB_ABS] > 0)
+    stats->feedback_error = fabs(e->sums[SUM_FB_IN] - e->sums[SUM_FB_OUT]) / e->sums[SUM_FB_ABS];
   stats->tagc_elements = (uint64_t)bits;
 }
 
@@ -651,6 +687,10 @@ tagc_status tagc_engine_step(tagc_engine *e, const tagc_corpus *corpus, int64_t 
     st = drained;
   if (st != TAGC_OK)
     return st;
+  sums[SUM_FB_IN] = e->feedback[0];
+  sums[SUM_FB_OUT] = e->feedback[1];
+  sums[SUM_FB_ABS] = e->feedback[2];
+  memset(e->feedback, 0, sizeof e->feedback);
   for (int i = 0; i < e->n_segs; i++) {
     segment *s = &e->segs[i];
     sums[SUM_SQ] += tagc_sumsq(s->g, s->S);

@@ -1,4 +1,5 @@
 /* tagc-worker: one training process. */
+#include <signal.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -6,6 +7,7 @@
 #include "worker/train.h"
 
 int main(int argc, char **argv) {
+  signal(SIGPIPE, SIG_IGN); /* a peer that dies must not kill us through a socket write */
   tagc_train_config cfg;
   memset(&cfg, 0, sizeof cfg);
   int help = 0;

@@ -931,7 +931,8 @@ tagc_status tagc_model_backward(const tagc_model_layout *layout, tagc_model_acts
   TAGC_CHECK(backward_unit(layout, acts, hooks, L + 1, 1, head_step, loss_scale));
   for (int l = L - 1; l >= 0; l--)
     TAGC_CHECK(backward_unit(layout, acts, hooks, l + 1, 1, block_step, loss_scale));
-  return backward_unit(layout, acts, hooks, 0, 0, embedding_step, loss_scale);
+  return backward_unit(layout, acts, hooks, 0, tagc_model_backward_needs_params(layout, 0),
+                       embedding_step, loss_scale);
 }
 
 /* ---------------------------------------------------------------------------------------- */
@@ -963,4 +964,9 @@ void tagc_arena_hooks_init(tagc_arena_hooks *ah, const tagc_model_layout *layout
   ah->layout = layout;
   ah->params = params;
   ah->grads = grads;
+}
+
+int tagc_model_backward_needs_params(const tagc_model_layout *layout, int unit) {
+  (void)layout;
+  return unit != 0; /* the embedding gradients need only the tokens and the incoming gradient */
 }

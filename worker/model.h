@@ -138,6 +138,10 @@ tagc_status tagc_model_forward(const tagc_model_layout *layout, tagc_model_acts 
 tagc_status tagc_model_backward(const tagc_model_layout *layout, tagc_model_acts *acts,
                                 tagc_unit_hooks *hooks, float loss_scale);
 
+/* Whether the backward of `unit` reads its parameters (it always reads them in forward): the
+ * embedding unit's does not, so a sharded engine need not gather it again for backward. */
+int tagc_model_backward_needs_params(const tagc_model_layout *layout, int unit);
+
 /* Hooks over one arena of full parameters and one of gradients (the single-process case). */
 typedef struct tagc_arena_hooks {
   tagc_unit_hooks hooks;
