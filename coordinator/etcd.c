@@ -133,6 +133,7 @@ size_t etcd_preferred_endpoint(tagc_etcd *c) { return atomic_load(&c->preferred)
 const char *etcd_endpoint(const tagc_etcd *c, size_t i) { return c->endpoints[i % c->n_endpoints]; }
 void etcd_set_preferred_endpoint(tagc_etcd *c, size_t i) { atomic_store(&c->preferred, i % c->n_endpoints); }
 const tagc_etcd_transport *etcd_transport(const tagc_etcd *c) { return c->transport; }
+double etcd_request_timeout(const tagc_etcd *c) { return c->cfg.request_timeout_s; }
 
 double etcd_backoff_s(const tagc_etcd *c, int attempt) {
   double b = c->cfg.backoff_initial_s;
@@ -367,15 +368,22 @@ fail:
   return st;
 }
 
-tagc_status tagc_etcd_range(tagc_etcd *c, const char *key, const tagc_etcd_range_opts *opts,
-                            tagc_etcd_range_result *out) {
+tagc_status etcd_range(tagc_etcd *c, const char *key, const tagc_etcd_range_opts *opts,
+                       double deadline_s, tagc_etcd_range_result *out) {
   memset(out, 0, sizeof *out);
   json_t *req, *reply;
   TAGC_CHECK(build_range(key, opts, &req));
-  TAGC_CHECK(call_new(c, "/v3/kv/range", req, 1, &reply));
-  tagc_status st = tagc_etcd_decode_range(reply, out);
+  tagc_status st = etcd_call(c, "/v3/kv/range", req, 1, deadline_s, &reply);
+  json_decref(req);
+  TAGC_CHECK(st);
+  st = tagc_etcd_decode_range(reply, out);
   json_decref(reply);
   return st;
+}
+
+tagc_status tagc_etcd_range(tagc_etcd *c, const char *key, const tagc_etcd_range_opts *opts,
+                            tagc_etcd_range_result *out) {
+  return etcd_range(c, key, opts, c->cfg.deadline_s, out);
 }
 
 tagc_status tagc_etcd_get(tagc_etcd *c, const char *key, char **value, size_t *len,

@@ -259,7 +259,8 @@ tagc_status tagc_etcd_watch_start(tagc_etcd *c, const char *key, const tagc_etcd
 /* Revision after which the watch is caught up (last reported event or resync revision). */
 int64_t tagc_etcd_watch_revision(const tagc_etcd_watch *w);
 
-/* Stops the watch (returns within ~0.1 s), joins its thread and frees it. NULL is ignored.
+/* Stops the watch, joins its thread and frees it: within ~0.1 s, or one request timeout
+ * while a re-read or an authentication is in flight. NULL is ignored.
  * Must not be called from the watch's own callback. */
 void tagc_etcd_watch_stop(tagc_etcd_watch *w);
 

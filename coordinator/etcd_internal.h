@@ -31,10 +31,15 @@ int etcd_token_rejected(void);
 void etcd_drop_token(tagc_etcd *c);
 
 const tagc_etcd_transport *etcd_transport(const tagc_etcd *c);
+double etcd_request_timeout(const tagc_etcd *c);
 
 /* tagc_etcd_call with its own deadline (seconds from now). */
 tagc_status etcd_call(tagc_etcd *c, const char *path, json_t *request, int idempotent,
                       double deadline_s, json_t **reply);
+
+/* tagc_etcd_range with its own deadline (seconds from now). */
+tagc_status etcd_range(tagc_etcd *c, const char *key, const tagc_etcd_range_opts *opts,
+                       double deadline_s, tagc_etcd_range_result *out);
 
 /* tagc_etcd_lease_keepalive with its own deadline (seconds from now). */
 tagc_status etcd_keepalive(tagc_etcd *c, int64_t id, double deadline_s, int64_t *ttl);

@@ -152,7 +152,8 @@ static void pause_unless_stopped(tagc_etcd_watch *w, double s) {
 static tagc_status resync(tagc_etcd_watch *w) {
   tagc_etcd_range_opts ro = {.prefix = w->opts.prefix};
   tagc_etcd_range_result snap;
-  TAGC_CHECK(tagc_etcd_range(w->c, w->key, &ro, &snap));
+  /* One request's worth of deadline, so that stopping the watch never waits long. */
+  TAGC_CHECK(etcd_range(w->c, w->key, &ro, etcd_request_timeout(w->c), &snap));
   tagc_etcd_watch_msg msg = {.kind = TAGC_ETCD_WATCH_RESYNC,
                              .snapshot = &snap,
                              .compact_revision = w->compact_revision,

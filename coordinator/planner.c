@@ -102,10 +102,13 @@ static tagc_status load_plan(work *w) {
   w->micro = json_is_object(micro) ? json_deep_copy(micro) : json_object();
   if (!w->excluded || !w->suspicion || !w->totals || !w->micro)
     return tagc_errorf(TAGC_ENOMEM, "planner");
+  w->gen = w->in->gen;
+  if (w->gen < 0)
+    return tagc_errorf(TAGC_EINVAL, "planner: generation %" PRId64 " is negative", w->gen);
   if (!plan)
     return TAGC_OK;
-  if (!json_is_object(plan) || tagc_json_get_int(plan, "gen", &w->gen) != TAGC_OK || w->gen < 1)
-    return tagc_errorf(TAGC_EPROTO, "planner: current plan has no valid \"gen\"");
+  if (!json_is_object(plan))
+    return tagc_errorf(TAGC_EPROTO, "planner: current plan is not an object");
   w->members = json_object_get(plan, "members");
   if (!json_is_array(w->members))
     return tagc_errorf(TAGC_EPROTO, "planner: current plan has no \"members\" array");

@@ -67,7 +67,9 @@ typedef struct tagc_planner_report {
 } tagc_planner_report;
 
 typedef struct tagc_planner_input {
-  const json_t *plan;                    /* current generation's plan; NULL when none */
+  int64_t gen;                           /* current generation (the value of `gen`), 0 = none;
+                                            a new plan is generation gen + 1 */
+  const json_t *plan;                    /* that generation's plan; NULL when none */
   const tagc_planner_worker *workers;    /* live workers, any order, unique ids */
   size_t n_workers;
   const tagc_planner_report *reports;    /* failures/<current gen>/..., any order */
