@@ -24,8 +24,9 @@ export OMP_NUM_THREADS=$threads OPENBLAS_NUM_THREADS=$threads
 echo "threads: $threads (OMP_NUM_THREADS, OPENBLAS_NUM_THREADS, torch.set_num_threads)"
 echo "libblas.so.3 alternative used by torch:"
 update-alternatives --display libblas.so.3-x86_64-linux-gnu 2>/dev/null | sed -n '1,3p' | sed 's/^/  /'
-"$py" "$here/torch_step.py" 1 64 4 16 1 1 0 "$threads" | head -n 1 | sed 's/^/  /'
-echo "C model BLAS: $(ldd "$bin" | grep -o '/[^ ]*blas[^ ]*' | head -n 1)"
+"$py" "$here/torch_step.py" 1 64 4 16 1 1 0 "$threads" | sed -n 1p | sed "s/^/  /"
+blas=$(ldd "$bin" | grep -o "/[^ ]*blas[^ ]*" | sed -n 1p)
+echo "C model BLAS: $blas -> $(readlink -f "$blas")"
 
 median() { sort -n | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
 field() { sed -n "s/.*$1=\([0-9.]*\).*/\1/p"; }
