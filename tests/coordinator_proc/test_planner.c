@@ -32,7 +32,8 @@ static json_int_t int_at(const json_t *plan, const char *obj, const char *key) {
 static int run(const tagc_planner_config *c, const json_t *plan, const tagc_planner_worker *w,
                size_t nw, const tagc_planner_report *r, size_t nr, double now,
                tagc_planner_decision *d) {
-  tagc_planner_input in = {.plan = plan, .workers = w, .n_workers = nw, .reports = r,
+  tagc_planner_input in = {.gen = json_integer_value(json_object_get(plan, "gen")),
+                           .plan = plan, .workers = w, .n_workers = nw, .reports = r,
                            .n_reports = nr, .now = now};
   tagc_status st = tagc_planner_decide(c, &in, d);
   if (st != TAGC_OK)
@@ -233,6 +234,14 @@ static void test_resume_and_errors(void) {
                "/ck/step-100");
   tagc_planner_decision_free(&d);
   json_decref(ckpt);
+  /* A generation whose plan is missing: numbering goes on, never restarts at 1. */
+  in.gen = 7;
+  in.ckpt = NULL;
+  CHECK_OK(tagc_planner_decide(&cfg3, &in, &d));
+  CHECK_EQ_INT(json_integer_value(json_object_get(d.plan, "gen")), 8);
+  CHECK_EQ_INT(int_at(d.plan, "resume", "step"), 0);
+  tagc_planner_decision_free(&d);
+  in.gen = 0;
 
   tagc_planner_config bad = cfg3;
   bad.max_workers = 1;
