@@ -522,14 +522,15 @@ static void linear_forward(float *out, const float *add, const float *inp, const
     thread_rows(N, &lo, &hi);
     for (int r = lo; r < hi; r++) {
       float *o = out + (size_t)r * OC;
-      if (add)
-        memcpy(o, add + (size_t)r * OC, (size_t)OC * sizeof(float));
-      else
-        memset(o, 0, (size_t)OC * sizeof(float));
-      if (bias) {
+      const float *a = add ? add + (size_t)r * OC : NULL;
+      if (a && bias) {
 #pragma omp simd
         for (int c = 0; c < OC; c++)
-          o[c] += bias[c];
+          o[c] = a[c] + bias[c];
+      } else if (a || bias) {
+        memcpy(o, a ? a : bias, (size_t)OC * sizeof(float));
+      } else {
+        memset(o, 0, (size_t)OC * sizeof(float));
       }
     }
     sgemm_rows(CblasNoTrans, CblasTrans, N, OC, IC, 1.0f, inp, IC, w, IC, 1.0f, out, OC);
