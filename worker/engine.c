@@ -11,7 +11,7 @@
 #include "kernels/tagc_kernels.h"
 
 #define BLOCK 1024 /* shard padding: the compression kernels' block */
-#define N_SLOTS 3  /* unit parameter buffers: in use, prefetched, spare */
+#define ROLLING_SLOTS 3 /* unit parameter buffers when resharding: in use, prefetched, spare */
 #define QUEUE 256
 #define MIN_RHO 1.25    /* below this a sketch costs about as much as a dense bf16 shard */
 #define PROBE_EVERY 16  /* steps between density probes of a segment sent dense */
@@ -68,10 +68,12 @@ struct tagc_engine {
 
   float *grads;   /* full local gradient arena (accumulated over micro-batches) */
   float *staging; /* W * max S floats, used by the communication thread only */
-  float *slot_buf[N_SLOTS];
-  int slot_unit[N_SLOTS];
-  int64_t slot_task[N_SLOTS];
+  int n_slots;         /* ROLLING_SLOTS, or one per unit without resharding */
+  float **slot_buf;
+  int *slot_unit;
+  int64_t *slot_task;
   size_t max_unit;
+  uint16_t *gather16;  /* bf16 all-gather: [W][max S] received, then [max S] sent */
 
   tagc_model_acts *acts;
   uint8_t *tokens, *targets;
@@ -151,6 +153,8 @@ static tagc_status build_segments(tagc_engine *e) {
     }
   }
   e->staging = malloc(max_padded * sizeof(float));
+  if (e->cfg.gather_bf16 && !(e->gather16 = malloc((max_padded + max_padded / (size_t)e->world) * sizeof(uint16_t))))
+    return tagc_errorf(TAGC_ENOMEM, "bf16 gather buffer");
   e->sums = malloc((size_t)(SUM_SEG0 + e->n_segs) * sizeof(double));
   e->seg_names = malloc((size_t)e->n_segs * sizeof(char *));
   e->seg_numel = malloc((size_t)e->n_segs * sizeof(int64_t));
@@ -172,13 +176,22 @@ static size_t shard_range(const tagc_engine *e, const segment *s, size_t *n) {
 
 /* ---------- communication tasks (run on the comm thread, or inline when world == 1) ---------- */
 
-static tagc_status gather_unit(tagc_engine *e, int unit, float *dst) {
+/* Gathers unit's full parameters into dst; bf16 on the wire when configured and `for_compute`
+ * (dumps and checkpoint tools always get the exact fp32 values). */
+static tagc_status gather_unit(tagc_engine *e, int unit, float *dst, int for_compute) {
   const tagc_unit_info *ui = &e->L->units[unit];
   for (int i = e->unit_first_seg[unit]; i < e->unit_first_seg[unit] + e->unit_n_segs[unit]; i++) {
     segment *s = &e->segs[i];
     float *out = dst + (s->off - ui->offset);
     if (e->world == 1) {
       memcpy(out, s->p, s->len * sizeof(float));
+      continue;
+    }
+    if (e->cfg.gather_bf16 && for_compute) {
+      uint16_t *recv = e->gather16, *send = e->gather16 + (size_t)e->world * s->S;
+      TAGC_CHECK(tagc_bf16_encode_cpu(s->p, send, (int64_t)s->S));
+      TAGC_CHECK(tagc_comm_allgather(e->cfg.comm, send, recv, s->S * sizeof(uint16_t), e->cfg.op_timeout_s));
+      TAGC_CHECK(tagc_bf16_decode_cpu(recv, out, (int64_t)s->len));
       continue;
     }
     int direct = s->S * (size_t)e->world == s->len;
@@ -340,7 +353,7 @@ static tagc_status reduce_segment(tagc_engine *e, segment *s) {
 
 static tagc_status run_task(tagc_engine *e, const task *t) {
   if (t->kind == TASK_GATHER)
-    return gather_unit(e, t->unit, e->slot_buf[t->slot]);
+    return gather_unit(e, t->unit, e->slot_buf[t->slot], 1);
   for (int i = e->unit_first_seg[t->unit]; i < e->unit_first_seg[t->unit] + e->unit_n_segs[t->unit]; i++)
     TAGC_CHECK(reduce_segment(e, &e->segs[i]));
   return TAGC_OK;
@@ -415,7 +428,7 @@ static tagc_status drain(tagc_engine *e) { return wait_task(e, e->submitted - 1)
 /* ---------- model hooks ---------- */
 
 static int slot_of(const tagc_engine *e, int unit) {
-  for (int s = 0; s < N_SLOTS; s++)
+  for (int s = 0; s < e->n_slots; s++)
     if (e->slot_unit[s] == unit)
       return s;
   return -1;
@@ -431,7 +444,7 @@ static int prefetch(tagc_engine *e, int unit) {
   int s = slot_of(e, unit);
   if (s >= 0)
     return s;
-  for (s = 0; s < N_SLOTS; s++) {
+  for (s = 0; s < e->n_slots; s++) {
     if (e->slot_unit[s] < 0) {
       e->slot_unit[s] = unit;
       e->slot_task[s] = submit(e, TASK_GATHER, unit, s);
@@ -459,6 +472,8 @@ static const float *hook_params(void *ctx, int unit) {
 
 static void hook_release(void *ctx, int unit) {
   tagc_engine *e = ctx;
+  if (!e->cfg.reshard_after_forward)
+    return; /* every unit stays gathered until the step ends */
   int s = slot_of(e, unit);
   if (s >= 0)
     e->slot_unit[s] = -1;
@@ -516,7 +531,15 @@ tagc_status tagc_engine_new(const tagc_engine_config *cfg, tagc_engine **out) {
     st = tagc_errorf(TAGC_ENOMEM, "gradient arena of %zu floats", e->L->n_params);
     goto fail;
   }
-  for (int s = 0; s < N_SLOTS; s++) {
+  e->n_slots = cfg->reshard_after_forward ? ROLLING_SLOTS : e->L->n_units;
+  e->slot_buf = calloc((size_t)e->n_slots, sizeof(float *));
+  e->slot_unit = malloc((size_t)e->n_slots * sizeof(int));
+  e->slot_task = calloc((size_t)e->n_slots, sizeof(int64_t));
+  if (!e->slot_buf || !e->slot_unit || !e->slot_task) {
+    st = tagc_errorf(TAGC_ENOMEM, "unit parameter slots");
+    goto fail;
+  }
+  for (int s = 0; s < e->n_slots; s++) {
     e->slot_unit[s] = -1;
     e->slot_buf[s] = malloc(e->max_unit * sizeof(float));
     if (!e->slot_buf[s]) {
@@ -566,8 +589,12 @@ void tagc_engine_free(tagc_engine *e) {
   free(e->scratch.sketch);
   free(e->scratch.my_sketch);
   free(e->scratch.ws);
-  for (int s = 0; s < N_SLOTS; s++)
+  for (int s = 0; e->slot_buf && s < e->n_slots; s++)
     free(e->slot_buf[s]);
+  free(e->slot_buf);
+  free(e->slot_unit);
+  free(e->slot_task);
+  free(e->gather16);
   tagc_model_acts_free(e->acts);
   free(e->segs);
   free(e->unit_first_seg);
@@ -606,7 +633,7 @@ static tagc_status sum_over_ranks(tagc_engine *e, double *vals, int n) {
 
 /* Forgets gathered units: parameters change between steps. Call with nothing in flight. */
 static void reset_slots(tagc_engine *e) {
-  for (int s = 0; s < N_SLOTS; s++)
+  for (int s = 0; s < e->n_slots; s++)
     e->slot_unit[s] = -1;
 }
 
@@ -755,7 +782,7 @@ tagc_status tagc_engine_eval(tagc_engine *e, const tagc_corpus *corpus, int64_t 
 tagc_status tagc_engine_gather_params(tagc_engine *e, float *out) {
   TAGC_CHECK(drain(e));
   for (int u = 0; u < e->L->n_units; u++)
-    TAGC_CHECK(gather_unit(e, u, out + e->L->units[u].offset));
+    TAGC_CHECK(gather_unit(e, u, out + e->L->units[u].offset, 0));
   return TAGC_OK;
 }
 

@@ -43,6 +43,12 @@ typedef struct tagc_engine_config {
   int micro_batch;                 /* sequences per forward/backward on this rank (>= 1) */
   uint64_t seed;                   /* init and sampler */
   double op_timeout_s;             /* deadline of each collective */
+  int check_feedback;              /* test hook: measure error-feedback mass conservation */
+  int gather_bf16;                 /* all-gather parameters as bf16 (mixed-precision FSDP: the
+                                      model computes on bf16-rounded weights, fp32 master shards) */
+  int reshard_after_forward;       /* 1: ZeRO-3, a unit is gathered before forward and again
+                                      before backward; 0: gathered units stay for the whole step
+                                      (one all-gather per unit per step, full parameters held) */
 } tagc_engine_config;
 
 typedef struct tagc_engine tagc_engine;
@@ -61,6 +67,8 @@ typedef struct tagc_step_stats {
   double rho;             /* tagc segments: mean rho used (0 when no tagc segment) */
   uint64_t unpeeled;      /* tagc segments: elements left to the estimate, all ranks */
   uint64_t tagc_elements; /* tagc segments: elements set in the ORed bitmaps, all ranks */
+  double feedback_error;  /* check_feedback: |sum(grad + old residual) - sum(kept + new
+                             residual)| / sum of magnitudes, over all ranks; 0 when off */
 } tagc_step_stats;
 
 /* Creates the engine: layout of segments, shards, buffers, and the parameters initialised

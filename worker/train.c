@@ -75,8 +75,17 @@ static const tagc_opt train_opts[] = {
      "continue from the newest valid checkpoint in the checkpoint root"},
     {"stop-at", TAGC_OPT_INT, OFF(stop_at), "0", 0, 1e9, NULL,
      "stop after this step as if interrupted, without changing the schedule (0 = run to --steps)"},
+    {"check-feedback", TAGC_OPT_BOOL, OFF(check_feedback), "false", 0, -1, NULL,
+     "test hook: measure error-feedback mass conservation each step (metrics: feedback_error)"},
     {"dump-params", TAGC_OPT_STRING, OFF(dump_params), "", 0, -1, NULL,
      "at the end, rank 0 writes the full fp32 parameter arena to this file (tests, tools)"},
+    {"gather", TAGC_OPT_CHOICE, OFF(gather), "fp32", 0, -1, "fp32|bf16",
+     "parameter all-gather precision (bf16 = mixed-precision FSDP: fp32 master shards)"},
+    {"reshard-after-forward", TAGC_OPT_BOOL, OFF(reshard_after_forward), "true", 0, -1, NULL,
+     "free a unit's gathered parameters after forward and gather again for backward (ZeRO-3); "
+     "false keeps them for the whole step"},
+    {"host", TAGC_OPT_STRING, OFF(host), "127.0.0.1", 0, -1, NULL,
+     "address this worker listens on and advertises to its peers"},
     {"op-timeout", TAGC_OPT_DOUBLE, OFF(op_timeout), "60", 0.1, 86400, NULL,
      "seconds a collective may take before the worker treats it as failed"},
 };
@@ -138,6 +147,7 @@ static tagc_status connect_ranks(trainer *t) {
   cc.store = t->store;
   cc.prefix = "static";
   cc.timeout_s = cfg->op_timeout;
+  cc.host = cfg->host;
   return tagc_comm_create(&cc, &t->comm);
 }
 
@@ -310,6 +320,9 @@ static tagc_status trainer_init(trainer *t, const tagc_train_config *cfg) {
   ec.micro_batch = (int)(cfg->micro_batch ? cfg->micro_batch : local);
   ec.seed = (uint64_t)cfg->seed;
   ec.op_timeout_s = cfg->op_timeout;
+  ec.check_feedback = cfg->check_feedback;
+  ec.gather_bf16 = !strcmp(cfg->gather, "bf16");
+  ec.reshard_after_forward = cfg->reshard_after_forward;
   TAGC_CHECK(tagc_engine_new(&ec, &t->engine));
   TAGC_CHECK(try_resume(t));
   TAGC_CHECK(open_saver(t));
@@ -424,6 +437,8 @@ static void write_metrics(trainer *t, int64_t step, const tagc_step_stats *ss, d
     return;
   if (!isnan(val_loss))
     json_object_set_new(m, "val_loss", json_real(val_loss));
+  if (t->cfg->check_feedback)
+    json_object_set_new(m, "feedback_error", json_real(ss->feedback_error));
   json_dumpf(m, t->metrics, JSON_COMPACT);
   fputc('\n', t->metrics);
   fflush(t->metrics);

@@ -36,6 +36,7 @@ typedef struct tagc_train_config {
   int64_t rank;       /* this process's rank */
   int64_t world;      /* number of ranks */
   char *rendezvous;   /* directory of the static rendezvous store (world > 1) */
+  char *host;         /* address to listen on and advertise */
   double op_timeout;  /* seconds a collective may take before it counts as failed */
   char *dump_params;  /* rank 0 writes the final full parameters here ("" = no) */
   int64_t ckpt_every;
@@ -43,6 +44,9 @@ typedef struct tagc_train_config {
   int64_t ckpt_keep_last, ckpt_keep_every;
   int resume;
   int64_t stop_at;    /* stop after this step (0 = no) */
+  int check_feedback; /* test hook, see tagc_engine_config */
+  char *gather;       /* "fp32" or "bf16" parameter all-gathers */
+  int reshard_after_forward;
 } tagc_train_config;
 
 /* The option table of tagc-worker (and of tagctl run, which forwards to it). */
