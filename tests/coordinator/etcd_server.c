@@ -1,6 +1,7 @@
 #include "etcd_server.h"
 
 #include <arpa/inet.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
@@ -291,7 +292,42 @@ static tagc_status send_signal(tagc_test_etcd *e, int sig) {
   return TAGC_OK;
 }
 
-tagc_status tagc_test_etcd_pause(tagc_test_etcd *e) { return send_signal(e, SIGSTOP); }
+/* True when every thread of pid is stopped (state 'T' in /proc/<pid>/task/<tid>/stat). */
+static int all_threads_stopped(pid_t pid) {
+  char path[64];
+  snprintf(path, sizeof path, "/proc/%d/task", (int)pid);
+  DIR *d = opendir(path);
+  if (!d)
+    return 0;
+  int stopped = 1;
+  struct dirent *ent;
+  while (stopped && (ent = readdir(d)) != NULL) {
+    if (ent->d_name[0] == '.')
+      continue;
+    char stat_path[sizeof path + sizeof ent->d_name + 8], line[512];
+    snprintf(stat_path, sizeof stat_path, "%s/%s/stat", path, ent->d_name);
+    FILE *f = fopen(stat_path, "r");
+    if (!f)
+      continue; /* the thread just exited */
+    const char *after_name = fgets(line, sizeof line, f) ? strrchr(line, ')') : NULL;
+    fclose(f);
+    stopped = after_name && after_name[1] == ' ' && after_name[2] == 'T';
+  }
+  closedir(d);
+  return stopped;
+}
+
+tagc_status tagc_test_etcd_pause(tagc_test_etcd *e) {
+  TAGC_CHECK(send_signal(e, SIGSTOP));
+  /* kill() returns before threads running on other CPUs have stopped: wait for them. */
+  double deadline = tagc_now() + 2;
+  while (!all_threads_stopped(e->pid)) {
+    if (tagc_now() > deadline)
+      return tagc_errorf(TAGC_ETIMEDOUT, "etcd pid %d did not stop", (int)e->pid);
+    tagc_sleep(0.005);
+  }
+  return TAGC_OK;
+}
 
 tagc_status tagc_test_etcd_resume(tagc_test_etcd *e) { return send_signal(e, SIGCONT); }
 

@@ -46,7 +46,8 @@ tagc_status tagc_test_etcd_kill(tagc_test_etcd *e);
 /* Starts a server again on the same data dir and ports after tagc_test_etcd_kill. */
 tagc_status tagc_test_etcd_restart(tagc_test_etcd *e);
 
-/* Freezes (SIGSTOP) or thaws (SIGCONT) the server: a hung etcd whose sockets stay open. */
+/* Freezes (SIGSTOP, returning once every thread is stopped) or thaws (SIGCONT) the server:
+ * a hung etcd whose sockets stay open. */
 tagc_status tagc_test_etcd_pause(tagc_test_etcd *e);
 tagc_status tagc_test_etcd_resume(tagc_test_etcd *e);
 
