@@ -1,0 +1,326 @@
+/* Worker-side membership and the etcd bootstrap store, on a real etcd: store get/set/wait and
+ * a 2-rank Gloo bootstrap through it; member join, plans, lease loss and re-registration,
+ * duplicate ids, failure/progress/checkpoint/finish records. */
+#include <pthread.h>
+#include <stdatomic.h>
+#include <string.h>
+
+#include <jansson.h>
+
+#include "comm/comm.h"
+#include "common/json.h"
+#include "common/status.h"
+#include "common/timeutil.h"
+#include "coordinator/etcd.h"
+#include "coordinator/etcd_store.h"
+#include "coordinator/keys.h"
+#include "coordinator/member.h"
+#include "etcd_server.h"
+#include "test.h"
+
+static tagc_etcd *client(const char *url) {
+  tagc_etcd_config cfg;
+  tagc_etcd_config_init(&cfg);
+  cfg.endpoints = url;
+  tagc_etcd *c = NULL;
+  if (tagc_etcd_create(&cfg, &c) != TAGC_OK)
+    fprintf(stderr, "etcd client: %s\n", tagc_last_error());
+  return c;
+}
+
+/* ---- the bootstrap store ---- */
+
+typedef struct delayed_set {
+  tagc_store *store;
+  double delay;
+} delayed_set;
+
+static void *set_later(void *arg) {
+  delayed_set *d = arg;
+  tagc_sleep(d->delay);
+  tagc_store_set(d->store, "late", "here", 4);
+  return NULL;
+}
+
+static void test_store(tagc_etcd *c) {
+  tagc_store *s = NULL;
+  CHECK_EQ_INT(tagc_etcd_store_new(c, "bad/job", 3, &s), TAGC_EINVAL);
+  CHECK_EQ_INT(tagc_etcd_store_new(c, "job", -1, &s), TAGC_EINVAL);
+  CHECK_OK(tagc_etcd_store_new(c, "job", 3, &s));
+  if (!s)
+    return;
+  CHECK_OK(tagc_store_set(s, "rank_0", "abc\0def", 7));
+  void *v = NULL;
+  size_t len = 0;
+  CHECK_OK(tagc_store_get(s, "rank_0", 1, &v, &len));
+  CHECK(len == 7 && memcmp(v, "abc\0def", 7) == 0);
+  free(v);
+  /* The communicator's generation prefix names the same key; the etcd key is the schema's. */
+  CHECK_OK(tagc_store_get(s, "gen/3/boot/rank_0", 1, &v, &len));
+  free(v);
+  char *raw = NULL;
+  CHECK_OK(tagc_etcd_get(c, "/tagc/job/gen/3/boot/rank_0", &raw, &len, NULL));
+  CHECK(raw && len == 7);
+  free(raw);
+
+  double t0 = tagc_now();
+  CHECK_EQ_INT(tagc_store_get(s, "missing", 0.4, &v, &len), TAGC_ETIMEDOUT);
+  CHECK_NEAR(tagc_now() - t0, 0.4, 0.35);
+  CHECK_EQ_INT(tagc_store_set(s, "bad key!", "x", 1), TAGC_EINVAL);
+
+  /* get blocks until another thread sets the key, and returns soon after. */
+  delayed_set d = {s, 0.5};
+  pthread_t t;
+  pthread_create(&t, NULL, set_later, &d);
+  t0 = tagc_now();
+  CHECK_OK(tagc_store_get(s, "late", 5, &v, &len));
+  double waited = tagc_now() - t0;
+  CHECK_MSG(waited > 0.4 && waited < 1.5, "waited %.2f s for a key set after 0.5 s", waited);
+  CHECK(len == 4 && memcmp(v, "here", 4) == 0);
+  free(v);
+  pthread_join(t, NULL);
+
+  CHECK_OK(tagc_store_remove(s, "late"));
+  CHECK_OK(tagc_store_remove(s, "late"));
+  CHECK_EQ_INT(tagc_store_get(s, "late", 0, &v, &len), TAGC_ETIMEDOUT);
+  tagc_store_free(s);
+}
+
+typedef struct gloo_rank {
+  tagc_etcd *c;
+  int rank;
+  float sum;
+  tagc_status st;
+} gloo_rank;
+
+static void *gloo_main(void *arg) {
+  gloo_rank *g = arg;
+  tagc_store *s = NULL;
+  g->st = tagc_etcd_store_new(g->c, "job", 5, &s);
+  tagc_comm_config cfg;
+  tagc_comm_config_init(&cfg);
+  cfg.rank = g->rank;
+  cfg.world_size = 2;
+  cfg.store = s;
+  cfg.prefix = "gen/5/boot";
+  cfg.timeout_s = 20;
+  tagc_comm *comm = NULL;
+  if (g->st == TAGC_OK)
+    g->st = tagc_comm_create(&cfg, &comm);
+  float x[4] = {(float)(g->rank + 1), 0, 0, 0}, y[4] = {0};
+  if (g->st == TAGC_OK)
+    g->st = tagc_comm_allreduce(comm, x, y, 4, TAGC_DTYPE_F32, TAGC_REDOP_SUM, 10);
+  g->sum = y[0];
+  if (g->st != TAGC_OK)
+    fprintf(stderr, "rank %d: %s\n", g->rank, tagc_last_error());
+  tagc_comm_destroy(comm);
+  tagc_store_free(s);
+  return NULL;
+}
+
+static void test_gloo_bootstrap(tagc_etcd *c) {
+  gloo_rank r[2] = {{c, 0, 0, TAGC_EINTERNAL}, {c, 1, 0, TAGC_EINTERNAL}};
+  pthread_t t[2];
+  for (int i = 0; i < 2; i++)
+    pthread_create(&t[i], NULL, gloo_main, &r[i]);
+  for (int i = 0; i < 2; i++)
+    pthread_join(t[i], NULL);
+  for (int i = 0; i < 2; i++) {
+    CHECK_OK(r[i].st);
+    CHECK_NEAR(r[i].sum, 3.0, 0);
+  }
+  tagc_etcd_range_opts o = {.prefix = 1, .count_only = 1};
+  tagc_etcd_range_result res;
+  CHECK_OK(tagc_etcd_range(c, "/tagc/job/gen/5/boot/", &o, &res));
+  CHECK_MSG(res.count >= 2, "%lld bootstrap keys under gen/5/boot/", (long long)res.count);
+  tagc_etcd_range_result_free(&res);
+}
+
+/* ---- membership ---- */
+
+typedef struct changes {
+  atomic_int calls;
+  atomic_llong last;
+} changes;
+
+static void on_change(void *arg, int64_t gen) {
+  changes *ch = arg;
+  atomic_fetch_add(&ch->calls, 1);
+  atomic_store(&ch->last, gen);
+}
+
+static json_t *get_json(tagc_etcd *c, const char *key) {
+  char *text = NULL;
+  size_t len;
+  json_t *j = NULL;
+  if (tagc_etcd_get(c, key, &text, &len, NULL) == TAGC_OK)
+    tagc_json_parse(text, len, &j);
+  free(text);
+  return j;
+}
+
+/* Writes gen/<g>/plan and gen as the leader would (no election here). */
+static void write_plan(tagc_etcd *c, int64_t g, const char *members_json) {
+  char key[TAGC_KEY_MAX], plan[512], gen[32];
+  tagc_key_gen_plan("job", g, key, sizeof key);
+  snprintf(plan, sizeof plan,
+           "{\"gen\":%lld,\"world\":2,\"members\":%s,\"resume\":{\"step\":40,\"path\":\"/ck/step-40\"},"
+           "\"micro_batch\":{\"w1\":4},\"reason\":\"test\"}",
+           (long long)g, members_json);
+  CHECK_OK(tagc_etcd_put(c, key, plan, strlen(plan), 0, NULL));
+  snprintf(gen, sizeof gen, "%lld", (long long)g);
+  CHECK_OK(tagc_etcd_put(c, "/tagc/job/gen", gen, strlen(gen), 0, NULL));
+}
+
+static void test_join_and_plans(tagc_etcd *c) {
+  json_t *info = json_pack("{s:s, s:i}", "host", "127.0.0.1", "pid", 1);
+  tagc_member *m = NULL;
+  CHECK_EQ_INT(tagc_member_join(c, "job", "bad id", info, 2, &m), TAGC_EINVAL);
+  CHECK_EQ_INT(tagc_member_join(c, "job", "w1", info, 0.1, &m), TAGC_EINVAL);
+  CHECK_OK(tagc_member_join(c, "job", "w1", info, 2, &m));
+  if (!m) {
+    json_decref(info);
+    return;
+  }
+  json_t *reg = get_json(c, "/tagc/job/workers/w1");
+  CHECK_EQ_STR(json_string_value(json_object_get(reg, "id")), "w1");
+  CHECK_EQ_STR(json_string_value(json_object_get(reg, "host")), "127.0.0.1");
+  json_decref(reg);
+
+  /* A second process with the same id is refused once the first keeps its lease. */
+  tagc_member *dup = NULL;
+  double t0 = tagc_now();
+  CHECK_EQ_INT(tagc_member_join(c, "job", "w1", info, 1, &dup), TAGC_ECONFLICT);
+  CHECK(tagc_now() - t0 < 6);
+
+  changes ch = {0};
+  tagc_member_on_change(m, on_change, &ch);
+  tagc_plan p;
+  CHECK_EQ_INT(tagc_member_wait_plan(m, 0, 0.3, &p), TAGC_ETIMEDOUT);
+  write_plan(c, 1, "[\"w0\",\"w1\"]");
+  CHECK_OK(tagc_member_wait_plan(m, 0, 5, &p));
+  CHECK_EQ_INT(p.gen, 1);
+  CHECK_EQ_INT(p.rank, 1);
+  CHECK_EQ_INT(p.world, 2);
+  CHECK_EQ_INT(p.resume_step, 40);
+  CHECK_EQ_STR(p.resume_path, "/ck/step-40");
+  CHECK_EQ_INT(p.micro_batch, 4);
+  tagc_plan_free(&p);
+  CHECK_EQ_INT(tagc_member_gen(m), 1);
+  CHECK(atomic_load(&ch.calls) >= 1 && atomic_load(&ch.last) == 1);
+
+  /* A generation without me: rank -1. */
+  write_plan(c, 2, "[\"w0\",\"w7\"]");
+  CHECK_OK(tagc_member_wait_plan(m, 1, 5, &p));
+  CHECK(p.gen == 2 && p.rank == -1);
+  tagc_plan_free(&p);
+
+  CHECK_OK(tagc_member_ready(m, 2, 1));
+  json_t *ready = get_json(c, "/tagc/job/gen/2/ready/1");
+  CHECK_EQ_STR(json_string_value(json_object_get(ready, "id")), "w1");
+  json_decref(ready);
+  CHECK_EQ_INT(tagc_member_ready(m, 2, -1), TAGC_EINVAL);
+
+  CHECK_EQ_INT(tagc_member_report_failure(m, 2, "bogus", 5, 0, NULL), TAGC_EINVAL);
+  CHECK_OK(tagc_member_report_failure(m, 2, "timeout", 57, 0, "allreduce deadline"));
+  json_t *f = get_json(c, "/tagc/job/failures/2/w1");
+  CHECK_EQ_STR(json_string_value(json_object_get(f, "kind")), "timeout");
+  CHECK_EQ_INT(json_integer_value(json_object_get(f, "step")), 57);
+  CHECK_EQ_INT(json_integer_value(json_object_get(f, "peer")), 0);
+  CHECK_EQ_STR(json_string_value(json_object_get(f, "detail")), "allreduce deadline");
+  json_decref(f);
+
+  json_t *prog = json_pack("{s:i, s:f}", "step", 58, "loss", 2.5);
+  CHECK_OK(tagc_member_progress(m, prog));
+  json_decref(prog);
+  json_t *pr = get_json(c, "/tagc/job/progress");
+  CHECK_EQ_INT(json_integer_value(json_object_get(pr, "step")), 58);
+  CHECK_EQ_STR(json_string_value(json_object_get(pr, "worker")), "w1");
+  json_decref(pr);
+
+  /* ckpt/committed: newer generations and steps win; older ones are refused. */
+  CHECK_OK(tagc_member_commit_ckpt(m, 2, 50, "/ck/step-50", 2, 0xdeadbeef));
+  CHECK_OK(tagc_member_commit_ckpt(m, 3, 40, "/ck/g3/step-40", 3, 1));
+  CHECK_EQ_INT(tagc_member_commit_ckpt(m, 2, 60, "/ck/step-60", 2, 2), TAGC_ECONFLICT);
+  CHECK_EQ_INT(tagc_member_commit_ckpt(m, 3, 30, "/ck/g3/step-30", 3, 2), TAGC_ECONFLICT);
+  json_t *ck = get_json(c, "/tagc/job/ckpt/committed");
+  CHECK_EQ_STR(json_string_value(json_object_get(ck, "path")), "/ck/g3/step-40");
+  CHECK_EQ_INT(json_integer_value(json_object_get(ck, "world")), 3);
+  json_decref(ck);
+
+  char *spec = (char *)"x";
+  CHECK_OK(tagc_member_chaos(m, &spec));
+  CHECK(spec == NULL);
+  CHECK_OK(tagc_etcd_put(c, "/tagc/job/chaos/w1", "crash@step=9", 12, 0, NULL));
+  CHECK_OK(tagc_member_chaos(m, &spec));
+  CHECK_EQ_STR(spec, "crash@step=9");
+  free(spec);
+
+  /* The lease is revoked behind the member's back: it registers again under a new one. */
+  tagc_etcd_range_result r;
+  CHECK_OK(tagc_etcd_range(c, "/tagc/job/workers/w1", NULL, &r));
+  int64_t lease = r.n ? r.kvs[0].lease : 0, created = r.n ? r.kvs[0].create_revision : 0;
+  tagc_etcd_range_result_free(&r);
+  int calls = atomic_load(&ch.calls);
+  CHECK_OK(tagc_etcd_lease_revoke(c, lease));
+  t0 = tagc_now();
+  while (tagc_now() - t0 < 5 && (tagc_member_lease_losses(m) == 0 || tagc_member_lease_lost(m)))
+    tagc_sleep(0.05);
+  CHECK_EQ_INT(tagc_member_lease_losses(m), 1);
+  CHECK_EQ_INT(tagc_member_lease_lost(m), 0);
+  CHECK(atomic_load(&ch.calls) > calls);
+  CHECK_OK(tagc_etcd_range(c, "/tagc/job/workers/w1", NULL, &r));
+  CHECK(r.n == 1 && r.kvs[0].lease != lease && r.kvs[0].create_revision > created);
+  tagc_etcd_range_result_free(&r);
+
+  /* finish: only from the current generation; then wait_plan says "done". */
+  CHECK_EQ_INT(tagc_member_finish(m, 1, 99), TAGC_ECONFLICT);
+  CHECK_OK(tagc_member_finish(m, 2, 100));
+  CHECK_EQ_INT(tagc_member_wait_plan(m, 2, 1, &p), TAGC_ENOTFOUND);
+  CHECK_EQ_STR(tagc_last_error(), "done");
+  json_t *done = get_json(c, "/tagc/job/done");
+  CHECK_EQ_INT(json_integer_value(json_object_get(done, "step")), 100);
+  json_decref(done);
+
+  tagc_member_leave(m);
+  CHECK_OK(tagc_etcd_range(c, "/tagc/job/workers/w1", NULL, &r));
+  CHECK_EQ_INT(r.n, 0);
+  tagc_etcd_range_result_free(&r);
+  CHECK_OK(tagc_etcd_range(c, "/tagc/job/gen/2/ready/1", NULL, &r));
+  CHECK_EQ_INT(r.n, 0); /* ready keys live on the worker's lease */
+  tagc_etcd_range_result_free(&r);
+  json_decref(info);
+}
+
+/* A member that joins after `done` learns it at once. */
+static void test_done_before_join(tagc_etcd *c) {
+  json_t *info = json_object();
+  tagc_member *m = NULL;
+  CHECK_OK(tagc_member_join(c, "job", "w9", info, 2, &m));
+  tagc_plan p;
+  double t0 = tagc_now();
+  CHECK_EQ_INT(tagc_member_wait_plan(m, 0, 5, &p), TAGC_ENOTFOUND);
+  CHECK(tagc_now() - t0 < 1);
+  tagc_member_leave(m);
+  json_decref(info);
+}
+
+int main(void) {
+  tagc_test_etcd e;
+  tagc_status st = tagc_test_etcd_start(&e);
+  if (st == TAGC_EUNSUPPORTED)
+    TEST_SKIP("no etcd binary");
+  CHECK_OK(st);
+  if (st != TAGC_OK)
+    return TEST_END();
+  tagc_etcd *c = client(e.url);
+  if (c) {
+    test_store(c);
+    test_gloo_bootstrap(c);
+    test_join_and_plans(c);
+    test_done_before_join(c);
+    tagc_etcd_destroy(c);
+  }
+  tagc_test_etcd_stop(&e);
+  return TEST_END();
+}
