@@ -581,7 +581,7 @@ static outcome lead(tagc_coord *c) {
       c->dirty = 0;
       pthread_mutex_unlock(&c->lock);
       out = lead_step(c, 1, &wait_until);
-      next_refresh = tagc_now() + REFRESH_S;
+      next_refresh = 0; /* publish what the decision wrote */
     } else if (now >= next_refresh) {
       double keep = wait_until;
       out = lead_step(c, 0, &wait_until);
