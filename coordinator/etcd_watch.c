@@ -168,7 +168,7 @@ static tagc_status resync(tagc_etcd_watch *w) {
   return TAGC_OK;
 }
 
-/* One streamed request on endpoint ep. */
+/* One streamed watch request to endpoint, until it ends, breaks or is closed. */
 static void stream_once(tagc_etcd_watch *w, const char *endpoint) {
   json_t *req = create_request(w);
   char *body = req ? tagc_json_dump(req) : NULL;
