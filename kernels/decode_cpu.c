@@ -14,10 +14,12 @@
 typedef struct group_state {
   float *cell;     /* [GROUP][rows] sketch columns of the group, peeled items subtracted */
   uint32_t *items; /* [GROUP][blocks] block ids of each lane's items, ascending */
+  float *vals;     /* [GROUP][blocks] decoded value of each lane's k-th item */
   int64_t *nitems; /* [GROUP] */
-  int32_t *count;  /* [rows] items in each cell of the lane being peeled */
+  int32_t *count;  /* [rows] items in each cell of the lane being decoded */
   uint32_t *ids;   /* [rows] XOR of the block ids of those items */
   uint32_t *stack; /* [rows + 3*blocks + 1] cells whose count became 1 */
+  uint32_t *pos;   /* [blocks] index k of block b in the lane's item list */
   uint8_t *done;   /* [blocks] item peeled, indexed by block */
 } group_state;
 
@@ -25,9 +27,9 @@ static size_t align64(size_t x) { return (x + 63) & ~(size_t)63; }
 
 static size_t group_state_bytes(const tagc_layout *l) {
   size_t r = (size_t)l->rows, g = (size_t)l->blocks;
-  return align64(GROUP * r * sizeof(float)) + align64(GROUP * g * sizeof(uint32_t)) +
-         align64(GROUP * sizeof(int64_t)) + align64(r * sizeof(int32_t)) +
-         align64(r * sizeof(uint32_t)) + align64((r + 3 * g + 1) * sizeof(uint32_t)) + align64(g);
+  return 2 * align64(GROUP * g * sizeof(uint32_t)) + align64(GROUP * r * sizeof(float)) +
+         align64(GROUP * sizeof(int64_t)) + 2 * align64(r * sizeof(uint32_t)) +
+         align64((r + 3 * g + 1) * sizeof(uint32_t)) + align64(g * sizeof(uint32_t)) + align64(g);
 }
 
 static group_state group_state_at(const tagc_layout *l, char *p) {
@@ -37,6 +39,8 @@ static group_state group_state_at(const tagc_layout *l, char *p) {
   p += align64(GROUP * r * sizeof(float));
   s.items = (uint32_t *)p;
   p += align64(GROUP * g * sizeof(uint32_t));
+  s.vals = (float *)p;
+  p += align64(GROUP * g * sizeof(float));
   s.nitems = (int64_t *)p;
   p += align64(GROUP * sizeof(int64_t));
   s.count = (int32_t *)p;
@@ -45,6 +49,8 @@ static group_state group_state_at(const tagc_layout *l, char *p) {
   p += align64(r * sizeof(uint32_t));
   s.stack = (uint32_t *)p;
   p += align64((r + 3 * g + 1) * sizeof(uint32_t));
+  s.pos = (uint32_t *)p;
+  p += align64(g * sizeof(uint32_t));
   s.done = (uint8_t *)p;
   return s;
 }
@@ -82,17 +88,17 @@ static void group_load(const tagc_layout *l, const float *sketch, const uint64_t
   }
 }
 
-/* Peels lane q of the group (cells in `cell`, items in `items`), then estimates what is
- * left; writes the lane's values to out (stride TAGC_BLOCK from `out`). Returns the number
- * of items peeled. */
+/* Peels one lane of the group (cells in `cell`, items in `items`), then estimates what is
+ * left; vals[k] gets the value of items[k]. Returns the number of items peeled. */
 static int64_t lane_decode(const tagc_layout *l, float *cell, const uint32_t *items,
-                           int64_t nitems, group_state *s, float *out) {
+                           int64_t nitems, group_state *s, float *vals) {
   int64_t top = 0, peeled = 0;
   memset(s->count, 0, (size_t)l->rows * sizeof *s->count);
   memset(s->ids, 0, (size_t)l->rows * sizeof *s->ids);
   for (int64_t k = 0; k < nitems; k++) {
     const uint32_t *rows = &l->block_rows[3 * (int64_t)items[k]];
     s->done[items[k]] = 0;
+    s->pos[items[k]] = (uint32_t)k;
     for (int i = 0; i < 3; i++) {
       s->count[rows[i] & TAGC_ROW_MASK]++;
       s->ids[rows[i] & TAGC_ROW_MASK] ^= items[k];
@@ -111,7 +117,7 @@ static int64_t lane_decode(const tagc_layout *l, float *cell, const uint32_t *it
     uint32_t own = (rows[0] & TAGC_ROW_MASK) == r ? rows[0]
                    : ((rows[1] & TAGC_ROW_MASK) == r ? rows[1] : rows[2]);
     float x = row_sign(own) * cell[r];
-    out[(int64_t)b * TAGC_BLOCK] = x;
+    vals[s->pos[b]] = x;
     s->done[b] = 1;
     peeled++;
     for (int i = 0; i < 3; i++) {
@@ -130,9 +136,30 @@ static int64_t lane_decode(const tagc_layout *l, float *cell, const uint32_t *it
     float a[3];
     for (int i = 0; i < 3; i++)
       a[i] = row_sign(rows[i]) * cell[rows[i] & TAGC_ROW_MASK];
-    out[(int64_t)b * TAGC_BLOCK] = tagc_median3(a[0], a[1], a[2]);
+    vals[k] = tagc_median3(a[0], a[1], a[2]);
   }
   return peeled;
+}
+
+/* Writes group w's lanes of every block to out: decoded values where the bitmap is set,
+ * +0 elsewhere, 64 contiguous floats per block, nothing past shard_numel. */
+static void group_store(const tagc_layout *l, const uint64_t *bitmap, int w,
+                        const group_state *s, float *out) {
+  int64_t cursor[GROUP] = {0};
+  for (int64_t b = 0; b < l->blocks; b++) {
+    int64_t base = b * TAGC_BLOCK + GROUP * w;
+    if (base >= l->shard_numel)
+      break;
+    float chunk[GROUP] = {0};
+    uint64_t m = bitmap[b * GROUPS + w];
+    while (m) {
+      int q = __builtin_ctzll(m);
+      m &= m - 1;
+      chunk[q] = s->vals[q * l->blocks + cursor[q]++];
+    }
+    int64_t count = l->shard_numel - base < GROUP ? l->shard_numel - base : GROUP;
+    memcpy(out + base, chunk, (size_t)count * sizeof(float));
+  }
 }
 
 /* Error unless every bit past shard_numel (the padding) is clear. */
@@ -158,22 +185,19 @@ tagc_status tagc_decode_cpu(const tagc_layout *l, const float *sketch, const uin
     return tagc_errorf(TAGC_EINVAL, "decode: workspace %zu bytes < %zu", ws_bytes, per_thread);
   TAGC_CHECK(check_padding(l, bitmap));
   int64_t nonzero = 0, peeled = 0;
-  /* Lanes write straight into out: padding elements have no bit, so no write lands past
-   * shard_numel. */
 #pragma omp parallel num_threads(nthreads) reduction(+ : nonzero, peeled)
   {
     group_state s = group_state_at(l, (char *)ws + (size_t)omp_get_thread_num() * per_thread);
 #pragma omp for schedule(static)
-    for (int64_t e = 0; e < l->shard_numel; e++)
-      out[e] = 0.0f;
-#pragma omp for schedule(static)
     for (int w = 0; w < GROUPS; w++) {
       group_load(l, sketch, bitmap, w, &s);
       for (int q = 0; q < GROUP; q++) {
+        int64_t off = (int64_t)q * l->blocks;
         nonzero += s.nitems[q];
-        peeled += lane_decode(l, s.cell + (int64_t)q * l->rows, s.items + (int64_t)q * l->blocks,
-                              s.nitems[q], &s, out + GROUP * w + q);
+        peeled += lane_decode(l, s.cell + (int64_t)q * l->rows, s.items + off, s.nitems[q], &s,
+                              s.vals + off);
       }
+      group_store(l, bitmap, w, &s, out);
     }
   }
   stats->nonzero = nonzero;
