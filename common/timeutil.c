@@ -28,3 +28,27 @@ void tagc_sleep(double seconds) {
   while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
   }
 }
+
+int tagc_cond_init_monotonic(pthread_cond_t *cv) {
+  pthread_condattr_t attr;
+  int rc = pthread_condattr_init(&attr);
+  if (rc == 0)
+    rc = pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
+  if (rc == 0)
+    rc = pthread_cond_init(cv, &attr);
+  pthread_condattr_destroy(&attr);
+  return rc;
+}
+
+struct timespec tagc_deadline_in(double seconds) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  if (seconds < 0)
+    seconds = 0;
+  if (seconds > 1e9)
+    seconds = 1e9;
+  int64_t ns = (int64_t)ts.tv_nsec + (int64_t)((seconds - (double)(int64_t)seconds) * 1e9);
+  ts.tv_sec += (time_t)seconds + (time_t)(ns / 1000000000);
+  ts.tv_nsec = (long)(ns % 1000000000);
+  return ts;
+}

@@ -2,7 +2,9 @@
 #ifndef TAGC_COMMON_TIMEUTIL_H
 #define TAGC_COMMON_TIMEUTIL_H
 
+#include <pthread.h>
 #include <stdint.h>
+#include <time.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -16,6 +18,14 @@ int64_t tagc_now_ns(void);
 
 /* Wall-clock time in seconds since the epoch (for records humans read). */
 double tagc_wall_time(void);
+
+/* Initialises a condition variable whose timed waits use CLOCK_MONOTONIC, so that a jump of
+ * the wall clock neither stretches nor cuts a wait. Returns pthread's error number (0 = ok). */
+int tagc_cond_init_monotonic(pthread_cond_t *cv);
+
+/* The absolute CLOCK_MONOTONIC time `seconds` from now, for pthread_cond_timedwait on a
+ * condition variable made by tagc_cond_init_monotonic. Negative seconds count as 0. */
+struct timespec tagc_deadline_in(double seconds);
 
 /* Sleeps for the given seconds, resuming after signals. */
 void tagc_sleep(double seconds);
