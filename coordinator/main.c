@@ -3,12 +3,14 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "common/log.h"
 #include "common/options.h"
 #include "coordinator/coordinator.h"
 #include "coordinator/etcd.h"
+#include "coordinator/http.h"
 #include "coordinator/keys.h"
 
 typedef struct coord_options {
@@ -84,6 +86,14 @@ static void on_signal(int sig) {
     tagc_coord_stop(running);
 }
 
+/* Prefixes this thread's error detail with context (copied first: the detail lives in the
+ * buffer tagc_errorf writes). */
+static tagc_status with_context(tagc_status st, const char *context) {
+  char detail[512];
+  snprintf(detail, sizeof detail, "%s", tagc_last_error());
+  return tagc_errorf(st, "%s: %s", context, detail);
+}
+
 static const char *or_null(const char *s) { return s && s[0] ? s : NULL; }
 
 static tagc_status connect_etcd(const coord_options *o, tagc_etcd **out) {
@@ -131,10 +141,17 @@ static tagc_status run(const coord_options *o) {
   if (cfg.max_workers < cfg.min_workers)
     return tagc_errorf(TAGC_EINVAL, "--max-workers %d is below --min-workers %d", cfg.max_workers,
                        cfg.min_workers);
+  if (cfg.http_addr) {
+    char *host;
+    int port;
+    if (tagc_http_parse_addr(cfg.http_addr, &host, &port) != TAGC_OK)
+      return with_context(TAGC_EINVAL, "--http");
+    free(host);
+  }
   tagc_etcd *etcd;
   tagc_status st = connect_etcd(o, &etcd);
   if (st != TAGC_OK)
-    return tagc_errorf(st, "etcd %s: %s", o->etcd, tagc_last_error());
+    return with_context(st, "cannot use etcd");
   tagc_coord *c;
   st = tagc_coord_create(etcd, &cfg, &c);
   if (st == TAGC_OK) {
