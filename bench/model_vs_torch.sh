@@ -3,6 +3,8 @@
 # the same model in torch (Debian python3-torch, /usr/bin/python3), same batch shape, same
 # thread count, for a tiny config and a ~10M-parameter config. C and torch runs alternate
 # ROUNDS times and the median of the per-run medians is reported, since the machine is shared.
+# On a loaded machine set OMP_WAIT_POLICY=passive (both sides use libgomp): spinning OpenMP
+# threads that lose their core to another process slow both sides by 10x or more.
 #
 # Usage: bench/model_vs_torch.sh [BUILD_DIR [THREADS [ROUNDS]]]
 #   BUILD_DIR  a configured build with the bench_model_step target (default: build)
@@ -21,7 +23,8 @@ py=/usr/bin/python3
 "$py" -c "import torch" 2>/dev/null || { echo "torch is not importable by $py" >&2; exit 1; }
 
 export OMP_NUM_THREADS=$threads OPENBLAS_NUM_THREADS=$threads
-echo "threads: $threads (OMP_NUM_THREADS, OPENBLAS_NUM_THREADS, torch.set_num_threads)"
+echo "threads: $threads (OMP_NUM_THREADS, OPENBLAS_NUM_THREADS, torch.set_num_threads);" \
+  "OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-unset}; load average: $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "libblas.so.3 alternative used by torch:"
 update-alternatives --display libblas.so.3-x86_64-linux-gnu 2>/dev/null | sed -n '1,3p' | sed 's/^/  /'
 "$py" "$here/torch_step.py" 1 64 4 16 1 1 0 "$threads" | sed -n 1p | sed "s/^/  /"

@@ -275,13 +275,21 @@ static size_t round_floats(size_t n) {
   return (n + 15) / 16 * 16;
 }
 
-size_t tagc_model_acts_bytes(const tagc_model_layout *layout, int max_batch) {
-  size_t sz[A_COUNT], total = 0;
-  acts_sizes(&layout->cfg, (size_t)(max_batch > 0 ? max_batch : 0), sz);
+/* Bytes of the activation block for max_batch sequences: the float arrays (sizes in sz), then
+ * the token and target copies of *token_bytes each. */
+static size_t acts_plan(const tagc_model_config *c, int max_batch, size_t sz[A_COUNT],
+                        size_t *token_bytes) {
+  size_t B = (size_t)(max_batch > 0 ? max_batch : 0), floats = 0;
+  acts_sizes(c, B, sz);
   for (int i = 0; i < A_COUNT; i++)
-    total += round_floats(sz[i]);
-  size_t bytes = (size_t)(max_batch > 0 ? max_batch : 0) * (size_t)layout->cfg.ctx;
-  return total * sizeof(float) + 2 * round_floats(bytes) + sizeof(struct tagc_model_acts);
+    floats += round_floats(sz[i]);
+  *token_bytes = round_floats(B * (size_t)c->ctx);
+  return floats * sizeof(float) + 2 * *token_bytes;
+}
+
+size_t tagc_model_acts_bytes(const tagc_model_layout *layout, int max_batch) {
+  size_t sz[A_COUNT], token_bytes;
+  return acts_plan(&layout->cfg, max_batch, sz, &token_bytes) + sizeof(struct tagc_model_acts);
 }
 
 tagc_status tagc_model_acts_new(const tagc_model_layout *layout, int max_batch, tagc_model_acts **out) {
@@ -291,12 +299,8 @@ tagc_status tagc_model_acts_new(const tagc_model_layout *layout, int max_batch, 
   tagc_model_acts *a = calloc(1, sizeof *a);
   if (!a)
     return tagc_errorf(TAGC_ENOMEM, "model: activations struct");
-  size_t sz[A_COUNT], total = 0;
-  acts_sizes(&layout->cfg, (size_t)max_batch, sz);
-  for (int i = 0; i < A_COUNT; i++)
-    total += round_floats(sz[i]);
-  size_t nbytes = round_floats((size_t)max_batch * (size_t)layout->cfg.ctx);
-  size_t bytes = total * sizeof(float) + 2 * nbytes;
+  size_t sz[A_COUNT], token_bytes;
+  size_t bytes = acts_plan(&layout->cfg, max_batch, sz, &token_bytes);
   a->mem = aligned_alloc(64, (bytes + 63) / 64 * 64);
   if (!a->mem) {
     free(a);
@@ -313,7 +317,7 @@ tagc_status tagc_model_acts_new(const tagc_model_layout *layout, int max_batch, 
     p += round_floats(sz[i]);
   }
   a->tokens = (uint8_t *)p;
-  a->targets = a->tokens + nbytes;
+  a->targets = a->tokens + token_bytes;
   a->cfg = layout->cfg;
   a->max_batch = max_batch;
   *out = a;
