@@ -5,7 +5,8 @@
  *   SIGKILL of the leader -> the standby takes over within about the lease TTL and plans,
  *   a paused leader whose lease is gone wakes up and its write is fenced,
  *   progress at the final step -> `done` -> every coordinator and member exits 0,
- *   and the generation sequence has no gap and no repeat throughout.
+ *   and the generation sequence has no gap and no repeat throughout;
+ * then the failure rules with in-process members (failure_rules).
  * Members are this executable run as "member URL JOB ID" (coordinator/member.h). */
 #include <fcntl.h>
 #include <libgen.h>
@@ -101,16 +102,20 @@ typedef struct coord_proc {
   char name[16];
 } coord_proc;
 
-static void start_coord(coord_proc *cp, const char *name, const char *etcd_url, const char *ttl,
-                        const char *settle) {
+/* Starts tagc-coordinator for job with HTTP on a free port, --min-workers 2,
+ * --suspect-window 1, lease TTL and settle window as given, plus extra flags (NULL-ended). */
+static void start_coord(coord_proc *cp, const char *name, const char *etcd_url, const char *job,
+                        const char *ttl, const char *settle, char *const extra[]) {
   cp->port = tagc_test_free_port();
   snprintf(cp->url, sizeof cp->url, "http://127.0.0.1:%d", cp->port);
   snprintf(cp->name, sizeof cp->name, "%s", name);
   char http[32];
   snprintf(http, sizeof http, "127.0.0.1:%d", cp->port);
-  char *argv[] = {coord_exe, "--etcd", (char *)etcd_url, "--job", JOB, "--min-workers", "2",
-                  "--lease-ttl", (char *)ttl, "--settle", (char *)settle, "--suspect-window", "1",
-                  "--http", http, NULL};
+  char *argv[24] = {coord_exe, "--etcd", (char *)etcd_url, "--job", (char *)job,
+                    "--min-workers", "2", "--lease-ttl", (char *)ttl, "--settle", (char *)settle,
+                    "--suspect-window", "1", "--http", http};
+  for (int i = 0; extra && extra[i] && i < 8; i++)
+    argv[15 + i] = extra[i];
   cp->pid = spawn(argv, name);
 }
 
@@ -216,13 +221,14 @@ static int wait_metric(const coord_proc *cp, const char *line, double limit_s) {
 
 /* ---- etcd observers ---- */
 
-/* The current plan (NULL when none). */
-static json_t *current_plan(tagc_etcd *c) {
-  char *gen = NULL, key[TAGC_KEY_MAX], *text = NULL;
+/* The current plan of job (NULL when none). */
+static json_t *current_plan(tagc_etcd *c, const char *job) {
+  char *gen = NULL, gen_key[TAGC_KEY_MAX], key[TAGC_KEY_MAX], *text = NULL;
   size_t len;
   json_t *plan = NULL;
-  if (tagc_etcd_get(c, "/tagc/" JOB "/gen", &gen, &len, NULL) == TAGC_OK &&
-      tagc_key_gen_plan(JOB, atoll(gen), key, sizeof key) == TAGC_OK &&
+  if (tagc_key_gen(job, gen_key, sizeof gen_key) == TAGC_OK &&
+      tagc_etcd_get(c, gen_key, &gen, &len, NULL) == TAGC_OK &&
+      tagc_key_gen_plan(job, atoll(gen), key, sizeof key) == TAGC_OK &&
       tagc_etcd_get(c, key, &text, &len, NULL) == TAGC_OK)
     tagc_json_parse(text, len, &plan);
   free(gen);
@@ -241,12 +247,13 @@ static void members_text(const json_t *plan, char *buf, size_t cap) {
   }
 }
 
-/* Waits for a plan with exactly these members (comma-separated); returns it or NULL. */
-static json_t *wait_plan_members(tagc_etcd *c, const char *members, double limit_s) {
+/* Waits for a plan of job with exactly these members (comma-separated); returns it or NULL. */
+static json_t *wait_plan_members(tagc_etcd *c, const char *job, const char *members,
+                                 double limit_s) {
   double t0 = tagc_now();
   char seen[256] = "";
   while (tagc_now() - t0 < limit_s) {
-    json_t *plan = current_plan(c);
+    json_t *plan = current_plan(c, job);
     members_text(plan, seen, sizeof seen);
     if (plan && strcmp(seen, members) == 0)
       return plan;
@@ -362,9 +369,9 @@ static void scenario(const char *url, tagc_etcd *c) {
   CHECK_OK(tagc_etcd_watch_start(c, "/tagc/" JOB "/gen", &wo, on_gen, &gens, &gw));
 
   coord_proc a, b, cc, d;
-  start_coord(&a, "coord-a", url, "2", "0.5");
+  start_coord(&a, "coord-a", url, JOB, "2", "0.5", NULL);
   CHECK(wait_role(&a, "leader", 10) >= 0);
-  start_coord(&b, "coord-b", url, "2", "0.5");
+  start_coord(&b, "coord-b", url, JOB, "2", "0.5", NULL);
   CHECK(wait_role(&b, "standby", 10) >= 0);
 
   pid_t m[6] = {0};
@@ -373,7 +380,7 @@ static void scenario(const char *url, tagc_etcd *c) {
     snprintf(id, sizeof id, "m%d", i);
     m[i] = start_member(url, id);
   }
-  json_t *plan = wait_plan_members(c, "m0,m1,m2", 15);
+  json_t *plan = wait_plan_members(c, JOB, "m0,m1,m2", 15);
   CHECK(plan != NULL);
   int64_t g = json_integer_value(json_object_get(plan, "gen"));
   CHECK_EQ_INT(json_integer_value(json_object_get(json_object_get(plan, "resume"), "step")), 0);
@@ -388,14 +395,18 @@ static void scenario(const char *url, tagc_etcd *c) {
 
   /* A member dies: its lease expires and the survivors keep their order. */
   kill_and_reap(m[1]);
-  plan = wait_plan_members(c, "m0,m2", 10);
+  plan = wait_plan_members(c, JOB, "m0,m2", 10);
   CHECK(plan && strstr(json_string_value(json_object_get(plan, "reason")), "lost m1"));
   json_decref(plan);
   CHECK(wait_metric(&a, "tagc_failures_total{kind=\"lease\"} 1", 3));
 
   m[3] = start_member(url, "m3");
-  plan = wait_plan_members(c, "m0,m2,m3", 10);
+  plan = wait_plan_members(c, JOB, "m0,m2,m3", 10);
   CHECK(plan != NULL);
+  /* Writing generation g deleted generation g-2's keys (plan, ready, boot). */
+  char old[TAGC_KEY_MAX];
+  tagc_key_gen_prefix(JOB, json_integer_value(json_object_get(plan, "gen")) - 2, old, sizeof old);
+  CHECK_EQ_INT(count_prefix(c, old), 0);
   json_decref(plan);
 
   /* The leader dies: the standby takes over within about its lease TTL and keeps planning. */
@@ -403,7 +414,7 @@ static void scenario(const char *url, tagc_etcd *c) {
   double took = wait_role(&b, "leader", 10);
   CHECK_MSG(took >= 0 && took < 5, "standby took over after %.1f s", took);
   m[4] = start_member(url, "m4");
-  plan = wait_plan_members(c, "m0,m2,m3,m4", 10);
+  plan = wait_plan_members(c, JOB, "m0,m2,m3,m4", 10);
   CHECK(plan && strcmp(json_string_value(json_object_get(plan, "leader")), b.url) == 0);
   json_decref(plan);
 
@@ -411,16 +422,16 @@ static void scenario(const char *url, tagc_etcd *c) {
    * to a join before D's settle window ends, tries to write the generation, and is fenced. */
   kill(b.pid, SIGTERM);
   CHECK_EQ_INT(wait_exit(b.pid, 5), 0);
-  start_coord(&cc, "coord-c", url, "60", "0.3");
+  start_coord(&cc, "coord-c", url, JOB, "60", "0.3", NULL);
   CHECK(wait_role(&cc, "leader", 10) >= 0);
-  start_coord(&d, "coord-d", url, "2", "3");
+  start_coord(&d, "coord-d", url, JOB, "2", "3", NULL);
   CHECK(wait_role(&d, "standby", 10) >= 0);
   kill(cc.pid, SIGSTOP);
   CHECK_OK(tagc_etcd_lease_revoke(c, coord_lease(c, &cc)));
   CHECK(wait_role(&d, "leader", 10) >= 0);
   m[5] = start_member(url, "m5");
   kill(cc.pid, SIGCONT);
-  plan = wait_plan_members(c, "m0,m2,m3,m4,m5", 10);
+  plan = wait_plan_members(c, JOB, "m0,m2,m3,m4,m5", 10);
   CHECK(plan && strcmp(json_string_value(json_object_get(plan, "leader")), d.url) == 0);
   json_decref(plan);
   CHECK_MSG(log_contains("coord-c", "fenced"), "coord-c's log has no fenced write");
@@ -452,6 +463,83 @@ static void scenario(const char *url, tagc_etcd *c) {
   pthread_mutex_destroy(&gens.lock);
 }
 
+/* The failure rules end to end, with in-process members of job "tf": a silent suspect is
+ * excluded and rejoins, an oom halves the micro-batch, a partition is resolved within two
+ * generations, and the failure counters follow. */
+static void failure_rules(const char *url, tagc_etcd *c) {
+  coord_proc k;
+  start_coord(&k, "coord-f", url, "tf", "2", "0.3", (char *[]){"--micro-batch", "8", NULL});
+  CHECK(wait_role(&k, "leader", 10) >= 0);
+  json_t *info = json_object();
+  tagc_member *a = NULL, *b = NULL, *x = NULL;
+  CHECK_OK(tagc_member_join(c, "tf", "a", info, 2, &a));
+  CHECK_OK(tagc_member_join(c, "tf", "b", info, 2, &b));
+  CHECK_OK(tagc_member_join(c, "tf", "x", info, 2, &x));
+  json_decref(info);
+  if (!a || !b || !x)
+    return;
+  json_t *plan = wait_plan_members(c, "tf", "a,b,x", 10);
+  int64_t g = json_integer_value(json_object_get(plan, "gen"));
+  json_decref(plan);
+
+  /* a blames rank 2 (x), which stays silent: x is excluded after the suspect window. */
+  CHECK_OK(tagc_member_report_failure(a, g, "timeout", 5, 2, "recv from rank 2 timed out"));
+  plan = wait_plan_members(c, "tf", "a,b", 10);
+  CHECK(plan && strstr(json_string_value(json_object_get(plan, "reason")), "excluded x"));
+  json_decref(plan);
+  tagc_plan p;
+  CHECK_OK(tagc_member_wait_plan(x, g, 5, &p));
+  CHECK(p.rank == -1 && p.excluded == 1);
+  g = p.gen;
+  tagc_plan_free(&p);
+  /* Alive and still excluded: no new generation for it... */
+  CHECK_EQ_INT(tagc_member_wait_plan(x, g, 1.5, &p), TAGC_ETIMEDOUT);
+  /* ...until it registers again. */
+  CHECK_OK(tagc_member_rejoin(x, NULL));
+  plan = wait_plan_members(c, "tf", "a,b,x", 10);
+  g = json_integer_value(json_object_get(plan, "gen"));
+  json_decref(plan);
+
+  /* b runs out of memory: its micro-batch halves from the job's 8. */
+  CHECK_OK(tagc_member_report_failure(b, g, "oom", 7, -1, "allocation of 2 GiB failed"));
+  CHECK_OK(tagc_member_wait_plan(b, g, 10, &p));
+  CHECK(p.rank == 1 && p.world == 3);
+  CHECK_EQ_INT(p.micro_batch, 4);
+  g = p.gen;
+  tagc_plan_free(&p);
+
+  /* a (rank 0) and x (rank 2) keep blaming each other: x goes by the second generation. */
+  int rounds = 0, world = 3;
+  while (world == 3 && rounds < 4) {
+    rounds++;
+    CHECK_OK(tagc_member_report_failure(a, g, "timeout", 9, 2, "partition"));
+    CHECK_OK(tagc_member_report_failure(x, g, "timeout", 9, 0, "partition"));
+    if (tagc_member_wait_plan(a, g, 10, &p) != TAGC_OK)
+      break;
+    g = p.gen;
+    world = p.world;
+    tagc_plan_free(&p);
+  }
+  CHECK_MSG(world == 2 && rounds <= 2, "partition: world %d after %d generations", world, rounds);
+  plan = current_plan(c, "tf");
+  CHECK(json_object_get(json_object_get(plan, "excluded"), "x") != NULL);
+  json_decref(plan);
+
+  char line[96];
+  snprintf(line, sizeof line, "tagc_failures_total{kind=\"timeout\"} %d", 1 + 2 * rounds);
+  CHECK(wait_metric(&k, line, 3));
+  CHECK(wait_metric(&k, "tagc_failures_total{kind=\"oom\"} 1", 1));
+  CHECK(wait_metric(&k, "tagc_world_size 2", 1));
+
+  /* Rank 0 finishes: the coordinator stops and every member learns it. */
+  CHECK_OK(tagc_member_finish(a, g, 50));
+  CHECK_EQ_INT(wait_exit(k.pid, 10), 0);
+  CHECK_EQ_INT(tagc_member_wait_plan(b, g, 5, &p), TAGC_ENOTFOUND);
+  tagc_member_leave(a);
+  tagc_member_leave(b);
+  tagc_member_leave(x);
+}
+
 static void locate_executables(void) {
   ssize_t n = readlink("/proc/self/exe", self_exe, sizeof self_exe - 1);
   self_exe[n > 0 ? n : 0] = '\0';
@@ -480,8 +568,10 @@ int main(int argc, char **argv) {
     cfg.endpoints = e.url;
     tagc_etcd *c = NULL;
     CHECK_OK(tagc_etcd_create(&cfg, &c));
-    if (c)
+    if (c) {
       scenario(e.url, c);
+      failure_rules(e.url, c);
+    }
     tagc_etcd_destroy(c);
     tagc_test_etcd_stop(&e);
   }
