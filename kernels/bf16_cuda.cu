@@ -40,7 +40,7 @@ static tagc_status launch(const char *op, const void *p, const void *q, const bf
     return tagc_errorf(TAGC_EINVAL, "%s: bad arguments (n %lld)", op, (long long)n);
   if (n == 0)
     return TAGC_OK;
-  bf16_kernel<OP><<<grid_for(n, 4 * CUDA_THREADS), CUDA_THREADS, 0, stream>>>(a, n);
+  TAGC_LAUNCH(bf16_kernel<OP>, grid_for(n, 4 * CUDA_THREADS), CUDA_THREADS, stream)(a, n);
   return cuda_launched(op);
 }
 

@@ -58,8 +58,8 @@ static tagc_status launch_or(uint64_t *dst, const uint64_t *src, int32_t count, 
                              bool into, tagc_stream stream, const char *op) {
   if (words == 0)
     return TAGC_OK;
-  or_kernel<<<grid_for(words, CUDA_THREADS), CUDA_THREADS, 0, stream>>>(dst, src, count, words,
-                                                                        into);
+  TAGC_LAUNCH(or_kernel, grid_for(words, CUDA_THREADS), CUDA_THREADS, stream)(
+      dst, src, count, words, into);
   return cuda_launched(op);
 }
 
@@ -88,7 +88,7 @@ extern "C" tagc_status tagc_bitmap_popcount_cuda(const uint64_t *words, int64_t 
   TAGC_CHECK(cuda_status(cudaMemsetAsync(bits, 0, sizeof *bits, stream), "bitmap_popcount_cuda"));
   if (nwords == 0)
     return TAGC_OK;
-  popcount_kernel<<<grid_for(nwords, 4 * CUDA_THREADS), CUDA_THREADS, 0, stream>>>(
+  TAGC_LAUNCH(popcount_kernel, grid_for(nwords, 4 * CUDA_THREADS), CUDA_THREADS, stream)(
       words, nwords, (unsigned long long *)bits);
   return cuda_launched("bitmap_popcount_cuda");
 }
@@ -98,6 +98,6 @@ extern "C" tagc_status tagc_bitmap_lane_max_cuda(const uint64_t *bitmap, int64_t
   if (!max_items || blocks < 0 || (blocks > 0 && !bitmap))
     return tagc_errorf(TAGC_EINVAL, "bitmap_lane_max_cuda: bad arguments (blocks %lld)",
                        (long long)blocks);
-  lane_max_kernel<<<1, TAGC_BLOCK, 0, stream>>>(bitmap, blocks, max_items);
+  TAGC_LAUNCH(lane_max_kernel, 1, TAGC_BLOCK, stream)(bitmap, blocks, max_items);
   return cuda_launched("bitmap_lane_max_cuda");
 }

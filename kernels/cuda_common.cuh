@@ -13,6 +13,12 @@ extern "C" {
 #include "common/status.h"
 }
 
+/* Enqueues `kernel` on `stream`: TAGC_LAUNCH(k, grid, block, stream)(args...). A host
+ * emulation (tests/kernels_gpu/emu) defines it first to run the kernels without a GPU. */
+#ifndef TAGC_LAUNCH
+#define TAGC_LAUNCH(kernel, grid, block, stream) kernel<<<(grid), (block), 0, (stream)>>>
+#endif
+
 /* Threads per block of the streaming (one element per thread) kernels. */
 #define CUDA_THREADS 256
 /* Cap on the x-dimension of grid-stride launches (enough blocks to fill an H200 many times). */
@@ -26,7 +32,9 @@ static inline tagc_status cuda_status(cudaError_t err, const char *op) {
 }
 
 /* Status of the launches just enqueued (non-blocking: reads the sticky launch error only). */
-static inline tagc_status cuda_launched(const char *op) { return cuda_status(cudaGetLastError(), op); }
+static inline tagc_status cuda_launched(const char *op) {
+  return cuda_status(cudaGetLastError(), op);
+}
 
 /* Blocks for a grid-stride loop over `items` with `per_block` items per block per pass. */
 static inline unsigned grid_for(int64_t items, int64_t per_block) {

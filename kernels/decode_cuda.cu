@@ -80,7 +80,8 @@ __global__ void count_kernel(const uint32_t *block_rows, const uint64_t *bitmap,
     nonzero++;
     uint32_t b = (uint32_t)(e / TAGC_BLOCK), t = (uint32_t)(e % TAGC_BLOCK);
     for (int i = 0; i < 3; i++) {
-      cell_state *c = &cells[(int64_t)(block_rows[3 * (int64_t)b + i] & TAGC_ROW_MASK) * TAGC_BLOCK + t];
+      uint32_t row = block_rows[3 * (int64_t)b + i] & TAGC_ROW_MASK;
+      cell_state *c = &cells[(int64_t)row * TAGC_BLOCK + t];
       atomicAdd(&c->count, 1u);
       atomicXor(&c->ids, b);
     }
@@ -181,13 +182,13 @@ extern "C" tagc_status tagc_decode_cuda(const tagc_layout *l, const uint32_t *bl
   if (ws_bytes < w.bytes)
     return tagc_errorf(TAGC_EINVAL, "decode_cuda: workspace %zu bytes < %zu", ws_bytes, w.bytes);
   TAGC_CHECK(cuda_status(cudaMemsetAsync(stats, 0, sizeof *stats, stream), "decode_cuda"));
-  init_kernel<<<grid_for(l->sketch_cells, 4 * CUDA_THREADS), CUDA_THREADS, 0, stream>>>(
+  TAGC_LAUNCH(init_kernel, grid_for(l->sketch_cells, 4 * CUDA_THREADS), CUDA_THREADS, stream)(
       sketch, w.cells, l->sketch_cells);
-  count_kernel<<<grid_for(l->shard_padded, 4 * CUDA_THREADS), CUDA_THREADS, 0, stream>>>(
+  TAGC_LAUNCH(count_kernel, grid_for(l->shard_padded, 4 * CUDA_THREADS), CUDA_THREADS, stream)(
       block_rows_dev, bitmap, w.cells, w.peeled, l->shard_numel, l->shard_padded, stats);
-  peel_kernel<<<TAGC_BLOCK / PEEL_THREADS, PEEL_THREADS, 0, stream>>>(
+  TAGC_LAUNCH(peel_kernel, TAGC_BLOCK / PEEL_THREADS, PEEL_THREADS, stream)(
       block_rows_dev, w.cells, w.stack, w.peeled, out, l->rows, stats);
-  finish_kernel<<<grid_for(l->shard_numel, 4 * CUDA_THREADS), CUDA_THREADS, 0, stream>>>(
+  TAGC_LAUNCH(finish_kernel, grid_for(l->shard_numel, 4 * CUDA_THREADS), CUDA_THREADS, stream)(
       block_rows_dev, bitmap, w.cells, w.peeled, out, l->shard_numel, stats);
   return cuda_launched("decode_cuda");
 }

@@ -106,8 +106,8 @@ extern "C" tagc_status tagc_sketch_encode_cuda(const tagc_layout *l, const uint3
   if (grid > 0x7FFFFFFF)
     return tagc_errorf(TAGC_EINVAL, "sketch_encode_cuda: %lld tiles exceed the grid limit",
                        (long long)grid);
-  encode_kernel<<<(unsigned)grid, ENC_LANES, 0, stream>>>(block_rows_dev, kept, bitmap, sketch,
-                                                         l->blocks, l->rows, l->shard_padded,
-                                                         l->bitmap_words, l->sketch_cells, parts);
+  TAGC_LAUNCH(encode_kernel, (unsigned)grid, ENC_LANES, stream)(
+      block_rows_dev, kept, bitmap, sketch, l->blocks, l->rows, l->shard_padded,
+      l->bitmap_words, l->sketch_cells, parts);
   return cuda_launched("sketch_encode_cuda");
 }

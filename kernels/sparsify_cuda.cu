@@ -243,17 +243,16 @@ extern "C" tagc_status tagc_sparsify_cuda(const tagc_layout *l, float density,
   int64_t k = llround((double)density * (double)n);
   TAGC_CHECK(cuda_status(cudaMemsetAsync(ws, 0, w.bytes, stream), "sparsify_cuda"));
   dim3 hist_grid(per_shard_blocks(n, 8 * CUDA_THREADS, l->world), (unsigned)l->world);
-  histogram_kernel<<<hist_grid, CUDA_THREADS, 0, stream>>>(grad, residual, n, w.coarse, NULL,
-                                                           w.sel, w.nonfinite, w.bad_total);
-  select_coarse_kernel<<<(unsigned)l->world, LEVEL_BINS, 0, stream>>>(w.coarse, w.sel, k);
-  histogram_kernel<<<hist_grid, CUDA_THREADS, 0, stream>>>(grad, residual, n, w.coarse, w.fine,
-                                                           w.sel, w.nonfinite, w.bad_total);
-  select_fine_kernel<<<(unsigned)l->world, LEVEL_BINS, 0, stream>>>(
+  TAGC_LAUNCH(histogram_kernel, hist_grid, CUDA_THREADS, stream)(
+      grad, residual, n, w.coarse, NULL, w.sel, w.nonfinite, w.bad_total);
+  TAGC_LAUNCH(select_coarse_kernel, (unsigned)l->world, LEVEL_BINS, stream)(w.coarse, w.sel, k);
+  TAGC_LAUNCH(histogram_kernel, hist_grid, CUDA_THREADS, stream)(
+      grad, residual, n, w.coarse, w.fine, w.sel, w.nonfinite, w.bad_total);
+  TAGC_LAUNCH(select_fine_kernel, (unsigned)l->world, LEVEL_BINS, stream)(
       w.coarse, w.fine, w.sel, w.nonfinite, w.bad_total, k, stats);
   dim3 apply_grid(per_shard_blocks(l->bitmap_words, 2 * (CUDA_THREADS / 32), l->world),
                   (unsigned)l->world);
-  apply_kernel<<<apply_grid, CUDA_THREADS, 0, stream>>>(grad, residual, kept, bitmap, n,
-                                                        l->shard_padded, l->bitmap_words,
-                                                        w.sel, w.bad_total);
+  TAGC_LAUNCH(apply_kernel, apply_grid, CUDA_THREADS, stream)(
+      grad, residual, kept, bitmap, n, l->shard_padded, l->bitmap_words, w.sel, w.bad_total);
   return cuda_launched("sparsify_cuda");
 }

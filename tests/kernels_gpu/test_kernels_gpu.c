@@ -12,6 +12,17 @@
 #include "kernels/tagc_kernels.h"
 #include "test.h"
 
+/* Sizes of the timed cases; the host emulation (test_kernels_gpu_emu) builds smaller ones. */
+#ifndef TEST_BIG_SHARD
+#define TEST_BIG_SHARD (4 << 20) /* elements per shard, W = 4 */
+#endif
+#ifndef TEST_BIG_ARRAY
+#define TEST_BIG_ARRAY (1 << 24) /* bf16 elements */
+#endif
+#ifndef TEST_BIG_WORDS
+#define TEST_BIG_WORDS (1 << 22) /* bitmap words */
+#endif
+
 #define CUDA_OK(expr) CHECK_MSG((expr) == cudaSuccess, "%s: %s", #expr, cudaGetErrorString(cudaGetLastError()))
 
 static cudaStream_t stream;
@@ -219,13 +230,13 @@ static void test_sparsify(void) {
     tagc_layout_free(&l);
   }
   tagc_layout l;
-  CHECK_OK(tagc_layout_init(&l, 4, 4 << 20, 8.0, 7));
+  CHECK_OK(tagc_layout_init(&l, 4, TEST_BIG_SHARD, 8.0, 7));
   check_sparsify(&l, 0.01f, IN_GAUSS, 1, NULL, NULL);
   tagc_layout_free(&l);
 }
 
 static void test_bitmap(void) {
-  static const int64_t sizes[] = {0, 1, 63, 100000, 1 << 22};
+  static const int64_t sizes[] = {0, 1, 63, 100000, TEST_BIG_WORDS};
   for (size_t s = 0; s < sizeof sizes / sizeof *sizes; s++) {
     int64_t words = sizes[s];
     int32_t count = 5;
@@ -368,7 +379,7 @@ static void test_sketch_pipeline(void) {
   static const struct { int32_t w; int64_t n; double rho; float density; int integer; int timed; } cases[] = {
       {1, 5000, 2.0, 0.2f, 1, 0},      {1, 300000, 1.0, 0.05f, 1, 0}, {2, 200000, 2.0, 0.1f, 1, 0},
       {3, 300001, 8.0, 0.05f, 0, 0},   {1, 200000, 2.0, 0.6f, 0, 0},  {2, 131072, 8.0, 0.3f, 1, 0},
-      {4, 4 << 20, 8.0, 0.05f, 0, 1},
+      {4, TEST_BIG_SHARD, 8.0, 0.05f, 0, 1},
   };
   for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
     tagc_layout l;
@@ -390,7 +401,7 @@ static void test_sketch_pipeline(void) {
 }
 
 static void test_bf16(void) {
-  static const int64_t sizes[] = {0, 1, 1000, 1 << 24};
+  static const int64_t sizes[] = {0, 1, 1000, TEST_BIG_ARRAY};
   static const float specials[] = {0.0f, -0.0f, 1.0f, -1.0f, 1e-45f, -1e-40f, 3.3895314e38f,
                                    3.4028235e38f, INFINITY, -INFINITY, NAN, 1.00390625f,
                                    1.01171875f, -2.99609375f};
