@@ -57,14 +57,16 @@ typedef struct tagc_member tagc_member;
  * its minimum), writes workers/<id> = info (borrowed; a JSON object, e.g. host, pid, device;
  * "id" and "registered_at" are added) under the lease, starts the keep-alive, the watch of
  * `gen` and `done`, and the supervisor. Errors: TAGC_EINVAL (bad job or worker id, info not
- * an object, ttl), TAGC_ECONFLICT (workers/<id> is held by another live lease: a second worker
- * with the same id), or the etcd error (e.g. TAGC_EIO when unreachable). Blocks for a few
- * etcd round trips. */
+ * an object, ttl), TAGC_ECONFLICT (workers/<id> is still held by another lease after waiting
+ * 2 x TTL + 1 s for it to expire: a second live worker with the same id), or the etcd error
+ * (e.g. TAGC_EIO when unreachable). Blocks for a few etcd round trips, or up to that wait
+ * when a previous process with this id has not expired yet. */
 tagc_status tagc_member_join(tagc_etcd *etcd, const char *job, const char *worker_id,
                              json_t *info, double ttl_s, tagc_member **out);
 
 /* Stops the threads, revokes the lease (so workers/<id> and our ready keys disappear at once)
- * and frees the member. NULL is ignored. Blocks for at most about one etcd request. */
+ * and frees the member. NULL is ignored. Blocks for about one etcd request (longer when it
+ * interrupts a re-registration that waits for an old key to expire). */
 void tagc_member_leave(tagc_member *m);
 
 /* Sets fn, called with the latest generation whenever `gen` changes and whenever the lease
@@ -86,8 +88,8 @@ int tagc_member_lease_losses(const tagc_member *m);
 
 /* Blocks until a generation > after_gen exists and returns the plan of the newest one in
  * *out (caller frees). Errors: TAGC_ENOTFOUND with detail "done" once the job is done
- * (`done` exists), TAGC_ETIMEDOUT after timeout_s, TAGC_EPROTO for a malformed plan, or an
- * etcd error. */
+ * (`done` exists; checked first, so it wins over a newer plan), TAGC_ETIMEDOUT after
+ * timeout_s (call again), TAGC_EPROTO for a malformed plan, or an etcd error. */
 tagc_status tagc_member_wait_plan(tagc_member *m, int64_t after_gen, double timeout_s,
                                   tagc_plan *out);
 
