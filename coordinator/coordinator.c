@@ -500,7 +500,7 @@ static int relevant(const tagc_coord *c, const tagc_etcd_event *e) {
   if (e->type != TAGC_ETCD_PUT)
     return 0;
   return tagc_key_suffix(key, c->failures_prefix, &rest) == TAGC_OK ||
-         !strcmp(key, c->done_key) || !strcmp(key, c->config_key) || !strcmp(key, c->ckpt_key);
+         !strcmp(key, c->done_key) || !strcmp(key, c->config_key);
 }
 
 static int on_job_event(void *arg, const tagc_etcd_watch_msg *msg) {
