@@ -176,7 +176,6 @@ int main(int argc, char **argv) {
     usage(stdout);
     return 0;
   }
-  fprintf(stderr, "tagctl: unknown command '%s'\n", argv[1]);
-  usage(stderr);
+  fprintf(stderr, "tagctl: unknown command '%s' (see tagctl --help)\n", argv[1]);
   return 2;
 }

@@ -45,7 +45,7 @@ for prog in "$worker" "$tagctl run"; do
   expect "not none|bf16|tagc" $prog $out --compress zip
   expect "unknown option" $prog $out --stepz 3
   expect "missing value" $prog $out --steps
-  expect "divisible" $prog $out --dim 66 --heads 4
+  expect "divide d_model" $prog $out --dim 66 --heads 4
   expect "micro-batch" $prog $out --batch 4 --micro-batch 8
   expect "bad.json:1" $prog $out --config "$tmp/bad.json"
   expect "unknown key 'stepz'" $prog $out --config "$tmp/typo.json"
