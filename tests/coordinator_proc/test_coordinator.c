@@ -28,6 +28,7 @@
 #include "coordinator/keys.h"
 #include "coordinator/member.h"
 #include "etcd_server.h"
+#include "plan_text.h"
 #include "test.h"
 
 #define JOB "tj"
@@ -236,17 +237,6 @@ static json_t *current_plan(tagc_etcd *c, const char *job) {
   return plan;
 }
 
-static void members_text(const json_t *plan, char *buf, size_t cap) {
-  buf[0] = '\0';
-  size_t i;
-  json_t *m;
-  json_array_foreach(json_object_get(plan, "members"), i, m) {
-    if (i)
-      strncat(buf, ",", cap - strlen(buf) - 1);
-    strncat(buf, json_string_value(m), cap - strlen(buf) - 1);
-  }
-}
-
 /* Waits for a plan of job with exactly these members (comma-separated); returns it or NULL. */
 static json_t *wait_plan_members(tagc_etcd *c, const char *job, const char *members,
                                  double limit_s) {
@@ -254,7 +244,7 @@ static json_t *wait_plan_members(tagc_etcd *c, const char *job, const char *memb
   char seen[256] = "";
   while (tagc_now() - t0 < limit_s) {
     json_t *plan = current_plan(c, job);
-    members_text(plan, seen, sizeof seen);
+    plan_members_text(plan, seen, sizeof seen);
     if (plan && strcmp(seen, members) == 0)
       return plan;
     json_decref(plan);

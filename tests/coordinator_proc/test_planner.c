@@ -6,23 +6,11 @@
 #include "common/status.h"
 #include "coordinator/member.h"
 #include "coordinator/planner.h"
+#include "plan_text.h"
 #include "test.h"
 
 static const tagc_planner_config cfg3 = {.min_workers = 2, .max_workers = 8, .suspect_window_s = 2,
                                          .default_micro_batch = 16};
-
-/* Members of a plan joined by ',' into buf. */
-static const char *members_of(const json_t *plan, char *buf, size_t cap) {
-  buf[0] = '\0';
-  size_t i;
-  json_t *m;
-  json_array_foreach(json_object_get(plan, "members"), i, m) {
-    if (i)
-      strncat(buf, ",", cap - strlen(buf) - 1);
-    strncat(buf, json_string_value(m), cap - strlen(buf) - 1);
-  }
-  return buf;
-}
 
 static json_int_t int_at(const json_t *plan, const char *obj, const char *key) {
   return json_integer_value(json_object_get(json_object_get(plan, obj), key));
@@ -50,7 +38,7 @@ static void test_first_and_keep(void) {
   tagc_planner_decision_free(&d);
 
   CHECK_EQ_INT(run(&cfg3, NULL, w, 3, NULL, 0, 0, &d), TAGC_PLANNER_NEW);
-  CHECK_EQ_STR(members_of(d.plan, buf, sizeof buf), "w0,w1,w2");
+  CHECK_EQ_STR(plan_members_text(d.plan, buf, sizeof buf), "w0,w1,w2");
   CHECK_EQ_INT(json_integer_value(json_object_get(d.plan, "gen")), 1);
   CHECK_EQ_INT(json_integer_value(json_object_get(d.plan, "world")), 3);
   CHECK_EQ_INT(int_at(d.plan, "resume", "step"), 0);
@@ -88,7 +76,7 @@ static void test_order_joiners_max(void) {
   tagc_planner_decision d;
   char buf[256];
   CHECK_EQ_INT(run(&cfg3, plan, w, 4, NULL, 0, 0, &d), TAGC_PLANNER_NEW);
-  CHECK_EQ_STR(members_of(d.plan, buf, sizeof buf), "w2,w1,w3,w4");
+  CHECK_EQ_STR(plan_members_text(d.plan, buf, sizeof buf), "w2,w1,w3,w4");
   CHECK_EQ_INT(json_integer_value(json_object_get(d.plan, "gen")), 5);
   CHECK_EQ_INT(int_at(d.plan, "failures_total", "lease"), 1);
   CHECK(strstr(d.reason, "lost w0") && strstr(d.reason, "w3 joined"));
@@ -97,7 +85,7 @@ static void test_order_joiners_max(void) {
   tagc_planner_config small = cfg3;
   small.max_workers = 3;
   CHECK_EQ_INT(run(&small, plan, w, 4, NULL, 0, 0, &d), TAGC_PLANNER_NEW);
-  CHECK_EQ_STR(members_of(d.plan, buf, sizeof buf), "w2,w1,w3");
+  CHECK_EQ_STR(plan_members_text(d.plan, buf, sizeof buf), "w2,w1,w3");
   /* Full: a waiting joiner (w4) alone makes no new generation. */
   tagc_planner_decision again;
   CHECK_EQ_INT(run(&small, d.plan, w, 4, NULL, 0, 0, &again), TAGC_PLANNER_KEEP);
@@ -105,14 +93,14 @@ static void test_order_joiners_max(void) {
   /* max shrinks under the world size: the last ranks are left out. */
   small.max_workers = 2;
   CHECK_EQ_INT(run(&small, d.plan, w, 4, NULL, 0, 0, &again), TAGC_PLANNER_NEW);
-  CHECK_EQ_STR(members_of(again.plan, buf, sizeof buf), "w2,w1");
+  CHECK_EQ_STR(plan_members_text(again.plan, buf, sizeof buf), "w2,w1");
   tagc_planner_decision_free(&again);
   tagc_planner_decision_free(&d);
 
   /* A member that registered again keeps its place but makes a new generation. */
   tagc_planner_worker re[] = {{"w2", 2}, {"w0", 30}, {"w1", 4}};
   CHECK_EQ_INT(run(&cfg3, plan, re, 3, NULL, 0, 0, &d), TAGC_PLANNER_NEW);
-  CHECK_EQ_STR(members_of(d.plan, buf, sizeof buf), "w2,w0,w1");
+  CHECK_EQ_STR(plan_members_text(d.plan, buf, sizeof buf), "w2,w0,w1");
   CHECK_EQ_INT(int_at(d.plan, "registrations", "w0"), 30);
   CHECK(strstr(d.reason, "w0 registered again") != NULL);
   tagc_planner_decision_free(&d);
@@ -134,7 +122,7 @@ static void test_oom(void) {
   CHECK_EQ_INT(run(&cfg3, plan, w, 3, r, 3, 0, &d), TAGC_PLANNER_NEW);
   CHECK_EQ_INT(int_at(d.plan, "micro_batch", "a"), 4);  /* from its plan value */
   CHECK_EQ_INT(int_at(d.plan, "micro_batch", "b"), 8);  /* from the job's default 16 */
-  CHECK_EQ_STR(members_of(d.plan, buf, sizeof buf), "a,b"); /* c: oom at 1 */
+  CHECK_EQ_STR(plan_members_text(d.plan, buf, sizeof buf), "a,b"); /* c: oom at 1 */
   CHECK(json_object_get(json_object_get(d.plan, "excluded"), "c") != NULL);
   CHECK_EQ_INT(int_at(d.plan, "failures_total", "oom"), 3);
   tagc_planner_decision_free(&d);
@@ -160,7 +148,7 @@ static void test_suspect_dropped(void) {
   tagc_planner_decision_free(&d);
 
   CHECK_EQ_INT(run(&cfg3, plan, w, 3, r, 1, 102.5, &d), TAGC_PLANNER_NEW);
-  CHECK_EQ_STR(members_of(d.plan, buf, sizeof buf), "a,b");
+  CHECK_EQ_STR(plan_members_text(d.plan, buf, sizeof buf), "a,b");
   CHECK_EQ_INT(json_integer_value(json_object_get(
                    json_object_get(json_object_get(d.plan, "excluded"), "c"), "registration")),
                3);
@@ -178,21 +166,21 @@ static void test_suspect_dropped(void) {
   /* c registers again: it joins at the end. */
   tagc_planner_worker re[] = {{"a", 1}, {"b", 2}, {"c", 50}};
   CHECK_EQ_INT(run(&cfg3, d.plan, re, 3, NULL, 0, 200, &next), TAGC_PLANNER_NEW);
-  CHECK_EQ_STR(members_of(next.plan, buf, sizeof buf), "a,b,c");
+  CHECK_EQ_STR(plan_members_text(next.plan, buf, sizeof buf), "a,b,c");
   CHECK(json_object_size(json_object_get(next.plan, "excluded")) == 0);
   tagc_planner_decision_free(&next);
   tagc_planner_decision_free(&d);
 
   /* A suspect whose lease is gone is simply lost; no waiting. */
   CHECK_EQ_INT(run(&cfg3, plan, w, 2, r, 1, 100.5, &d), TAGC_PLANNER_NEW);
-  CHECK_EQ_STR(members_of(d.plan, buf, sizeof buf), "a,b");
+  CHECK_EQ_STR(plan_members_text(d.plan, buf, sizeof buf), "a,b");
   CHECK(json_object_get(json_object_get(d.plan, "excluded"), "c") == NULL);
   tagc_planner_decision_free(&d);
 
   /* The suspect reported too: both stay. */
   tagc_planner_report both[] = {{"a", "comm", 40, 2, 100.0}, {"c", "comm", 40, -1, 100.2}};
   CHECK_EQ_INT(run(&cfg3, plan, w, 3, both, 2, 100.5, &d), TAGC_PLANNER_NEW);
-  CHECK_EQ_STR(members_of(d.plan, buf, sizeof buf), "a,b,c");
+  CHECK_EQ_STR(plan_members_text(d.plan, buf, sizeof buf), "a,b,c");
   CHECK_EQ_INT(int_at(d.plan, "failures_total", "comm"), 2);
   tagc_planner_decision_free(&d);
   json_decref(plan);
@@ -218,7 +206,7 @@ static void test_partition_resolved(void) {
       break;
   }
   CHECK_MSG(gens <= 2, "partition not resolved after %d generations", gens + 1);
-  CHECK_EQ_STR(members_of(plan, buf, sizeof buf), "a,b,c");
+  CHECK_EQ_STR(plan_members_text(plan, buf, sizeof buf), "a,b,c");
   CHECK(json_object_get(json_object_get(plan, "excluded"), "b") == NULL);
   json_decref(plan);
 }
