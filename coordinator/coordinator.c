@@ -8,7 +8,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 #include <jansson.h>
@@ -520,11 +519,7 @@ static void nap(tagc_coord *c, double until) {
     s = POLL_S;
   if (s <= 0)
     return;
-  struct timespec ts;
-  clock_gettime(CLOCK_REALTIME, &ts);
-  double abs = (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9 + s;
-  ts.tv_sec = (time_t)abs;
-  ts.tv_nsec = (long)((abs - (double)ts.tv_sec) * 1e9);
+  struct timespec ts = tagc_deadline_in(s);
   pthread_mutex_lock(&c->lock);
   pthread_cond_timedwait(&c->wake, &c->lock, &ts);
   pthread_mutex_unlock(&c->lock);
@@ -745,7 +740,7 @@ tagc_status tagc_coord_create(tagc_etcd *etcd, const tagc_coord_config *cfg, tag
   c->cfg.job = c->job;
   c->cfg.http_addr = c->cfg.advertise = NULL;
   pthread_mutex_init(&c->lock, NULL);
-  pthread_cond_init(&c->wake, NULL);
+  tagc_cond_init_monotonic(&c->wake);
   pthread_mutex_init(&c->snap_lock, NULL);
   tagc_status st;
   TAGC_CHECK_GOTO(init_keys(c), st, fail);

@@ -6,7 +6,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "common/timeutil.h"
 #include "coordinator/keys.h"
@@ -61,19 +60,13 @@ static int on_key_message(void *arg, const tagc_etcd_watch_msg *msg) {
 static tagc_status wait_for_put(tagc_etcd *c, const char *key, int64_t rev, double until) {
   key_waiter w = {.seen = 0};
   pthread_mutex_init(&w.lock, NULL);
-  pthread_cond_init(&w.cond, NULL);
+  tagc_cond_init_monotonic(&w.cond);
   tagc_etcd_watch_opts o = {.start_revision = rev + 1, .no_delete = 1};
   tagc_etcd_watch *watch;
   tagc_status st = tagc_etcd_watch_start(c, key, &o, on_key_message, &w, &watch);
   if (st == TAGC_OK) {
     double left = until - tagc_now();
-    if (left > RECHECK_S)
-      left = RECHECK_S;
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    double abs = (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9 + (left > 0 ? left : 0);
-    ts.tv_sec = (time_t)abs;
-    ts.tv_nsec = (long)((abs - (double)ts.tv_sec) * 1e9);
+    struct timespec ts = tagc_deadline_in(left < RECHECK_S ? left : RECHECK_S);
     pthread_mutex_lock(&w.lock);
     while (!w.seen && pthread_cond_timedwait(&w.cond, &w.lock, &ts) != ETIMEDOUT) {
     }

@@ -7,7 +7,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "common/json.h"
 #include "common/log.h"
@@ -300,13 +299,9 @@ static tagc_status register_worker(tagc_member *m) {
   return TAGC_OK;
 }
 
-/* Waits s seconds or until stopping; returns m->stopping. Caller holds m->lock. */
+/* Waits up to s seconds for a signal of m->changed; returns m->stopping. Caller holds m->lock. */
 static int wait_locked(tagc_member *m, double s) {
-  struct timespec ts;
-  clock_gettime(CLOCK_REALTIME, &ts);
-  double abs = (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9 + s;
-  ts.tv_sec = (time_t)abs;
-  ts.tv_nsec = (long)((abs - (double)ts.tv_sec) * 1e9);
+  struct timespec ts = tagc_deadline_in(s);
   pthread_cond_timedwait(&m->changed, &m->lock, &ts);
   return m->stopping;
 }
@@ -375,7 +370,7 @@ tagc_status tagc_member_join(tagc_etcd *etcd, const char *job, const char *worke
   m->ttl_s = ttl_s;
   pthread_mutex_init(&m->reg_lock, NULL);
   pthread_mutex_init(&m->lock, NULL);
-  pthread_cond_init(&m->changed, NULL);
+  tagc_cond_init_monotonic(&m->changed);
   tagc_status st;
   TAGC_CHECK_GOTO(init_keys(m, job, worker_id), st, fail);
   TAGC_CHECK_GOTO(registration_text(worker_id, info, &m->info), st, fail);
