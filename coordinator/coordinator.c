@@ -705,21 +705,22 @@ static tagc_status init_keys(tagc_coord *c) {
   return tagc_key_progress(j, c->progress_key, sizeof c->progress_key);
 }
 
-/* The election value: cfg->advertise, else the HTTP URL, else host:pid. */
+/* The election value: cfg->advertise, else the HTTP URL (with this host's name when
+ * listening on every address), else host:pid. */
 static tagc_status make_advertise(tagc_coord *c, const tagc_coord_config *cfg) {
-  char buf[300];
+  char buf[300], name[256] = "localhost";
+  gethostname(name, sizeof name - 1);
   if (cfg->advertise && cfg->advertise[0]) {
     snprintf(buf, sizeof buf, "%s", cfg->advertise);
   } else if (c->http) {
     char *host;
     int port;
     TAGC_CHECK(tagc_http_parse_addr(cfg->http_addr, &host, &port));
-    snprintf(buf, sizeof buf, "http://%s:%d", host, tagc_http_port(c->http));
+    int any = strcmp(host, "0.0.0.0") == 0;
+    snprintf(buf, sizeof buf, "http://%s:%d", any ? name : host, tagc_http_port(c->http));
     free(host);
   } else {
-    char host[256] = "localhost";
-    gethostname(host, sizeof host - 1);
-    snprintf(buf, sizeof buf, "%s:%ld", host, (long)getpid());
+    snprintf(buf, sizeof buf, "%s:%ld", name, (long)getpid());
   }
   c->advertise = strdup(buf);
   return c->advertise ? TAGC_OK : tagc_errorf(TAGC_ENOMEM, "coordinator");

@@ -43,7 +43,8 @@ typedef struct tagc_coord_config {
                                if any (else only rank 0's finish ends the job) */
   const char *http_addr;    /* "HOST:PORT" to serve HTTP on (port 0 = any), NULL or "" = none */
   const char *advertise;    /* value of the election key; NULL = "http://<HOST>:<port>" when
-                               serving HTTP, else "<hostname>:<pid>" */
+                               serving HTTP (the host name for 0.0.0.0), else
+                               "<hostname>:<pid>" */
 } tagc_coord_config;
 
 typedef struct tagc_coord tagc_coord;
