@@ -65,6 +65,7 @@ struct tagc_coord {
   atomic_int stop;
   atomic_int lease_lost;
   int64_t lease;
+  int64_t stale_lease;                /* an old lease whose revoke failed, or 0 */
   tagc_etcd_keeper *keeper;
   tagc_election *election;
   int leading;                        /* the loop thread is in lead() */
@@ -609,16 +610,22 @@ static void drop_candidacy(tagc_coord *c) {
   c->election = NULL;
   tagc_etcd_keeper_stop(c->keeper);
   c->keeper = NULL;
-  if (c->lease)
-    tagc_etcd_lease_revoke(c->etcd, c->lease);
+  tagc_status st = c->lease ? tagc_etcd_lease_revoke(c->etcd, c->lease) : TAGC_OK;
+  if (st != TAGC_OK && st != TAGC_ENOTFOUND)
+    c->stale_lease = c->lease; /* etcd unreachable: revoke it once etcd answers again */
   c->lease = 0;
 }
 
 static tagc_status become_candidate(tagc_coord *c) {
   int64_t granted;
   atomic_store(&c->lease_lost, 0);
+  /* Our own key from before an outage would otherwise rank ahead of us for up to a TTL. */
+  tagc_status st = c->stale_lease ? tagc_etcd_lease_revoke(c->etcd, c->stale_lease) : TAGC_OK;
+  if (st != TAGC_OK && st != TAGC_ENOTFOUND)
+    return st;
+  c->stale_lease = 0;
   TAGC_CHECK(tagc_etcd_lease_grant(c->etcd, (int64_t)(c->cfg.lease_ttl_s + 0.5), &c->lease, &granted));
-  tagc_status st = tagc_etcd_keeper_start(c->etcd, c->lease, granted, on_lease_lost, c, &c->keeper);
+  st = tagc_etcd_keeper_start(c->etcd, c->lease, granted, on_lease_lost, c, &c->keeper);
   if (st == TAGC_OK)
     st = tagc_election_create(c->etcd, c->job, c->lease, c->advertise, &c->election);
   if (st != TAGC_OK)

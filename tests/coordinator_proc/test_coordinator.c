@@ -6,7 +6,8 @@
  *   a paused leader whose lease is gone wakes up and its write is fenced,
  *   progress at the final step -> `done` -> every coordinator and member exits 0,
  *   and the generation sequence has no gap and no repeat throughout;
- * then the failure rules with in-process members (failure_rules).
+ * then the failure rules with in-process members (failure_rules). With the argument
+ * "outage": an etcd outage longer than every lease (etcd_outage).
  * Members are this executable run as "member URL JOB ID" (coordinator/member.h). */
 #include <fcntl.h>
 #include <libgen.h>
@@ -530,6 +531,55 @@ static void failure_rules(const char *url, tagc_etcd *c) {
   tagc_member_leave(x);
 }
 
+/* Waits until GET path of cp answers code. */
+static int wait_http(const coord_proc *cp, const char *path, long code, double limit_s) {
+  for (double t0 = tagc_now(); tagc_now() - t0 < limit_s; tagc_sleep(0.2)) {
+    char *body;
+    long got = http(cp, path, 0, &body);
+    free(body);
+    if (got == code)
+      return 1;
+  }
+  return 0;
+}
+
+/* etcd is down for longer than every lease: the coordinator reports unhealthy, then leads
+ * again; the members register again under new leases and get a new generation. */
+static void etcd_outage(tagc_test_etcd *e, tagc_etcd *c) {
+  coord_proc k;
+  start_coord(&k, "coord-o", e->url, "to", "2", "0.3", (char *[]){"--etcd-timeout", "2", NULL});
+  CHECK(wait_role(&k, "leader", 10) >= 0);
+  json_t *info = json_object();
+  tagc_member *a = NULL, *b = NULL;
+  CHECK_OK(tagc_member_join(c, "to", "a", info, 2, &a));
+  CHECK_OK(tagc_member_join(c, "to", "b", info, 2, &b));
+  json_decref(info);
+  if (!a || !b)
+    return;
+  json_t *plan = wait_plan_members(c, "to", "a,b", 10);
+  int64_t g = json_integer_value(json_object_get(plan, "gen"));
+  json_decref(plan);
+
+  CHECK_OK(tagc_test_etcd_kill(e));
+  CHECK(wait_http(&k, "/healthz", 503, 10));
+  CHECK_OK(tagc_test_etcd_restart(e));
+  CHECK(wait_http(&k, "/healthz", 200, 15));
+  CHECK(wait_role(&k, "leader", 15) >= 0);
+
+  tagc_plan p;
+  CHECK_OK(tagc_member_wait_plan(a, g, 20, &p));
+  char text[64] = "";
+  for (int i = 0; i < p.world; i++)
+    snprintf(text + strlen(text), sizeof text - strlen(text), "%s%s", i ? "," : "", p.members[i]);
+  CHECK_EQ_STR(text, "a,b");
+  CHECK(tagc_member_lease_losses(a) >= 1 && !tagc_member_lease_lost(a));
+  CHECK_OK(tagc_member_finish(a, p.gen, 1));
+  tagc_plan_free(&p);
+  CHECK_EQ_INT(wait_exit(k.pid, 10), 0);
+  tagc_member_leave(a);
+  tagc_member_leave(b);
+}
+
 static void locate_executables(void) {
   ssize_t n = readlink("/proc/self/exe", self_exe, sizeof self_exe - 1);
   self_exe[n > 0 ? n : 0] = '\0';
@@ -558,7 +608,9 @@ int main(int argc, char **argv) {
     cfg.endpoints = e.url;
     tagc_etcd *c = NULL;
     CHECK_OK(tagc_etcd_create(&cfg, &c));
-    if (c) {
+    if (c && argc == 2 && strcmp(argv[1], "outage") == 0) {
+      etcd_outage(&e, c);
+    } else if (c) {
       scenario(e.url, c);
       failure_rules(e.url, c);
     }
