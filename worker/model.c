@@ -234,16 +234,22 @@ struct tagc_model_acts {
   float *lnf_stat; /* (B, T, 2) */
   float *logits;   /* (B, T, V) logits, then probabilities, then their gradient */
   float *losses;   /* (B, T) per-position cross-entropy */
-  /* Backward scratch. */
-  float *dres;     /* (B, T, C) gradient of the residual stream */
-  float *dln;      /* (B, T, C) gradient of a norm output / attention output */
-  float *dbig;     /* (B, T, 4C) gradient of the MLP hidden, or of qkv (B, T, 3C) */
-  float *datt;     /* (B, NH, T, T) gradient of the attention scores */
+  /* Backward scratch (gradients). */
+  float *dres;      /* (B, T, C) residual stream at the current block's output */
+  float *dres_next; /* (B, T, C) residual stream at its input; swapped with dres per block */
+  float *dres2;     /* (B, T, C) residual after the attention (res2) */
+  float *dln2;      /* (B, T, C) ln2 output (lnf output in the head) */
+  float *dattn;     /* (B, T, C) attention output before the projection */
+  float *dln1;      /* (B, T, C) ln1 output */
+  float *dbig;      /* (B, T, 4C) MLP hidden */
+  float *dqkv;      /* (B, T, 3C) */
+  float *datt;      /* (B, NH, T, T) attention scores */
 };
 
 /* Sizes in floats of each array, for a batch of B; index order matches the struct. */
 enum { A_ENC, A_LN1, A_LN1S, A_QKV, A_ATT, A_ATTY, A_RES2, A_LN2, A_LN2S, A_FCH, A_FCHG, A_RES3,
-       A_LNF, A_LNFS, A_LOGITS, A_LOSSES, A_DRES, A_DLN, A_DBIG, A_DATT, A_COUNT };
+       A_LNF, A_LNFS, A_LOGITS, A_LOSSES, A_DRES, A_DRESN, A_DRES2, A_DLN2, A_DATTN, A_DLN1,
+       A_DBIG, A_DQKV, A_DATT, A_COUNT };
 
 static void acts_sizes(const tagc_model_config *c, size_t B, size_t sz[A_COUNT]) {
   size_t T = (size_t)c->ctx, C = (size_t)c->d_model, L = (size_t)c->n_layer;
@@ -264,9 +270,9 @@ static void acts_sizes(const tagc_model_config *c, size_t B, size_t sz[A_COUNT])
   sz[A_LNFS] = BT * 2;
   sz[A_LOGITS] = BT * V;
   sz[A_LOSSES] = BT;
-  sz[A_DRES] = BT * C;
-  sz[A_DLN] = BT * C;
+  sz[A_DRES] = sz[A_DRESN] = sz[A_DRES2] = sz[A_DLN2] = sz[A_DATTN] = sz[A_DLN1] = BT * C;
   sz[A_DBIG] = BT * 4 * C;
+  sz[A_DQKV] = BT * 3 * C;
   sz[A_DATT] = B * NH * T * T;
 }
 
@@ -310,7 +316,8 @@ tagc_status tagc_model_acts_new(const tagc_model_layout *layout, int max_batch, 
   float **slot[A_COUNT] = {&a->encoded, &a->ln1,  &a->ln1_stat, &a->qkv,   &a->att,
                            &a->atty,    &a->res2, &a->ln2,      &a->ln2_stat, &a->fch,
                            &a->fch_gelu, &a->res3, &a->lnf,     &a->lnf_stat, &a->logits,
-                           &a->losses,  &a->dres, &a->dln,      &a->dbig,  &a->datt};
+                           &a->losses,  &a->dres, &a->dres_next, &a->dres2, &a->dln2,
+                           &a->dattn,   &a->dln1, &a->dbig,     &a->dqkv,  &a->datt};
   float *p = a->mem;
   for (int i = 0; i < A_COUNT; i++) {
     *slot[i] = p;
@@ -432,11 +439,40 @@ static void encoder_backward(float *dwte, float *dwpe, const float *dout, const 
   }
 }
 
-static void layernorm_forward(float *out, float *stat, const float *inp, const float *w,
-                              const float *b, int N, int C) {
-#pragma omp parallel for schedule(static)
-  for (int r = 0; r < N; r++) {
-    const float *x = inp + (size_t)r * C;
+/* The kernels below run inside an enclosing `#pragma omp parallel` region. Row kernels work
+ * on the calling thread's share of the rows (my_rows: the same split for every call with the
+ * same row count, so a chain of row kernels needs no barrier between its steps). Parameter-
+ * gradient kernels split the output rows or columns instead and need all input rows ready. */
+typedef struct rows {
+  int lo, hi;
+} rows;
+
+/* The calling thread's share of n: equal parts rounded to multiples of 16. */
+static rows my_rows(int n) {
+  int nth = omp_get_num_threads(), tid = omp_get_thread_num();
+  int share = ((n + nth - 1) / nth + 15) / 16 * 16;
+  rows r = {tid * share < n ? tid * share : n, 0};
+  r.hi = r.lo + share < n ? r.lo + share : n;
+  return r;
+}
+
+/* C (M, N) = alpha op(A) op(B) + beta C for rows [r.lo, r.hi) of C. Each call is
+ * single-threaded; OpenBLAS rounds differently for different row splits, so results are
+ * bit-identical for a given thread count, not across thread counts. */
+static void sgemm_part(rows r, CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int N, int K, float alpha,
+                       const float *A, int lda, const float *B, int ldb, float beta, float *C,
+                       int ldc) {
+  if (r.lo >= r.hi)
+    return;
+  const float *a = ta == CblasNoTrans ? A + (size_t)r.lo * lda : A + r.lo;
+  cblas_sgemm(CblasRowMajor, ta, tb, r.hi - r.lo, N, K, alpha, a, lda, B, ldb, beta,
+              C + (size_t)r.lo * ldc, ldc);
+}
+
+static void layernorm_rows(rows r, float *out, float *stat, const float *inp, const float *w,
+                           const float *b, int C) {
+  for (int i = r.lo; i < r.hi; i++) {
+    const float *x = inp + (size_t)i * C;
     float sum = 0.0f;
 #pragma omp simd reduction(+ : sum)
     for (int c = 0; c < C; c++)
@@ -446,22 +482,21 @@ static void layernorm_forward(float *out, float *stat, const float *inp, const f
     for (int c = 0; c < C; c++)
       var += (x[c] - mean) * (x[c] - mean);
     float rstd = 1.0f / sqrtf(var / C + LN_EPS);
-    float *o = out + (size_t)r * C;
+    float *o = out + (size_t)i * C;
 #pragma omp simd
     for (int c = 0; c < C; c++)
       o[c] = (x[c] - mean) * rstd * w[c] + b[c];
-    stat[2 * r] = mean;
-    stat[2 * r + 1] = rstd;
+    stat[2 * i] = mean;
+    stat[2 * i + 1] = rstd;
   }
 }
 
-/* dinp += d LN / d inp; dw, db += column sums (column-parallel, fixed order). */
-static void layernorm_backward(float *dinp, float *dw, float *db, const float *dout,
-                               const float *inp, const float *stat, const float *w, int N, int C) {
-#pragma omp parallel for schedule(static)
-  for (int r = 0; r < N; r++) {
-    const float *x = inp + (size_t)r * C, *d = dout + (size_t)r * C;
-    float mean = stat[2 * r], rstd = stat[2 * r + 1];
+/* dinp = dres + d LN / d inp (dres may alias dinp). */
+static void layernorm_dinp_rows(rows r, float *dinp, const float *dres, const float *dout,
+                                const float *inp, const float *stat, const float *w, int C) {
+  for (int i = r.lo; i < r.hi; i++) {
+    const float *x = inp + (size_t)i * C, *d = dout + (size_t)i * C, *dr = dres + (size_t)i * C;
+    float mean = stat[2 * i], rstd = stat[2 * i + 1];
     float sum_d = 0.0f, sum_dx = 0.0f;
 #pragma omp simd reduction(+ : sum_d, sum_dx)
     for (int c = 0; c < C; c++) {
@@ -470,100 +505,74 @@ static void layernorm_backward(float *dinp, float *dw, float *db, const float *d
       sum_dx += dn * (x[c] - mean) * rstd;
     }
     float mean_d = sum_d / C, mean_dx = sum_dx / C;
-    float *di = dinp + (size_t)r * C;
+    float *di = dinp + (size_t)i * C;
 #pragma omp simd
     for (int c = 0; c < C; c++) {
       float xhat = (x[c] - mean) * rstd;
-      di[c] += rstd * (d[c] * w[c] - mean_d - xhat * mean_dx);
-    }
-  }
-  int chunks = (C + COL_CHUNK - 1) / COL_CHUNK;
-#pragma omp parallel for schedule(static)
-  for (int ch = 0; ch < chunks; ch++) {
-    int c0 = ch * COL_CHUNK, c1 = c0 + COL_CHUNK < C ? c0 + COL_CHUNK : C;
-    for (int r = 0; r < N; r++) {
-      const float *x = inp + (size_t)r * C, *d = dout + (size_t)r * C;
-      float mean = stat[2 * r], rstd = stat[2 * r + 1];
-      for (int c = c0; c < c1; c++) {
-        dw[c] += d[c] * ((x[c] - mean) * rstd);
-        db[c] += d[c];
-      }
+      di[c] = dr[c] + rstd * (d[c] * w[c] - mean_d - xhat * mean_dx);
     }
   }
 }
 
-/* Rows [*lo, *hi) of `rows` for the calling thread of the enclosing parallel region: equal
- * shares rounded to multiples of 16 rows. */
-static void thread_rows(int rows, int *lo, int *hi) {
-  int nth = omp_get_num_threads(), tid = omp_get_thread_num();
-  int share = ((rows + nth - 1) / nth + 15) / 16 * 16;
-  *lo = tid * share < rows ? tid * share : rows;
-  *hi = *lo + share < rows ? *lo + share : rows;
+/* dw, db += column sums over N rows; this thread's share of the C columns, rows in order. */
+static void layernorm_dparams(float *dw, float *db, const float *dout, const float *inp,
+                              const float *stat, int N, int C) {
+  rows cols = my_rows(C);
+  for (int i = 0; i < N; i++) {
+    const float *x = inp + (size_t)i * C, *d = dout + (size_t)i * C;
+    float mean = stat[2 * i], rstd = stat[2 * i + 1];
+#pragma omp simd
+    for (int c = cols.lo; c < cols.hi; c++) {
+      dw[c] += d[c] * ((x[c] - mean) * rstd);
+      db[c] += d[c];
+    }
+  }
 }
 
-/* C (M, N) = alpha op(A) op(B) + beta C for this thread's share of the M rows (thread_rows);
- * call inside a parallel region. Each element's sum over K runs in the same order whatever
- * the split, so the result does not depend on the thread count. */
-static void sgemm_rows(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N, int K, float alpha,
-                       const float *A, int lda, const float *B, int ldb, float beta, float *C,
-                       int ldc) {
-  int lo, hi;
-  thread_rows(M, &lo, &hi);
-  if (lo >= hi)
+/* out (rows, OC) = add + inp (rows, IC) @ w (OC, IC)^T + bias; add and bias may be NULL. */
+static void linear_rows(rows r, float *out, const float *add, const float *inp, const float *w,
+                        const float *bias, int IC, int OC) {
+  for (int i = r.lo; i < r.hi; i++) {
+    float *o = out + (size_t)i * OC;
+    const float *a = add ? add + (size_t)i * OC : NULL;
+    if (a && bias) {
+#pragma omp simd
+      for (int c = 0; c < OC; c++)
+        o[c] = a[c] + bias[c];
+    } else if (a || bias) {
+      memcpy(o, a ? a : bias, (size_t)OC * sizeof(float));
+    } else {
+      memset(o, 0, (size_t)OC * sizeof(float));
+    }
+  }
+  sgemm_part(r, CblasNoTrans, CblasTrans, OC, IC, 1.0f, inp, IC, w, IC, 1.0f, out, OC);
+}
+
+/* dinp (rows, IC) = dout (rows, OC) @ w (OC, IC). */
+static void linear_dinp_rows(rows r, float *dinp, const float *dout, const float *w, int IC, int OC) {
+  sgemm_part(r, CblasNoTrans, CblasNoTrans, IC, OC, 1.0f, dout, OC, w, IC, 0.0f, dinp, IC);
+}
+
+/* dw += dout^T @ inp over all N rows and dbias += column sums of dout (NULL = no bias), for
+ * this thread's share of the OC output rows; each bias column summed in row order. */
+static void linear_dparams(float *dw, float *dbias, const float *dout, const float *inp, int N,
+                           int IC, int OC) {
+  rows o = my_rows(OC);
+  sgemm_part(o, CblasTrans, CblasNoTrans, IC, N, 1.0f, dout, OC, inp, IC, 1.0f, dw, IC);
+  if (!dbias)
     return;
-  const float *a = ta == CblasNoTrans ? A + (size_t)lo * lda : A + lo;
-  cblas_sgemm(CblasRowMajor, ta, tb, hi - lo, N, K, alpha, a, lda, B, ldb, beta,
-              C + (size_t)lo * ldc, ldc);
-}
-
-/* out (N, OC) = add + inp (N, IC) @ w (OC, IC)^T + bias; add and bias may be NULL (zero).
- * Each thread fills its rows, then multiplies into them: no barrier between the two. */
-static void linear_forward(float *out, const float *add, const float *inp, const float *w,
-                           const float *bias, int N, int IC, int OC) {
-#pragma omp parallel
-  {
-    int lo, hi;
-    thread_rows(N, &lo, &hi);
-    for (int r = lo; r < hi; r++) {
-      float *o = out + (size_t)r * OC;
-      const float *a = add ? add + (size_t)r * OC : NULL;
-      if (a && bias) {
+  for (int i = 0; i < N; i++) {
+    const float *d = dout + (size_t)i * OC;
 #pragma omp simd
-        for (int c = 0; c < OC; c++)
-          o[c] = a[c] + bias[c];
-      } else if (a || bias) {
-        memcpy(o, a ? a : bias, (size_t)OC * sizeof(float));
-      } else {
-        memset(o, 0, (size_t)OC * sizeof(float));
-      }
-    }
-    sgemm_rows(CblasNoTrans, CblasTrans, N, OC, IC, 1.0f, inp, IC, w, IC, 1.0f, out, OC);
+    for (int c = o.lo; c < o.hi; c++)
+      dbias[c] += d[c];
   }
 }
 
-/* dinp = dout @ w (split over the N rows); dw += dout^T @ inp and dbias += column sums of dout
- * (split over the OC rows of dw; each bias column summed by one thread in row order). */
-static void linear_backward(float *dinp, float *dw, float *dbias, const float *dout,
-                            const float *inp, const float *w, int N, int IC, int OC) {
-#pragma omp parallel
-  {
-    sgemm_rows(CblasNoTrans, CblasNoTrans, N, IC, OC, 1.0f, dout, OC, w, IC, 0.0f, dinp, IC);
-    sgemm_rows(CblasTrans, CblasNoTrans, OC, IC, N, 1.0f, dout, OC, inp, IC, 1.0f, dw, IC);
-    int lo, hi;
-    thread_rows(OC, &lo, &hi);
-    if (dbias)
-      for (int r = 0; r < N; r++) {
-        const float *d = dout + (size_t)r * OC;
+static void gelu_rows(rows r, float *out, const float *inp, int width) {
+  size_t lo = (size_t)r.lo * width, hi = (size_t)r.hi * width;
 #pragma omp simd
-        for (int c = lo; c < hi; c++)
-          dbias[c] += d[c];
-      }
-  }
-}
-
-static void gelu_forward(float *out, const float *inp, size_t n) {
-#pragma omp parallel for simd schedule(static)
-  for (size_t i = 0; i < n; i++) {
+  for (size_t i = lo; i < hi; i++) {
     float x = inp[i];
     float t = tanh_approx(GELU_K0 * (x + GELU_K1 * x * x * x));
     out[i] = 0.5f * x * (1.0f + t);
@@ -571,9 +580,10 @@ static void gelu_forward(float *out, const float *inp, size_t n) {
 }
 
 /* d (in place): dout -> dinp. */
-static void gelu_backward(float *d, const float *inp, size_t n) {
-#pragma omp parallel for simd schedule(static)
-  for (size_t i = 0; i < n; i++) {
+static void gelu_backward_rows(rows r, float *d, const float *inp, int width) {
+  size_t lo = (size_t)r.lo * width, hi = (size_t)r.hi * width;
+#pragma omp simd
+  for (size_t i = lo; i < hi; i++) {
     float x = inp[i];
     float t = tanh_approx(GELU_K0 * (x + GELU_K1 * x * x * x));
     float dt = GELU_K0 * (1.0f + 3.0f * GELU_K1 * x * x) * (1.0f - t * t);
@@ -634,10 +644,11 @@ static void softmax_causal_row_backward(const att_dims *d, float *ds, const floa
 }
 
 /* y (B, T, C) = per head softmax(q k^T * scale, causal) v; att keeps the probabilities.
- * One (batch, head) pair per iteration; the BLAS runs single-threaded inside. */
+ * One (batch, head) pair per iteration, shared out over the enclosing region's threads
+ * (with the implied barrier at the end). */
 static void attention_forward(const att_dims *d, float *y, float *att, const float *qkv) {
   int C3 = 3 * d->C;
-#pragma omp parallel for schedule(static)
+#pragma omp for schedule(static)
   for (int bh = 0; bh < d->B * d->NH; bh++) {
     int b = bh / d->NH, h = bh % d->NH;
     const float *base = qkv + (size_t)b * d->T * C3 + (size_t)h * d->hd;
@@ -658,11 +669,12 @@ static void attention_forward(const att_dims *d, float *y, float *att, const flo
   }
 }
 
-/* dqkv (B, T, 3C) = gradient of attention_forward given dy; datt is scratch. */
+/* dqkv (B, T, 3C) = gradient of attention_forward given dy; datt is scratch. Worksharing
+ * like attention_forward. */
 static void attention_backward(const att_dims *d, float *dqkv, float *datt, const float *dy,
                                const float *att, const float *qkv) {
   int C3 = 3 * d->C;
-#pragma omp parallel for schedule(static)
+#pragma omp for schedule(static)
   for (int bh = 0; bh < d->B * d->NH; bh++) {
     int b = bh / d->NH, h = bh % d->NH;
     size_t off = (size_t)b * d->T * C3 + (size_t)h * d->hd;
@@ -696,16 +708,15 @@ static void attention_backward(const att_dims *d, float *dqkv, float *datt, cons
   }
 }
 
-/* Softmax cross-entropy per row: losses[r], and logits replaced by probabilities. */
-static void crossentropy_forward(float *losses, float *logits, const uint8_t *targets, int N, int V) {
-#pragma omp parallel for schedule(static)
-  for (int r = 0; r < N; r++) {
-    float *z = logits + (size_t)r * V;
+/* Softmax cross-entropy per row: losses[i], and logits replaced by probabilities. */
+static void crossentropy_rows(rows r, float *losses, float *logits, const uint8_t *targets, int V) {
+  for (int i = r.lo; i < r.hi; i++) {
+    float *z = logits + (size_t)i * V;
     float mx = -INFINITY;
 #pragma omp simd reduction(max : mx)
     for (int j = 0; j < V; j++)
       mx = z[j] > mx ? z[j] : mx;
-    float target_logit = z[targets[r]];
+    float target_logit = z[targets[i]];
     float sum = 0.0f;
 #pragma omp simd reduction(+ : sum)
     for (int j = 0; j < V; j++) {
@@ -716,16 +727,15 @@ static void crossentropy_forward(float *losses, float *logits, const uint8_t *ta
 #pragma omp simd
     for (int j = 0; j < V; j++)
       z[j] *= inv;
-    losses[r] = logf(sum) + mx - target_logit;
+    losses[i] = logf(sum) + mx - target_logit;
   }
 }
 
 /* Probabilities -> scale * (p - onehot(target)), in place. */
-static void crossentropy_backward(float *probs, const uint8_t *targets, int N, int V, float scale) {
-#pragma omp parallel for schedule(static)
-  for (int r = 0; r < N; r++) {
-    float *p = probs + (size_t)r * V;
-    p[targets[r]] -= 1.0f;
+static void crossentropy_backward_rows(rows r, float *probs, const uint8_t *targets, int V, float scale) {
+  for (int i = r.lo; i < r.hi; i++) {
+    float *p = probs + (size_t)i * V;
+    p[targets[i]] -= 1.0f;
 #pragma omp simd
     for (int j = 0; j < V; j++)
       p[j] *= scale;
@@ -775,20 +785,28 @@ static att_dims dims_of(const tagc_model_config *c, int B) {
   return d;
 }
 
+/* One parallel region per block: the row chains before and after the attention need no
+ * barrier of their own. */
 static void block_forward(const tagc_model_layout *lay, tagc_model_acts *a, int l, const float *p) {
   const tagc_model_config *c = &lay->cfg;
-  int u = l + 1, B = a->B, N = B * c->ctx, C = c->d_model;
-  att_dims d = dims_of(c, B);
+  int u = l + 1, N = a->B * c->ctx, C = c->d_model;
+  att_dims d = dims_of(c, a->B);
   layer_acts la = layer_get(a, l);
-  layernorm_forward(la.ln1, la.ln1_stat, la.input, p + toff(lay, u, K_LN1_W), p + toff(lay, u, K_LN1_B), N, C);
-  linear_forward(la.qkv, NULL, la.ln1, p + toff(lay, u, K_QKV_W), p + toff(lay, u, K_QKV_B), N, C, 3 * C);
-  attention_forward(&d, la.atty, la.att, la.qkv);
-  linear_forward(la.res2, la.input, la.atty, p + toff(lay, u, K_PROJ_W), p + toff(lay, u, K_PROJ_B), N, C, C);
-  layernorm_forward(la.ln2, la.ln2_stat, la.res2, p + toff(lay, u, K_LN2_W), p + toff(lay, u, K_LN2_B), N, C);
-  linear_forward(la.fch, NULL, la.ln2, p + toff(lay, u, K_FC_W), p + toff(lay, u, K_FC_B), N, C, 4 * C);
-  gelu_forward(la.fch_gelu, la.fch, (size_t)N * 4 * C);
-  linear_forward(la.res3, la.res2, la.fch_gelu, p + toff(lay, u, K_MPROJ_W), p + toff(lay, u, K_MPROJ_B), N,
-                 4 * C, C);
+#define P(k) (p + toff(lay, u, k))
+#pragma omp parallel
+  {
+    rows r = my_rows(N);
+    layernorm_rows(r, la.ln1, la.ln1_stat, la.input, P(K_LN1_W), P(K_LN1_B), C);
+    linear_rows(r, la.qkv, NULL, la.ln1, P(K_QKV_W), P(K_QKV_B), C, 3 * C);
+#pragma omp barrier
+    attention_forward(&d, la.atty, la.att, la.qkv);
+    linear_rows(r, la.res2, la.input, la.atty, P(K_PROJ_W), P(K_PROJ_B), C, C);
+    layernorm_rows(r, la.ln2, la.ln2_stat, la.res2, P(K_LN2_W), P(K_LN2_B), C);
+    linear_rows(r, la.fch, NULL, la.ln2, P(K_FC_W), P(K_FC_B), C, 4 * C);
+    gelu_rows(r, la.fch_gelu, la.fch, 4 * C);
+    linear_rows(r, la.res3, la.res2, la.fch_gelu, P(K_MPROJ_W), P(K_MPROJ_B), 4 * C, C);
+  }
+#undef P
 }
 
 static const float *final_input(const tagc_model_acts *a) {
@@ -798,10 +816,14 @@ static const float *final_input(const tagc_model_acts *a) {
 static void head_forward(const tagc_model_layout *lay, tagc_model_acts *a, const float *p) {
   const tagc_model_config *c = &lay->cfg;
   int u = c->n_layer + 1, N = a->B * c->ctx;
-  layernorm_forward(a->lnf, a->lnf_stat, final_input(a), p + toff(lay, u, K_LNF_W),
-                    p + toff(lay, u, K_LNF_B), N, c->d_model);
-  linear_forward(a->logits, NULL, a->lnf, p + toff(lay, u, K_HEAD_W), NULL, N, c->d_model, c->vocab);
-  crossentropy_forward(a->losses, a->logits, a->targets, N, c->vocab);
+#pragma omp parallel
+  {
+    rows r = my_rows(N);
+    layernorm_rows(r, a->lnf, a->lnf_stat, final_input(a), p + toff(lay, u, K_LNF_W),
+                   p + toff(lay, u, K_LNF_B), c->d_model);
+    linear_rows(r, a->logits, NULL, a->lnf, p + toff(lay, u, K_HEAD_W), NULL, c->d_model, c->vocab);
+    crossentropy_rows(r, a->losses, a->logits, a->targets, c->vocab);
+  }
 }
 
 tagc_status tagc_model_forward(const tagc_model_layout *layout, tagc_model_acts *acts,
@@ -852,37 +874,58 @@ tagc_status tagc_model_forward(const tagc_model_layout *layout, tagc_model_acts 
 static void head_backward(const tagc_model_layout *lay, tagc_model_acts *a, const float *p, float *g,
                           float loss_scale) {
   const tagc_model_config *c = &lay->cfg;
-  int u = c->n_layer + 1, N = a->B * c->ctx, C = c->d_model;
-  crossentropy_backward(a->logits, a->targets, N, c->vocab, loss_scale);
-  linear_backward(a->dln, g + toff(lay, u, K_HEAD_W), NULL, a->logits, a->lnf,
-                  p + toff(lay, u, K_HEAD_W), N, C, c->vocab);
-  memset(a->dres, 0, (size_t)N * C * sizeof(float));
-  layernorm_backward(a->dres, g + toff(lay, u, K_LNF_W), g + toff(lay, u, K_LNF_B), a->dln,
-                     final_input(a), a->lnf_stat, p + toff(lay, u, K_LNF_W), N, C);
+  int u = c->n_layer + 1, N = a->B * c->ctx, C = c->d_model, V = c->vocab;
+  const float *x = final_input(a), *lnf_w = p + toff(lay, u, K_LNF_W);
+#pragma omp parallel
+  {
+    rows r = my_rows(N);
+    crossentropy_backward_rows(r, a->logits, a->targets, V, loss_scale);
+    linear_dinp_rows(r, a->dln2, a->logits, p + toff(lay, u, K_HEAD_W), C, V);
+    for (int i = r.lo; i < r.hi; i++)
+      memset(a->dres + (size_t)i * C, 0, (size_t)C * sizeof(float));
+    layernorm_dinp_rows(r, a->dres, a->dres, a->dln2, x, a->lnf_stat, lnf_w, C);
+#pragma omp barrier
+    linear_dparams(g + toff(lay, u, K_HEAD_W), NULL, a->logits, a->lnf, N, C, V);
+    layernorm_dparams(g + toff(lay, u, K_LNF_W), g + toff(lay, u, K_LNF_B), a->dln2, x, a->lnf_stat, N, C);
+  }
 }
 
-/* acts->dres: gradient w.r.t. block l's output on entry, w.r.t. its input on return. */
+/* acts->dres: gradient w.r.t. block l's output on entry, w.r.t. its input on return. One
+ * parallel region: the row chain down to the attention, the attention, the row chain down
+ * to the block input, then (after a barrier) every parameter gradient of the block. */
 static void block_backward(const tagc_model_layout *lay, tagc_model_acts *a, int l, const float *p,
                            float *g) {
   const tagc_model_config *c = &lay->cfg;
   int u = l + 1, N = a->B * c->ctx, C = c->d_model;
   att_dims d = dims_of(c, a->B);
   layer_acts la = layer_get(a, l);
-  float *dh = a->dbig;
-  linear_backward(dh, g + toff(lay, u, K_MPROJ_W), g + toff(lay, u, K_MPROJ_B), a->dres, la.fch_gelu,
-                  p + toff(lay, u, K_MPROJ_W), N, 4 * C, C);
-  gelu_backward(dh, la.fch, (size_t)N * 4 * C);
-  linear_backward(a->dln, g + toff(lay, u, K_FC_W), g + toff(lay, u, K_FC_B), dh, la.ln2,
-                  p + toff(lay, u, K_FC_W), N, C, 4 * C);
-  layernorm_backward(a->dres, g + toff(lay, u, K_LN2_W), g + toff(lay, u, K_LN2_B), a->dln, la.res2,
-                     la.ln2_stat, p + toff(lay, u, K_LN2_W), N, C);
-  linear_backward(a->dln, g + toff(lay, u, K_PROJ_W), g + toff(lay, u, K_PROJ_B), a->dres, la.atty,
-                  p + toff(lay, u, K_PROJ_W), N, C, C);
-  attention_backward(&d, dh, a->datt, a->dln, la.att, la.qkv);
-  linear_backward(a->dln, g + toff(lay, u, K_QKV_W), g + toff(lay, u, K_QKV_B), dh, la.ln1,
-                  p + toff(lay, u, K_QKV_W), N, C, 3 * C);
-  layernorm_backward(a->dres, g + toff(lay, u, K_LN1_W), g + toff(lay, u, K_LN1_B), a->dln, la.input,
-                     la.ln1_stat, p + toff(lay, u, K_LN1_W), N, C);
+  float *d3 = a->dres, *d1 = a->dres_next, *dfch = a->dbig;
+#define P(k) (p + toff(lay, u, k))
+#define G(k) (g + toff(lay, u, k))
+#pragma omp parallel
+  {
+    rows r = my_rows(N);
+    linear_dinp_rows(r, dfch, d3, P(K_MPROJ_W), 4 * C, C);
+    gelu_backward_rows(r, dfch, la.fch, 4 * C);
+    linear_dinp_rows(r, a->dln2, dfch, P(K_FC_W), C, 4 * C);
+    layernorm_dinp_rows(r, a->dres2, d3, a->dln2, la.res2, la.ln2_stat, P(K_LN2_W), C);
+    linear_dinp_rows(r, a->dattn, a->dres2, P(K_PROJ_W), C, C);
+#pragma omp barrier
+    attention_backward(&d, a->dqkv, a->datt, a->dattn, la.att, la.qkv);
+    linear_dinp_rows(r, a->dln1, a->dqkv, P(K_QKV_W), C, 3 * C);
+    layernorm_dinp_rows(r, d1, a->dres2, a->dln1, la.input, la.ln1_stat, P(K_LN1_W), C);
+#pragma omp barrier
+    linear_dparams(G(K_MPROJ_W), G(K_MPROJ_B), d3, la.fch_gelu, N, 4 * C, C);
+    linear_dparams(G(K_FC_W), G(K_FC_B), dfch, la.ln2, N, C, 4 * C);
+    layernorm_dparams(G(K_LN2_W), G(K_LN2_B), a->dln2, la.res2, la.ln2_stat, N, C);
+    linear_dparams(G(K_PROJ_W), G(K_PROJ_B), a->dres2, la.atty, N, C, C);
+    linear_dparams(G(K_QKV_W), G(K_QKV_B), a->dqkv, la.ln1, N, C, 3 * C);
+    layernorm_dparams(G(K_LN1_W), G(K_LN1_B), a->dln1, la.input, la.ln1_stat, N, C);
+  }
+#undef P
+#undef G
+  a->dres = d1;
+  a->dres_next = d3;
 }
 
 /* Gets unit u's parameters (unless params_needed is 0) and gradient buffer, runs `step`, then
