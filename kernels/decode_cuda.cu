@@ -178,6 +178,8 @@ extern "C" tagc_status tagc_decode_cuda(const tagc_layout *l, const uint32_t *bl
                                         tagc_stream stream) {
   if (!l || l->rows < 1 || !block_rows_dev || !sketch || !bitmap || !out || !stats || !ws)
     return tagc_errorf(TAGC_EINVAL, "decode_cuda: NULL argument");
+  if ((uintptr_t)ws % 16 != 0)
+    return tagc_errorf(TAGC_EINVAL, "decode_cuda: workspace not 16-byte aligned");
   decode_ws w = ws_layout(l, ws);
   if (ws_bytes < w.bytes)
     return tagc_errorf(TAGC_EINVAL, "decode_cuda: workspace %zu bytes < %zu", ws_bytes, w.bytes);

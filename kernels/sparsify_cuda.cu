@@ -236,6 +236,8 @@ extern "C" tagc_status tagc_sparsify_cuda(const tagc_layout *l, float density,
   if (l->world > 65535)
     return tagc_errorf(TAGC_EINVAL, "sparsify_cuda: %d shards exceed the grid limit 65535",
                        (int)l->world);
+  if ((uintptr_t)ws % 16 != 0)
+    return tagc_errorf(TAGC_EINVAL, "sparsify_cuda: workspace not 16-byte aligned");
   sparsify_ws w = ws_layout(l, ws);
   if (ws_bytes < w.bytes)
     return tagc_errorf(TAGC_EINVAL, "sparsify_cuda: workspace %zu bytes < %zu", ws_bytes, w.bytes);

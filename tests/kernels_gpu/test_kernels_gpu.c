@@ -489,6 +489,8 @@ static void test_bad_arguments(void) {
   CHECK(tagc_sparsify_cuda(&l, NAN, buf, buf, buf, bm, ss, ws, need, stream) == TAGC_EINVAL);
   CHECK(tagc_sparsify_cuda(&l, 0.1f, buf, buf, buf, bm, ss, ws, need - 1, stream) == TAGC_EINVAL);
   CHECK(tagc_sparsify_cuda(&l, 0.1f, NULL, buf, buf, bm, ss, ws, need, stream) == TAGC_EINVAL);
+  CHECK(tagc_sparsify_cuda(&l, 0.1f, buf, buf, buf, bm, ss, (char *)ws + 8, need, stream) ==
+        TAGC_EINVAL);
   CHECK(tagc_sketch_encode_cuda(&l, NULL, buf, bm, buf, stream) == TAGC_EINVAL);
   CHECK(tagc_decode_cuda(&l, (const uint32_t *)bm, buf, bm, buf, NULL, ws, need, stream) ==
         TAGC_EINVAL);
