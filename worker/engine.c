@@ -94,6 +94,7 @@ struct tagc_engine {
   double comm_s;       /* comm thread busy time (guarded by mu) */
   double exposed_s;    /* compute thread waiting time */
   int64_t step_now;
+  _Atomic double op_delay_s; /* fault "slow" */
   double feedback[3];  /* check_feedback sums of this step (comm thread, read after drain) */
   char **seg_names;    /* checkpoint unit names (point into segs[i].name) */
   int64_t *seg_numel;
@@ -371,6 +372,8 @@ static void *comm_thread(void *arg) {
     tagc_status failed = e->failure;
     pthread_mutex_unlock(&e->mu);
     double t0 = tagc_now();
+    if (e->op_delay_s > 0)
+      tagc_sleep(e->op_delay_s);
     tagc_status st = failed != TAGC_OK ? failed : run_task(e, &t);
     if (st != TAGC_OK && failed == TAGC_OK)
       LOG_WARN("engine", "%s of unit %d failed: %s", t.kind == TASK_GATHER ? "all-gather" : "reduce-scatter",
@@ -515,6 +518,7 @@ tagc_status tagc_engine_new(const tagc_engine_config *cfg, tagc_engine **out) {
     return tagc_errorf(TAGC_ENOMEM, "engine");
   e->cfg = *cfg;
   e->L = cfg->layout;
+  e->op_delay_s = cfg->op_delay_s;
   e->rank = cfg->comm ? tagc_comm_rank(cfg->comm) : 0;
   e->world = cfg->comm ? tagc_comm_world_size(cfg->comm) : 1;
   tagc_status st;
@@ -785,6 +789,8 @@ tagc_status tagc_engine_gather_params(tagc_engine *e, float *out) {
     TAGC_CHECK(gather_unit(e, u, out + e->L->units[u].offset, 0));
   return TAGC_OK;
 }
+
+void tagc_engine_set_op_delay(tagc_engine *e, double seconds) { e->op_delay_s = seconds; }
 
 int tagc_engine_world_size(const tagc_engine *e) { return e->world; }
 int tagc_engine_rank(const tagc_engine *e) { return e->rank; }

@@ -46,6 +46,7 @@ typedef struct tagc_engine_config {
   int check_feedback;              /* test hook: measure error-feedback mass conservation */
   int gather_bf16;                 /* all-gather parameters as bf16 (mixed-precision FSDP: the
                                       model computes on bf16-rounded weights, fp32 master shards) */
+  double op_delay_s;               /* fault injection: delay before every collective task */
   int reshard_after_forward;       /* 1: ZeRO-3, a unit is gathered before forward and again
                                       before backward; 0: gathered units stay for the whole step
                                       (one all-gather per unit per step, full parameters held) */
@@ -92,6 +93,9 @@ tagc_status tagc_engine_eval(tagc_engine *e, const tagc_corpus *corpus, int64_t 
 
 /* Gathers the full parameter arena (n_params floats) into out on every rank (collective). */
 tagc_status tagc_engine_gather_params(tagc_engine *e, float *out);
+
+/* Changes the injected delay before each collective task (fault "slow"); any thread. */
+void tagc_engine_set_op_delay(tagc_engine *e, double seconds);
 
 int tagc_engine_world_size(const tagc_engine *e);
 int tagc_engine_rank(const tagc_engine *e);

@@ -47,6 +47,11 @@ typedef struct tagc_train_config {
   int check_feedback; /* test hook, see tagc_engine_config */
   char *gather;       /* "fp32" or "bf16" parameter all-gathers */
   int reshard_after_forward;
+  char *fault;        /* fault spec (see worker/fault.h) */
+  char *etcd;         /* etcd endpoints: elastic mode */
+  char *job;
+  char *worker_id;
+  double lease_ttl;
 } tagc_train_config;
 
 /* The option table of tagc-worker (and of tagctl run, which forwards to it). */

@@ -1,0 +1,119 @@
+/* Elastic mode of tagc-worker: membership, generations and recovery through etcd
+ * (ARCHITECTURE §4). The worker registers, waits for plans, trains each generation it is a
+ * member of, reports data-path failures, and keeps going in-process until the job is done. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <jansson.h>
+
+#include "common/log.h"
+#include "common/timeutil.h"
+#include "coordinator/etcd.h"
+#include "coordinator/member.h"
+#include "worker/run.h"
+#include "worker/train.h"
+
+tagc_status tagc_elastic_run(const tagc_train_config *cfg); /* called by tagc_train_run */
+
+static void on_change(void *arg, int64_t gen) { tagc_run_supersede(arg, gen); }
+
+static json_t *worker_info(const tagc_train_config *cfg) {
+  char host[256] = "";
+  gethostname(host, sizeof host - 1);
+  return json_pack("{s:s, s:s, s:i, s:s, s:I}", "host", host, "address", cfg->host, "pid",
+                   (int)getpid(), "device", "cpu", "threads", (json_int_t)cfg->threads);
+}
+
+/* Trains the generations of a job until it is done. */
+static tagc_status supervise(tagc_run *run, tagc_member *m, json_t *info) {
+  int64_t gen = 0;
+  for (;;) {
+    tagc_plan plan = {0};
+    tagc_status st = tagc_member_wait_plan(m, gen, 5.0, &plan);
+    if (st == TAGC_ETIMEDOUT)
+      continue;
+    if (st == TAGC_ENOTFOUND && !strcmp(tagc_last_error(), "done")) {
+      LOG_INFO("elastic", "the job is done");
+      return TAGC_OK;
+    }
+    if (st != TAGC_OK) { /* etcd unreachable or a bad plan: the member re-registers; retry */
+      LOG_WARN("elastic", "waiting for a plan: %s", tagc_last_error());
+      tagc_sleep(1.0);
+      continue;
+    }
+    gen = plan.gen;
+    if (plan.rank < 0) {
+      LOG_INFO("elastic", "generation %lld: not a member (%s)", (long long)gen, plan.reason);
+      if (plan.excluded) { /* excluded as suspect: this process is alive again, ask back in */
+        tagc_sleep(1.0);
+        if (tagc_member_rejoin(m, info) != TAGC_OK)
+          LOG_WARN("elastic", "rejoin failed: %s", tagc_last_error());
+      }
+      tagc_plan_free(&plan);
+      continue;
+    }
+    LOG_INFO("elastic", "generation %lld: rank %d of %d, resume %s (%s)", (long long)gen, plan.rank,
+             plan.world, plan.resume_path ? plan.resume_path : "from scratch", plan.reason);
+    tagc_store *store = NULL;
+    tagc_gen_result res;
+    st = tagc_member_store(m, gen, &store);
+    if (st == TAGC_OK) {
+      tagc_gen_spec g = {gen, plan.rank, plan.world, store, plan.micro_batch, plan.resume_path};
+      st = tagc_run_generation(run, &g, &res);
+    }
+    tagc_store_free(store);
+    int rank = plan.rank;
+    tagc_plan_free(&plan);
+    if (st != TAGC_OK)
+      return st;
+    switch (res.end) {
+    case TAGC_GEN_FINISHED:
+      if (rank == 0 && tagc_member_finish(m, gen, res.step) != TAGC_OK)
+        LOG_WARN("elastic", "finish not recorded: %s", tagc_last_error());
+      break;
+    case TAGC_GEN_STOPPED:
+      return TAGC_OK;
+    case TAGC_GEN_FAILED:
+      if (tagc_member_report_failure(m, gen, res.kind, res.step, res.suspected_rank, res.detail) != TAGC_OK)
+        LOG_WARN("elastic", "failure report not recorded: %s", tagc_last_error());
+      break;
+    case TAGC_GEN_SUPERSEDED:
+      break;
+    }
+  }
+}
+
+tagc_status tagc_elastic_run(const tagc_train_config *cfg) {
+  tagc_etcd_config ec;
+  tagc_etcd_config_init(&ec);
+  ec.endpoints = cfg->etcd;
+  tagc_etcd *etcd = NULL;
+  tagc_run *run = NULL;
+  tagc_member *m = NULL;
+  json_t *info = worker_info(cfg);
+  char id[128];
+  if (cfg->worker_id && *cfg->worker_id) {
+    snprintf(id, sizeof id, "%s", cfg->worker_id);
+  } else {
+    char host[64] = "worker";
+    gethostname(host, sizeof host - 1);
+    snprintf(id, sizeof id, "%s-%d", host, (int)getpid());
+  }
+  tagc_status st;
+  TAGC_CHECK_GOTO(tagc_run_new(cfg, &run), st, done);
+  TAGC_CHECK_GOTO(tagc_etcd_create(&ec, &etcd), st, done);
+  TAGC_CHECK_GOTO(tagc_member_join(etcd, cfg->job, id, info, cfg->lease_ttl, &m), st, done);
+  LOG_INFO("elastic", "joined job %s as %s", cfg->job, id);
+  tagc_run_set_member(run, m);
+  tagc_member_on_change(m, on_change, run);
+  st = supervise(run, m, info);
+  tagc_member_on_change(m, NULL, NULL);
+done:
+  tagc_member_leave(m);
+  tagc_etcd_destroy(etcd);
+  tagc_run_free(run);
+  json_decref(info);
+  return st;
+}

@@ -1,0 +1,88 @@
+#include "fault.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static const char *const names[TAGC_FAULT_KINDS] = {"crash", "exit", "oom", "hang", "drop"};
+
+const char *tagc_fault_name(tagc_fault_kind kind) {
+  return kind >= 0 && kind < TAGC_FAULT_KINDS ? names[kind] : "?";
+}
+
+static void update_next(tagc_faults *f) {
+  f->next = -1;
+  for (int k = 0; k < TAGC_FAULT_KINDS; k++)
+    if (f->at[k] >= 0 && (f->next < 0 || f->at[k] < f->next))
+      f->next = f->at[k];
+}
+
+static tagc_status parse_item(const char *s, size_t n, tagc_faults *f) {
+  char item[64];
+  if (n >= sizeof item)
+    return tagc_errorf(TAGC_EINVAL, "fault '%.*s...' is too long", 40, s);
+  memcpy(item, s, n);
+  item[n] = '\0';
+  if (!strncmp(item, "ckpt:", 5))
+    return TAGC_OK;
+  char *end;
+  if (!strncmp(item, "slow=", 5)) {
+    f->slow_s = strtod(item + 5, &end);
+    if (end == item + 5 || *end || !(f->slow_s >= 0 && f->slow_s <= 3600))
+      return tagc_errorf(TAGC_EINVAL, "fault '%s': slow=SECONDS takes 0..3600", item);
+    return TAGC_OK;
+  }
+  char *at = strchr(item, '@');
+  if (at) {
+    *at = '\0';
+    for (int k = 0; k < TAGC_FAULT_KINDS; k++) {
+      if (strcmp(item, names[k]) != 0)
+        continue;
+      long long step = strtoll(at + 1, &end, 10);
+      if (end == at + 1 || *end || step < 0)
+        return tagc_errorf(TAGC_EINVAL, "fault '%s@%s': the step must be a number >= 0", item, at + 1);
+      f->at[k] = step;
+      return TAGC_OK;
+    }
+    *at = '@';
+  }
+  return tagc_errorf(TAGC_EINVAL,
+                     "fault '%s' is not crash|exit|oom|hang|drop@STEP, slow=SECONDS or ckpt:STAGE", item);
+}
+
+tagc_status tagc_faults_parse(const char *spec, tagc_faults *out) {
+  tagc_faults f;
+  for (int k = 0; k < TAGC_FAULT_KINDS; k++)
+    f.at[k] = -1;
+  f.slow_s = 0;
+  for (const char *p = spec ? spec : ""; *p;) {
+    const char *comma = strchr(p, ',');
+    size_t n = comma ? (size_t)(comma - p) : strlen(p);
+    if (n)
+      TAGC_CHECK(parse_item(p, n, &f));
+    p += n + (comma != NULL);
+  }
+  update_next(&f);
+  *out = f;
+  return TAGC_OK;
+}
+
+int tagc_faults_take(tagc_faults *f, int64_t step) {
+  if (f->next != step)
+    return -1;
+  for (int k = 0; k < TAGC_FAULT_KINDS; k++) {
+    if (f->at[k] == step) {
+      f->at[k] = -1;
+      update_next(f);
+      return k;
+    }
+  }
+  return -1;
+}
+
+void tagc_faults_merge(tagc_faults *dst, const tagc_faults *src) {
+  for (int k = 0; k < TAGC_FAULT_KINDS; k++)
+    if (src->at[k] >= 0)
+      dst->at[k] = src->at[k];
+  dst->slow_s = src->slow_s;
+  update_next(dst);
+}

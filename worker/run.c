@@ -1,0 +1,731 @@
+#include "run.h"
+
+#include <cblas.h>
+#include <errno.h>
+#include <math.h>
+#include <omp.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <jansson.h>
+
+#include "ckpt/ckpt_saver.h"
+#include "common/crc32c.h"
+#include "common/json.h"
+#include "common/log.h"
+#include "common/timeutil.h"
+#include "coordinator/member.h"
+#include "worker/data.h"
+#include "worker/engine.h"
+#include "worker/fault.h"
+#include "worker/model.h"
+
+/* Running totals over the whole process (all generations), for summary.json. */
+typedef struct totals {
+  double tokens, bytes_sent, comm_s, exposed_s, unpeeled, tagc_elements, density, rho;
+  int64_t steps;
+  double *step_s; /* per step, for the median */
+} totals;
+
+/* Recovery accounting: one failure at a time. */
+typedef struct recovery {
+  int failures, recoveries;
+  double max_recovery_s, pending_since; /* pending_since > 0: a failure awaits its first step */
+  int64_t steps_lost, failed_at_step;
+  char pending_kind[16];
+} recovery;
+
+struct tagc_run {
+  const tagc_train_config *cfg;
+  tagc_model_layout layout;
+  tagc_compress_policy policy;
+  tagc_corpus corpus;
+  int threads;
+  char ckpt_root[4096];
+  FILE *metrics; /* rank 0 of the current generation */
+  totals tt;
+  recovery rec;
+  tagc_faults faults;
+  tagc_member *member; /* elastic mode only */
+  double t0, last_print, last_progress, last_chaos;
+  char chaos_seen[256];
+  double loss, val;
+
+  /* the current generation */
+  int64_t gen;
+  int rank, world;
+  pthread_mutex_t comm_mu; /* guards comm against tagc_run_abort from other threads */
+  tagc_comm *comm;
+  int aborted;
+  tagc_engine *engine;
+  tagc_ckpt_range *ranges;
+  tagc_ckpt_saver *saver;
+  int64_t start_step, end_step;
+};
+
+static tagc_status make_dir(const char *path) {
+  if (mkdir(path, 0755) != 0 && errno != EEXIST)
+    return tagc_errorf(TAGC_EIO, "output directory %s: %s", path, strerror(errno));
+  return TAGC_OK;
+}
+
+/* ---------- the process-wide part ---------- */
+
+tagc_status tagc_run_new(const tagc_train_config *cfg, tagc_run **out) {
+  tagc_run *r = calloc(1, sizeof *r);
+  if (!r)
+    return tagc_errorf(TAGC_ENOMEM, "run");
+  tagc_status st;
+  r->cfg = cfg;
+  pthread_mutex_init(&r->comm_mu, NULL);
+  tagc_model_config mc = {256, (int)cfg->ctx, (int)cfg->layers, (int)cfg->heads, (int)cfg->dim};
+  TAGC_CHECK_GOTO(tagc_model_layout_init(&r->layout, &mc), st, fail);
+  if (cfg->micro_batch > cfg->batch) {
+    st = tagc_errorf(TAGC_EINVAL, "--micro-batch %lld is larger than --batch %lld",
+                     (long long)cfg->micro_batch, (long long)cfg->batch);
+    goto fail;
+  }
+  TAGC_CHECK_GOTO(tagc_policy_parse(cfg->compress, &r->policy), st, fail);
+  const char *fault = cfg->fault && *cfg->fault ? cfg->fault : getenv("TAGC_FAULT");
+  TAGC_CHECK_GOTO(tagc_faults_parse(fault, &r->faults), st, fail);
+  r->threads = cfg->threads ? (int)cfg->threads : omp_get_num_procs();
+  omp_set_num_threads(r->threads);
+  openblas_set_num_threads(r->threads);
+  TAGC_CHECK_GOTO(tagc_corpus_load(cfg->corpus, (size_t)cfg->ctx + 1, &r->corpus), st, fail);
+  TAGC_CHECK_GOTO(make_dir(cfg->out), st, fail);
+  const char *root = *cfg->ckpt_dir ? cfg->ckpt_dir : cfg->out;
+  if (strlen(root) + 8 >= sizeof r->ckpt_root) {
+    st = tagc_errorf(TAGC_EINVAL, "checkpoint path too long");
+    goto fail;
+  }
+  snprintf(r->ckpt_root, sizeof r->ckpt_root, "%s%s", root, *cfg->ckpt_dir ? "" : "/ckpt");
+  r->tt.step_s = calloc((size_t)cfg->steps, sizeof(double));
+  if (!r->tt.step_s) {
+    st = tagc_errorf(TAGC_ENOMEM, "per-step times");
+    goto fail;
+  }
+  r->loss = r->val = NAN;
+  r->t0 = tagc_now();
+  r->last_print = -1e9;
+  *out = r;
+  return TAGC_OK;
+fail:
+  tagc_run_free(r);
+  return st;
+}
+
+void tagc_run_free(tagc_run *r) {
+  if (!r)
+    return;
+  tagc_corpus_free(&r->corpus);
+  free(r->tt.step_s);
+  if (r->metrics)
+    fclose(r->metrics);
+  pthread_mutex_destroy(&r->comm_mu);
+  free(r);
+}
+
+void tagc_run_set_member(tagc_run *r, tagc_member *member) { r->member = member; }
+
+void tagc_run_abort(tagc_run *r) {
+  pthread_mutex_lock(&r->comm_mu);
+  r->aborted = 1;
+  if (r->comm)
+    tagc_comm_abort(r->comm);
+  pthread_mutex_unlock(&r->comm_mu);
+}
+
+void tagc_run_supersede(tagc_run *r, int64_t gen) {
+  pthread_mutex_lock(&r->comm_mu);
+  if (gen > r->gen) {
+    r->aborted = 1;
+    if (r->comm)
+      tagc_comm_abort(r->comm);
+  }
+  pthread_mutex_unlock(&r->comm_mu);
+}
+
+/* ---------- checkpoints ---------- */
+
+static json_t *model_json(const tagc_run *t) {
+  const tagc_model_config *m = &t->layout.cfg;
+  return json_pack("{s:i, s:i, s:i, s:i, s:i}", "vocab", m->vocab, "ctx", m->ctx, "layers",
+                   m->n_layer, "heads", m->n_head, "dim", m->d_model);
+}
+
+static json_t *tensors_json(const tagc_run *t) {
+  json_t *a = json_array();
+  for (int i = 0; a && i < t->layout.n_tensors; i++) {
+    const tagc_tensor_info *ti = &t->layout.tensors[i];
+    json_array_append_new(a, json_pack("{s:s, s:s, s:i, s:i, s:i, s:I}", "name", ti->name, "role",
+                                       tagc_role_name(ti->role), "unit", ti->unit, "rows", ti->rows,
+                                       "cols", ti->cols, "offset", (json_int_t)ti->offset));
+  }
+  return a;
+}
+
+static json_t *sampler_json(const tagc_run *t, int64_t step) {
+  return json_pack("{s:I, s:I, s:I, s:I, s:I}", "seed", (json_int_t)t->cfg->seed, "batch",
+                   (json_int_t)t->cfg->batch, "ctx", (json_int_t)t->cfg->ctx, "step",
+                   (json_int_t)step, "corpus_crc32c", (json_int_t)t->corpus.crc);
+}
+
+/* Rank 0's barrier before commit: every rank's shard file is durable once it has its final
+ * name (ckpt/ renames it after fsync), so waiting for the W files is the barrier, and it needs
+ * no collective on the saver's thread. */
+static tagc_status shard_files_barrier(void *arg, int64_t step) {
+  tagc_run *t = arg;
+  if (t->rank != 0)
+    return TAGC_OK;
+  double deadline = tagc_now() + 10 * t->cfg->op_timeout;
+  for (int r = 0; r < t->world; r++) {
+    char path[4200];
+    snprintf(path, sizeof path, "%s/step-%lld.tmp/rank-%05d.bin", t->ckpt_root, (long long)step, r);
+    while (access(path, F_OK) != 0) {
+      if (tagc_now() > deadline || t->aborted)
+        return tagc_errorf(TAGC_ETIMEDOUT, "checkpoint %lld: rank %d's shard did not arrive",
+                           (long long)step, r);
+      tagc_sleep(0.01);
+    }
+  }
+  return TAGC_OK;
+}
+
+/* Rank 0, on the saver's thread: records the committed checkpoint in etcd. */
+static tagc_status record_commit(void *arg, const tagc_ckpt_committed *c) {
+  tagc_run *t = arg;
+  if (!t->member)
+    return TAGC_OK;
+  tagc_status st = tagc_member_commit_ckpt(t->member, t->gen, c->step, c->path, c->world_size,
+                                           c->manifest_crc32c);
+  if (st == TAGC_ECONFLICT) /* a newer generation or step is already recorded */
+    return TAGC_OK;
+  return st;
+}
+
+static tagc_status open_saver(tagc_run *t) {
+  if (t->cfg->ckpt_every == 0)
+    return TAGC_OK;
+  if (t->rank == 0 && mkdir(t->ckpt_root, 0755) != 0 && errno != EEXIST)
+    return tagc_errorf(TAGC_EIO, "checkpoint root %s: %s", t->ckpt_root, strerror(errno));
+  /* Leftover shards of an abandoned save would satisfy shard_files_barrier: remove them now,
+   * before any rank can save (saves come after collective steps, which wait for rank 0). */
+  if (t->rank == 0)
+    TAGC_CHECK(tagc_ckpt_remove_partial(t->ckpt_root, NULL));
+  int n = tagc_engine_n_segments(t->engine);
+  t->ranges = calloc((size_t)n, sizeof *t->ranges);
+  if (!t->ranges)
+    return tagc_errorf(TAGC_ENOMEM, "checkpoint ranges");
+  tagc_ckpt_writer_config wc = {0};
+  wc.dir = t->ckpt_root;
+  wc.rank = t->rank;
+  wc.world_size = t->world;
+  tagc_engine_ckpt_layout(t->engine, &wc.layout, t->ranges);
+  wc.ranges = t->ranges;
+  wc.barrier = shard_files_barrier;
+  wc.barrier_arg = t;
+  wc.keep_last = (int)t->cfg->ckpt_keep_last;
+  wc.keep_every = (int)t->cfg->ckpt_keep_every;
+  wc.on_commit = record_commit;
+  wc.on_commit_arg = t;
+  return tagc_ckpt_saver_create(&wc, &t->saver);
+}
+
+/* Starts an asynchronous save of the state after `step` completed steps. */
+static tagc_status save_checkpoint(tagc_run *t, int64_t step) {
+  float *const *views;
+  TAGC_CHECK(tagc_ckpt_saver_begin(t->saver, step, &views));
+  tagc_status st = tagc_engine_snapshot(t->engine, views);
+  json_t *model = model_json(t), *tensors = tensors_json(t), *sampler = sampler_json(t, step);
+  json_t *rng = json_pack("{s:I}", "seed", (json_int_t)t->cfg->seed);
+  json_t *comp = tagc_engine_compression_state(t->engine);
+  if (comp)
+    json_object_set_new(comp, "policy", json_string(t->cfg->compress));
+  tagc_ckpt_meta meta = {model, tensors, sampler, rng, comp};
+  tagc_status fin = tagc_ckpt_saver_finish(t->saver, &meta);
+  json_decref(model);
+  json_decref(tensors);
+  json_decref(sampler);
+  json_decref(rng);
+  json_decref(comp);
+  return st != TAGC_OK ? st : fin;
+}
+
+/* Loads `path` (or the newest valid checkpoint under the root when path is NULL), if any,
+ * after checking it belongs to this job. */
+static tagc_status resume(tagc_run *t, const char *path) {
+  if (!t->cfg->resume)
+    return TAGC_OK;
+  tagc_ckpt_reader *rd;
+  tagc_status st = path ? tagc_ckpt_open(path, TAGC_CKPT_VERIFY_FULL, &rd)
+                        : tagc_ckpt_find_latest_valid(t->ckpt_root, TAGC_CKPT_VERIFY_FULL, &rd);
+  if (st != TAGC_OK && path) { /* the recorded one is damaged: the newest valid one then */
+    LOG_WARN("train", "checkpoint %s: %s; looking for the newest valid one", path, tagc_last_error());
+    st = tagc_ckpt_find_latest_valid(t->ckpt_root, TAGC_CKPT_VERIFY_FULL, &rd);
+  }
+  if (st == TAGC_ENOTFOUND) {
+    tagc_clear_error();
+    return TAGC_OK;
+  }
+  TAGC_CHECK(st);
+  json_t *model = model_json(t), *sampler = sampler_json(t, tagc_ckpt_reader_step(rd));
+  if (!json_equal(model, tagc_ckpt_reader_meta(rd, "model")) ||
+      !json_equal(sampler, tagc_ckpt_reader_meta(rd, "sampler")))
+    st = tagc_errorf(TAGC_EINVAL, "checkpoint %s is of another model, batch, seed or corpus: "
+                     "use another --out or --no-resume", tagc_ckpt_reader_path(rd));
+  if (st == TAGC_OK)
+    st = tagc_engine_load(t->engine, rd);
+  if (st == TAGC_OK)
+    st = tagc_engine_set_compression_state(t->engine, tagc_ckpt_reader_meta(rd, "compression"));
+  if (st == TAGC_OK) {
+    t->start_step = tagc_ckpt_reader_step(rd);
+    if (t->rank == 0)
+      LOG_INFO("train", "resuming from %s (step %lld, saved by %d workers) with %d workers",
+               tagc_ckpt_reader_path(rd), (long long)t->start_step,
+               tagc_ckpt_reader_world_size(rd), t->world);
+  }
+  json_decref(model);
+  json_decref(sampler);
+  tagc_ckpt_close(rd);
+  return st;
+}
+
+/* ---------- one generation: set-up and tear-down ---------- */
+
+static tagc_status connect(tagc_run *t, const tagc_gen_spec *g) {
+  if (g->world == 1)
+    return TAGC_OK;
+  tagc_comm_config cc;
+  tagc_comm_config_init(&cc);
+  cc.backend = TAGC_COMM_GLOO;
+  cc.rank = g->rank;
+  cc.world_size = g->world;
+  cc.store = g->store;
+  cc.prefix = "comm";
+  cc.timeout_s = t->cfg->op_timeout;
+  cc.host = t->cfg->host;
+  tagc_comm *comm;
+  TAGC_CHECK(tagc_comm_create(&cc, &comm));
+  pthread_mutex_lock(&t->comm_mu);
+  t->comm = comm;
+  if (t->aborted) /* a newer generation was announced while we connected */
+    tagc_comm_abort(comm);
+  pthread_mutex_unlock(&t->comm_mu);
+  return TAGC_OK;
+}
+
+static tagc_status gen_begin(tagc_run *t, const tagc_gen_spec *g) {
+  const tagc_train_config *cfg = t->cfg;
+  if (g->rank < 0 || g->rank >= g->world)
+    return tagc_errorf(TAGC_EINVAL, "rank %d is not below world size %d", g->rank, g->world);
+  if (cfg->batch < g->world)
+    return tagc_errorf(TAGC_EINVAL, "--batch %lld is smaller than the world size %d",
+                       (long long)cfg->batch, g->world);
+  pthread_mutex_lock(&t->comm_mu);
+  t->gen = g->gen;
+  t->aborted = t->member && tagc_member_gen(t->member) > g->gen;
+  pthread_mutex_unlock(&t->comm_mu);
+  t->rank = g->rank;
+  t->world = g->world;
+  t->start_step = 0;
+  TAGC_CHECK(connect(t, g));
+  int64_t local = (cfg->batch * (g->rank + 1)) / g->world - (cfg->batch * g->rank) / g->world;
+  int micro = g->micro_batch ? g->micro_batch : (int)cfg->micro_batch;
+  tagc_engine_config ec = {0};
+  ec.layout = &t->layout;
+  ec.comm = t->comm;
+  ec.policy = t->policy;
+  ec.adam = (tagc_adamw_config){.lr = (float)cfg->lr,
+                                .min_lr_ratio = (float)cfg->min_lr_ratio,
+                                .warmup_steps = cfg->warmup,
+                                .total_steps = cfg->steps,
+                                .beta1 = (float)cfg->beta1,
+                                .beta2 = (float)cfg->beta2,
+                                .eps = (float)cfg->eps,
+                                .weight_decay = (float)cfg->weight_decay,
+                                .grad_clip = (float)cfg->grad_clip};
+  ec.batch = cfg->batch;
+  ec.micro_batch = micro > 0 && micro < local ? micro : (int)local;
+  ec.seed = (uint64_t)cfg->seed;
+  ec.op_timeout_s = cfg->op_timeout;
+  ec.check_feedback = cfg->check_feedback;
+  ec.gather_bf16 = !strcmp(cfg->gather, "bf16");
+  ec.reshard_after_forward = cfg->reshard_after_forward;
+  ec.op_delay_s = t->faults.slow_s;
+  TAGC_CHECK(tagc_engine_new(&ec, &t->engine));
+  TAGC_CHECK(resume(t, g->resume_path));
+  TAGC_CHECK(open_saver(t));
+  if (t->rank == 0 && !t->metrics) {
+    char path[4200];
+    snprintf(path, sizeof path, "%s/metrics.jsonl", cfg->out);
+    t->metrics = fopen(path, t->start_step > 0 ? "a" : "w");
+    if (!t->metrics)
+      return tagc_errorf(TAGC_EIO, "%s: %s", path, strerror(errno));
+  }
+  return TAGC_OK;
+}
+
+static void gen_end(tagc_run *t) {
+  tagc_ckpt_saver_destroy(t->saver); /* finishes a pending save first */
+  t->saver = NULL;
+  free(t->ranges);
+  t->ranges = NULL;
+  tagc_engine_free(t->engine);
+  t->engine = NULL;
+  pthread_mutex_lock(&t->comm_mu);
+  tagc_comm *comm = t->comm;
+  t->comm = NULL;
+  t->aborted = 0;
+  pthread_mutex_unlock(&t->comm_mu);
+  tagc_comm_destroy(comm);
+  if (t->rank != 0 && t->metrics) { /* rank 0 writes metrics; this generation gave it to another */
+    fclose(t->metrics);
+    t->metrics = NULL;
+  }
+}
+
+/* ---------- progress, metrics, summary ---------- */
+
+static void format_duration(double s, char *buf, size_t cap) {
+  if (s < 60)
+    snprintf(buf, cap, "%.1fs", s);
+  else if (s < 3600)
+    snprintf(buf, cap, "%dm%02ds", (int)s / 60, (int)s % 60);
+  else
+    snprintf(buf, cap, "%dh%02dm", (int)s / 3600, (int)s % 3600 / 60);
+}
+
+static void print_progress(const tagc_run *t, int64_t step, double val_loss) {
+  double elapsed = tagc_now() - t->t0;
+  char el[32], eta[32];
+  int64_t done = step + 1;
+  format_duration(elapsed, el, sizeof el);
+  format_duration(elapsed / (double)(t->tt.steps ? t->tt.steps : 1) * (double)(t->cfg->steps - done),
+                  eta, sizeof eta);
+  char val[32] = "";
+  if (!isnan(val_loss))
+    snprintf(val, sizeof val, " val %.4f", val_loss);
+  printf("step %lld/%lld  loss %.4f%s  %.0f tok/s  workers %d  elapsed %s  eta %s\n",
+         (long long)done, (long long)t->cfg->steps, t->loss, val, t->tt.tokens / elapsed,
+         t->world, el, eta);
+  fflush(stdout);
+}
+
+/* Gathers the final parameters (collective): their CRC32C and, when asked, a raw dump. */
+static tagc_status finish_params(tagc_run *t, uint32_t *crc) {
+  size_t bytes = t->layout.n_params * sizeof(float);
+  float *full = malloc(bytes);
+  if (!full)
+    return tagc_errorf(TAGC_ENOMEM, "parameter gather of %zu bytes", bytes);
+  tagc_status st = tagc_engine_gather_params(t->engine, full);
+  if (st == TAGC_OK)
+    *crc = tagc_crc32c(0, full, bytes);
+  const char *path = t->cfg->dump_params;
+  if (st == TAGC_OK && t->rank == 0 && path && *path) {
+    FILE *f = fopen(path, "wb");
+    if (!f || fwrite(full, 1, bytes, f) != bytes)
+      st = tagc_errorf(TAGC_EIO, "%s: %s", path, strerror(errno));
+    if (f && fclose(f) != 0 && st == TAGC_OK)
+      st = tagc_errorf(TAGC_EIO, "%s: %s", path, strerror(errno));
+  }
+  free(full);
+  return st;
+}
+
+static int cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
+static tagc_status write_summary(tagc_run *t, uint32_t params_crc) {
+  const tagc_train_config *cfg = t->cfg;
+  const totals *tt = &t->tt;
+  double n = tt->steps ? (double)tt->steps : 1, wall = tagc_now() - t->t0;
+  qsort(tt->step_s, (size_t)tt->steps, sizeof(double), cmp_double);
+  double median = tt->steps ? tt->step_s[tt->steps / 2] : 0;
+  json_t *s = json_pack(
+      "{s:I, s:f, s:f, s:f, s:f, s:i, s:s, s:s, s:i, s:I, s:I, s:I, s:f, s:f, s:f, s:f, s:f, s:f, s:f}",
+      "steps", (json_int_t)t->end_step, "final_train_loss", t->loss, "final_val_loss", t->val,
+      "tokens_per_s", tt->tokens / wall, "wall_s", wall, "world_size", t->world, "compress",
+      cfg->compress, "blas", openblas_get_config(), "threads", t->threads, "params",
+      (json_int_t)t->layout.n_params, "seed", (json_int_t)cfg->seed, "params_crc32c",
+      (json_int_t)params_crc, "bytes_sent_per_step", tt->bytes_sent / n, "comm_s_per_step",
+      tt->comm_s / n, "exposed_comm_s_per_step", tt->exposed_s / n, "step_s_median", median,
+      "unpeeled_fraction", tt->tagc_elements > 0 ? tt->unpeeled / tt->tagc_elements : 0.0,
+      "global_density", tt->density / n, "rho", tt->rho / n);
+  if (!s)
+    return tagc_errorf(TAGC_ENOMEM, "summary");
+  json_object_set_new(s, "steps_this_run", json_integer(tt->steps));
+  json_object_set_new(s, "resumed_from", json_integer(t->start_step));
+  json_object_set_new(s, "generation", json_integer(t->gen));
+  json_object_set_new(s, "failures", json_integer(t->rec.failures));
+  json_object_set_new(s, "recoveries", json_integer(t->rec.recoveries));
+  json_object_set_new(s, "max_recovery_s", json_real(t->rec.max_recovery_s));
+  json_object_set_new(s, "steps_lost", json_integer(t->rec.steps_lost));
+  json_object_set_new(s, "model", model_json(t));
+  char path[4200];
+  snprintf(path, sizeof path, "%s/summary.json", cfg->out);
+  tagc_status st = tagc_json_write_file(path, s);
+  json_decref(s);
+  return st;
+}
+
+static void write_metrics(tagc_run *t, int64_t step, const tagc_step_stats *ss, double val_loss) {
+  double tok = (double)t->cfg->batch * (double)t->cfg->ctx;
+  json_t *m = json_pack("{s:I, s:f, s:f, s:f, s:f, s:f, s:f, s:I, s:f, s:f, s:f, s:f, s:I, s:i, s:I}",
+                        "step", (json_int_t)(step + 1), "loss", ss->loss, "grad_norm",
+                        ss->grad_norm, "lr", ss->lr, "step_s", ss->step_s, "tokens_per_s",
+                        tok / ss->step_s, "elapsed_s", tagc_now() - t->t0, "bytes_sent",
+                        (json_int_t)ss->bytes_sent, "comm_s", ss->comm_s, "exposed_comm_s",
+                        ss->exposed_comm_s, "global_density", ss->global_density, "rho", ss->rho,
+                        "unpeeled", (json_int_t)ss->unpeeled, "world_size", t->world,
+                        "generation", (json_int_t)t->gen);
+  if (!m)
+    return;
+  if (!isnan(val_loss))
+    json_object_set_new(m, "val_loss", json_real(val_loss));
+  if (t->cfg->check_feedback)
+    json_object_set_new(m, "feedback_error", json_real(ss->feedback_error));
+  json_dumpf(m, t->metrics, JSON_COMPACT);
+  fputc('\n', t->metrics);
+  fflush(t->metrics);
+  json_decref(m);
+}
+
+static void accumulate(tagc_run *t, const tagc_step_stats *ss) {
+  totals *tt = &t->tt;
+  if (tt->steps < t->cfg->steps)
+    tt->step_s[tt->steps] = ss->step_s;
+  tt->steps++;
+  tt->tokens += (double)t->cfg->batch * (double)t->cfg->ctx;
+  tt->bytes_sent += (double)ss->bytes_sent;
+  tt->comm_s += ss->comm_s;
+  tt->exposed_s += ss->exposed_comm_s;
+  tt->unpeeled += (double)ss->unpeeled;
+  tt->tagc_elements += (double)ss->tagc_elements;
+  tt->density += ss->global_density;
+  tt->rho += ss->rho;
+}
+
+/* Rank 0 in elastic mode: progress in etcd, at most once a second. */
+static void publish_progress(tagc_run *t, int64_t step, const tagc_step_stats *ss) {
+  double now = tagc_now();
+  if (!t->member || t->rank != 0 || now - t->last_progress < 1.0)
+    return;
+  t->last_progress = now;
+  json_t *p = json_pack("{s:I, s:f, s:f, s:I, s:i, s:I}", "step", (json_int_t)(step + 1), "loss",
+                        ss->loss, "tokens_per_s",
+                        (double)t->cfg->batch * (double)t->cfg->ctx / ss->step_s, "bytes_per_step",
+                        (json_int_t)ss->bytes_sent, "world_size", t->world, "generation",
+                        (json_int_t)t->gen);
+  if (p && tagc_member_progress(t->member, p) != TAGC_OK)
+    LOG_WARN("train", "progress not recorded: %s", tagc_last_error());
+  json_decref(p);
+}
+
+/* ---------- faults and failures ---------- */
+
+/* Elastic mode: arms a new chaos/<id> spec (once per distinct value), polled once a second. */
+static void poll_chaos(tagc_run *t) {
+  double now = tagc_now();
+  if (!t->member || now - t->last_chaos < 1.0)
+    return;
+  t->last_chaos = now;
+  char *spec = NULL;
+  if (tagc_member_chaos(t->member, &spec) != TAGC_OK || !spec || !strcmp(spec, t->chaos_seen)) {
+    free(spec);
+    return;
+  }
+  snprintf(t->chaos_seen, sizeof t->chaos_seen, "%s", spec);
+  tagc_faults f;
+  if (tagc_faults_parse(spec, &f) == TAGC_OK) {
+    LOG_WARN("train", "chaos armed: %s", spec);
+    tagc_faults_merge(&t->faults, &f);
+    tagc_engine_set_op_delay(t->engine, t->faults.slow_s);
+  } else {
+    LOG_WARN("train", "chaos spec ignored: %s", tagc_last_error());
+  }
+  free(spec);
+}
+
+/* Fires the fault armed for this step, if any. Returns a failure status for faults that the
+ * worker survives (oom, hang, drop), TAGC_OK otherwise. */
+static tagc_status fire_fault(tagc_run *t, int64_t step, tagc_gen_result *res) {
+  int k = tagc_faults_take(&t->faults, step);
+  if (k < 0)
+    return TAGC_OK;
+  LOG_WARN("train", "fault injected at step %lld: %s", (long long)step, tagc_fault_name(k));
+  switch ((tagc_fault_kind)k) {
+  case TAGC_FAULT_CRASH:
+    raise(SIGKILL);
+    break;
+  case TAGC_FAULT_EXIT:
+    _exit(3);
+  case TAGC_FAULT_OOM:
+    res->kind = "oom";
+    return tagc_errorf(TAGC_ENOMEM, "injected allocation failure at step %lld", (long long)step);
+  case TAGC_FAULT_HANG: { /* stop making progress until this generation is given up */
+    double until = tagc_now() + 3 * t->cfg->op_timeout;
+    while (!t->aborted && tagc_now() < until)
+      tagc_sleep(0.05);
+  }
+    res->kind = "hang";
+    return tagc_errorf(TAGC_EABORTED, "injected hang at step %lld", (long long)step);
+  case TAGC_FAULT_DROP:
+    tagc_run_abort(t);
+    res->kind = "injected";
+    return tagc_errorf(TAGC_EPEER, "injected connection drop at step %lld", (long long)step);
+  case TAGC_FAULT_KINDS:
+    break;
+  }
+  return TAGC_OK;
+}
+
+static const char *kind_of(tagc_status st) {
+  switch (st) {
+  case TAGC_ETIMEDOUT: return "timeout";
+  case TAGC_ENOMEM: return "oom";
+  default: return "comm";
+  }
+}
+
+/* Ends the generation as failed or superseded, with recovery accounting. */
+static void fail_generation(tagc_run *t, tagc_status st, int64_t step, tagc_gen_result *res) {
+  int superseded = t->member && tagc_member_gen(t->member) > t->gen;
+  res->end = superseded ? TAGC_GEN_SUPERSEDED : TAGC_GEN_FAILED;
+  res->status = st;
+  if (!res->kind)
+    res->kind = kind_of(st);
+  res->step = step;
+  pthread_mutex_lock(&t->comm_mu);
+  res->suspected_rank = t->comm ? tagc_comm_failed_peer(t->comm) : -1;
+  pthread_mutex_unlock(&t->comm_mu);
+  snprintf(res->detail, sizeof res->detail, "%s", tagc_last_error());
+  if (t->rec.pending_since <= 0) {
+    t->rec.failures++;
+    t->rec.pending_since = tagc_now();
+    t->rec.failed_at_step = step;
+    snprintf(t->rec.pending_kind, sizeof t->rec.pending_kind, "%s", superseded ? "membership" : res->kind);
+  }
+  LOG_WARN("train", "generation %lld ended at step %lld (%s): %s", (long long)t->gen,
+           (long long)step, superseded ? "superseded" : res->kind, res->detail);
+}
+
+/* First completed step after a failure: the recovery is done. */
+static void note_recovery(tagc_run *t, int64_t step) {
+  if (t->rec.pending_since <= 0)
+    return;
+  double s = tagc_now() - t->rec.pending_since;
+  int64_t lost = t->rec.failed_at_step - t->start_step;
+  t->rec.recoveries++;
+  t->rec.steps_lost += lost > 0 ? lost : 0;
+  if (s > t->rec.max_recovery_s)
+    t->rec.max_recovery_s = s;
+  t->rec.pending_since = 0;
+  if (t->rank == 0)
+    LOG_WARN("train", "recovered from %s at step %lld in %.2f s with %d workers, %lld steps recomputed",
+             t->rec.pending_kind, (long long)(step + 1), s, t->world, (long long)(lost > 0 ? lost : 0));
+}
+
+/* ---------- the training loop of one generation ---------- */
+
+static tagc_status train(tagc_run *t, tagc_gen_result *res) {
+  const tagc_train_config *cfg = t->cfg;
+  int64_t end = cfg->stop_at > t->start_step && cfg->stop_at < cfg->steps ? cfg->stop_at : cfg->steps;
+  t->end_step = end;
+  int64_t step = t->start_step;
+  for (; step < end; step++) {
+    tagc_step_stats ss;
+    poll_chaos(t);
+    tagc_status st = fire_fault(t, step, res);
+    if (st == TAGC_OK && t->member && tagc_member_gen(t->member) > t->gen)
+      st = tagc_errorf(TAGC_EABORTED, "generation %lld was superseded", (long long)t->gen);
+    if (st == TAGC_OK)
+      st = tagc_engine_step(t->engine, &t->corpus, step, &ss);
+    if (st == TAGC_ENUMERIC || st == TAGC_EINVAL)
+      return st; /* the math went wrong: a new generation would not help */
+    if (st != TAGC_OK) {
+      fail_generation(t, st, step, res);
+      return TAGC_OK;
+    }
+    note_recovery(t, step);
+    int last = step + 1 == end;
+    if (t->saver && ((step + 1) % cfg->ckpt_every == 0 || last))
+      st = save_checkpoint(t, step + 1);
+    t->loss = ss.loss;
+    accumulate(t, &ss);
+    double val = NAN;
+    if (st == TAGC_OK && (last || (cfg->eval_every && (step + 1) % cfg->eval_every == 0))) {
+      st = tagc_engine_eval(t->engine, &t->corpus, cfg->eval_windows, &val);
+      t->val = st == TAGC_OK ? val : t->val;
+    }
+    if (st != TAGC_OK) {
+      fail_generation(t, st, step + 1, res);
+      return TAGC_OK;
+    }
+    publish_progress(t, step, &ss);
+    if (t->rank != 0)
+      continue;
+    write_metrics(t, step, &ss, val);
+    double now = tagc_now();
+    if (step == t->start_step || last || !isnan(val) || now - t->last_print >= 1.0) {
+      print_progress(t, step, val);
+      t->last_print = now;
+    }
+  }
+  res->step = step;
+  res->end = end < cfg->steps ? TAGC_GEN_STOPPED : TAGC_GEN_FINISHED;
+  if (t->saver)
+    TAGC_CHECK(tagc_ckpt_saver_wait(t->saver));
+  uint32_t crc = 0;
+  tagc_status st = finish_params(t, &crc);
+  if (st != TAGC_OK) { /* a peer died after the last step: its checkpoint holds the result */
+    fail_generation(t, st, step, res);
+    return TAGC_OK;
+  }
+  if (t->rank == 0) {
+    TAGC_CHECK(write_summary(t, crc));
+    LOG_INFO("train", "%s at step %lld: train loss %.4f, val loss %.4f, %.0f tokens/s",
+             res->end == TAGC_GEN_STOPPED ? "stopped (--stop-at)" : "finished", (long long)step,
+             t->loss, t->val, t->tt.tokens / (tagc_now() - t->t0));
+  }
+  return TAGC_OK;
+}
+
+tagc_status tagc_run_generation(tagc_run *r, const tagc_gen_spec *g, tagc_gen_result *res) {
+  memset(res, 0, sizeof *res);
+  res->suspected_rank = -1;
+  tagc_status st = gen_begin(r, g);
+  if (st == TAGC_OK) {
+    if (r->rank == 0 && r->gen <= 1 && r->rec.failures == 0) {
+      tagc_opts_log(&tagc_train_program, r->cfg);
+      LOG_INFO("train", "model: %d layers, width %d, %d heads, context %d, %zu parameters; batch "
+               "%lld; world %d; %d threads; BLAS %s", r->layout.cfg.n_layer, r->layout.cfg.d_model,
+               r->layout.cfg.n_head, r->layout.cfg.ctx, r->layout.n_params, (long long)r->cfg->batch,
+               r->world, r->threads, openblas_get_config());
+    }
+    if (r->start_step >= r->cfg->steps) {
+      if (r->rank == 0)
+        LOG_INFO("train", "the checkpoint is already at step %lld of %lld: nothing to train",
+                 (long long)r->start_step, (long long)r->cfg->steps);
+      res->end = TAGC_GEN_FINISHED;
+      res->step = r->start_step;
+    } else {
+      if (r->member)
+        st = tagc_member_ready(r->member, r->gen, r->rank);
+      if (st == TAGC_OK)
+        st = train(r, res);
+    }
+  } else if (st == TAGC_ETIMEDOUT || st == TAGC_EPEER || st == TAGC_EABORTED || st == TAGC_ENOMEM) {
+    fail_generation(r, st, r->start_step, res); /* peers vanished while we connected, or OOM */
+    st = TAGC_OK;
+  }
+  gen_end(r);
+  return st;
+}
