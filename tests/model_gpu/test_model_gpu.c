@@ -1,0 +1,527 @@
+/* The CUDA model against the CPU oracle (worker/model.c, worker/adamw.c):
+ *  - each own kernel alone against a plain CPU reference (double sums);
+ *  - one full training step at world size 1 on two small configs, fp32 and bf16 compute:
+ *    the loss, every parameter gradient (max abs and relative difference per tensor
+ *    printed), the gradient sum of squares, and the parameters after one AdamW step;
+ *  - AdamW on identical inputs (ranges split mid-tensor) and the non-finite flag;
+ *  - a context larger than the device memory fails with TAGC_ENOMEM, and the device is
+ *    still usable afterwards.
+ * Tolerances (relative = max |gpu - cpu| / max |cpu| over a tensor):
+ *  - fp32: 1e-4 for the loss and every gradient. Neither side is exact: cuBLAS and OpenBLAS
+ *    sum the products in different orders and blockings (rounding ~ sqrt(K) * 2^-24 for
+ *    K <= 512 terms), the CPU uses its own exp/tanh approximations (~2 ulp) where the GPU
+ *    uses expf/tanhf, and the reductions of LayerNorm and softmax run in other orders; a few
+ *    such roundings through three layers of backward stay near 1e-6, so 1e-4 leaves a wide
+ *    margin while still catching any wrong index, scale or missing term (those give O(1)).
+ *  - bf16: the operands of every product are rounded to 8-bit mantissas (relative 2^-9 per
+ *    operand), so the loss is checked to 2e-3 relative and gradients to 5e-2 in relative L2
+ *    norm per tensor (||gpu - cpu|| / ||cpu||), the max-based figure is only printed.
+ * Exits 77 when there is no CUDA device. */
+#include <cuda_runtime.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "test.h"
+#include "worker/adamw.h"
+#include "worker/adamw_cuda.h"
+#include "worker/model.h"
+#include "worker/model_cuda.h"
+#include "worker/model_kernels_cuda.h"
+
+/* ---------------------------------------------------------------------------------------- */
+/* Helpers                                                                                  */
+
+static uint64_t rng_state = 0x1234567;
+
+static uint32_t rng_u32(void) {
+  rng_state = rng_state * 6364136223846793005ULL + 1442695040888963407ULL;
+  return (uint32_t)(rng_state >> 33);
+}
+
+static float rng_uniform(float lo, float hi) {
+  return lo + (hi - lo) * (float)(rng_u32() & 0xFFFFFF) / 16777216.0f;
+}
+
+static void fill(float *x, size_t n, float lo, float hi) {
+  for (size_t i = 0; i < n; i++)
+    x[i] = rng_uniform(lo, hi);
+}
+
+static void *dev_alloc(size_t bytes) {
+  void *p = NULL;
+  if (cudaMalloc(&p, bytes) != cudaSuccess) {
+    fprintf(stderr, "cudaMalloc(%zu) failed\n", bytes);
+    exit(1);
+  }
+  cudaMemset(p, 0, bytes);
+  return p;
+}
+
+static void *dev_upload(const void *host, size_t bytes) {
+  void *p = dev_alloc(bytes);
+  cudaMemcpy(p, host, bytes, cudaMemcpyHostToDevice);
+  return p;
+}
+
+static void download(void *host, const void *dev, size_t bytes) {
+  cudaError_t err = cudaMemcpy(host, dev, bytes, cudaMemcpyDeviceToHost);
+  CHECK_MSG(err == cudaSuccess, "cudaMemcpy: %s", cudaGetErrorString(err));
+}
+
+/* Max |a - b| / max(max |b|, floor). */
+static double max_rel(const float *a, const float *b, size_t n, double floor_) {
+  double diff = 0, mag = floor_;
+  for (size_t i = 0; i < n; i++) {
+    diff = fmax(diff, fabs((double)a[i] - b[i]));
+    mag = fmax(mag, fabs((double)b[i]));
+  }
+  return diff / mag;
+}
+
+/* Compares a device result with a host reference: max relative difference <= tol. */
+static void check_close(const char *what, const float *dev, const float *ref, size_t n,
+                        double tol) {
+  float *got = malloc(n * sizeof *got);
+  download(got, dev, n * sizeof *got);
+  double rel = max_rel(got, ref, n, 1e-30);
+  printf("  kernel %-28s max rel diff %.3g\n", what, rel);
+  CHECK_MSG(rel <= tol, "%s: relative difference %.3g > %.3g", what, rel, tol);
+  free(got);
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* Kernels alone                                                                            */
+
+static void test_layernorm(void) {
+  int N = 37, C = 96;
+  size_t nc = (size_t)N * C;
+  float *x = malloc(nc * 4), *w = malloc(C * 4), *b = malloc(C * 4), *d = malloc(nc * 4);
+  float *dr = malloc(nc * 4), *out = malloc(nc * 4), *stat = malloc(N * 8), *dinp = malloc(nc * 4);
+  float *dw = calloc(C, 4), *db = calloc(C, 4);
+  fill(x, nc, -2, 3);
+  fill(w, C, 0.5f, 1.5f);
+  fill(b, C, -0.5f, 0.5f);
+  fill(d, nc, -1, 1);
+  fill(dr, nc, -1, 1);
+  for (int i = 0; i < N; i++) {
+    const float *xi = x + (size_t)i * C;
+    double mean = 0, var = 0;
+    for (int c = 0; c < C; c++)
+      mean += xi[c];
+    mean /= C;
+    for (int c = 0; c < C; c++)
+      var += (xi[c] - mean) * (xi[c] - mean);
+    double rstd = 1.0 / sqrt(var / C + 1e-5);
+    stat[2 * i] = (float)mean;
+    stat[2 * i + 1] = (float)rstd;
+    double sd = 0, sdx = 0;
+    for (int c = 0; c < C; c++) {
+      double xh = (xi[c] - mean) * rstd, di = d[(size_t)i * C + c];
+      out[(size_t)i * C + c] = (float)(xh * w[c] + b[c]);
+      sd += di * w[c];
+      sdx += di * w[c] * xh;
+      dw[c] += (float)(di * xh);
+      db[c] += (float)di;
+    }
+    for (int c = 0; c < C; c++) {
+      double xh = (xi[c] - mean) * rstd, di = d[(size_t)i * C + c];
+      dinp[(size_t)i * C + c] =
+          (float)(dr[(size_t)i * C + c] + rstd * (di * w[c] - sd / C - xh * sdx / C));
+    }
+  }
+  float *gx = dev_upload(x, nc * 4), *gw = dev_upload(w, C * 4), *gb = dev_upload(b, C * 4);
+  float *gd = dev_upload(d, nc * 4), *gdr = dev_upload(dr, nc * 4), *gout = dev_alloc(nc * 4);
+  float *gstat = dev_alloc(N * 8), *gdinp = dev_alloc(nc * 4), *gdw = dev_alloc(C * 4);
+  float *gdb = dev_alloc(C * 4), *ws = dev_alloc(tagc_gpu_colsum_workspace_floats(C) * 4);
+  CHECK_OK(tagc_gpu_layernorm_forward(gout, gstat, gx, gw, gb, N, C, NULL));
+  CHECK_OK(tagc_gpu_layernorm_backward_input(gdinp, gdr, gd, gx, gstat, gw, N, C, NULL));
+  CHECK_OK(tagc_gpu_layernorm_backward_params(gdw, gdb, gd, gx, gstat, N, C, ws, NULL));
+  check_close("layernorm_forward", gout, out, nc, 1e-5);
+  check_close("layernorm_forward stat", gstat, stat, 2 * (size_t)N, 1e-5);
+  check_close("layernorm_backward_input", gdinp, dinp, nc, 1e-5);
+  check_close("layernorm_backward_params w", gdw, dw, C, 1e-5);
+  check_close("layernorm_backward_params b", gdb, db, C, 1e-5);
+  /* colsum_add adds: a second call doubles db */
+  CHECK_OK(tagc_gpu_colsum_add(gdb, gd, N, C, ws, NULL));
+  for (int c = 0; c < C; c++)
+    db[c] *= 2;
+  check_close("colsum_add", gdb, db, C, 1e-5);
+  void *ptrs[] = {gx, gw, gb, gd, gdr, gout, gstat, gdinp, gdw, gdb, ws};
+  for (size_t i = 0; i < sizeof ptrs / sizeof ptrs[0]; i++)
+    cudaFree(ptrs[i]);
+  free(x), free(w), free(b), free(d), free(dr), free(out), free(stat), free(dinp), free(dw), free(db);
+}
+
+static void test_softmax_and_gelu(void) {
+  int BH = 3, T = 45;
+  size_t n = (size_t)BH * T * T;
+  float scale = 0.25f;
+  float *s = malloc(n * 4), *p = malloc(n * 4), *dp = malloc(n * 4), *ds = malloc(n * 4);
+  fill(s, n, -4, 4);
+  fill(dp, n, -1, 1);
+  for (size_t r = 0; r < (size_t)BH * T; r++) {
+    int t = (int)(r % T);
+    const float *sr = s + r * T;
+    double mx = -INFINITY, sum = 0, dot = 0;
+    for (int j = 0; j <= t; j++)
+      mx = fmax(mx, sr[j]);
+    for (int j = 0; j <= t; j++)
+      sum += exp(sr[j] - mx);
+    for (int j = 0; j < T; j++)
+      p[r * T + j] = j <= t ? (float)(exp(sr[j] - mx) / sum) : 0.0f;
+    for (int j = 0; j <= t; j++)
+      dot += (double)p[r * T + j] * dp[r * T + j];
+    for (int j = 0; j < T; j++)
+      ds[r * T + j] = j <= t ? (float)(p[r * T + j] * (dp[r * T + j] - dot) * scale) : 0.0f;
+  }
+  float *gs = dev_upload(s, n * 4), *gd = dev_upload(dp, n * 4);
+  CHECK_OK(tagc_gpu_softmax_causal_forward(gs, BH, T, NULL));
+  check_close("softmax_causal_forward", gs, p, n, 1e-5);
+  CHECK_OK(tagc_gpu_softmax_causal_backward(gd, gs, BH, T, scale, NULL));
+  check_close("softmax_causal_backward", gd, ds, n, 1e-5);
+
+  size_t m = 1000;
+  float *x = malloc(m * 4), *y = malloc(m * 4), *dy = malloc(m * 4), *dx = malloc(m * 4);
+  fill(x, m, -5, 5);
+  fill(dy, m, -1, 1);
+  for (size_t i = 0; i < m; i++) {
+    double xi = x[i], k0 = 0.7978845608028654, k1 = 0.044715;
+    double t = tanh(k0 * (xi + k1 * xi * xi * xi));
+    y[i] = (float)(0.5 * xi * (1 + t));
+    dx[i] = (float)(dy[i] * (0.5 * (1 + t) + 0.5 * xi * k0 * (1 + 3 * k1 * xi * xi) * (1 - t * t)));
+  }
+  float *gx = dev_upload(x, m * 4), *gy = dev_alloc(m * 4), *gdy = dev_upload(dy, m * 4);
+  CHECK_OK(tagc_gpu_gelu_forward(gy, gx, m, NULL));
+  CHECK_OK(tagc_gpu_gelu_backward(gdy, gx, m, NULL));
+  check_close("gelu_forward", gy, y, m, 1e-5);
+  check_close("gelu_backward", gdy, dx, m, 1e-5);
+  cudaFree(gs), cudaFree(gd), cudaFree(gx), cudaFree(gy), cudaFree(gdy);
+  free(s), free(p), free(dp), free(ds), free(x), free(y), free(dy), free(dx);
+}
+
+static void test_crossentropy_and_embedding(void) {
+  int N = 50, V = 256, B = 2, T = 25, C = 40;
+  size_t nv = (size_t)N * V;
+  float *z = malloc(nv * 4), *prob = malloc(nv * 4), *loss = malloc(N * 4), *grad = malloc(nv * 4);
+  uint8_t *tg = malloc(N);
+  double loss_sum = 0;
+  fill(z, nv, -6, 6);
+  float scale = 0.1f;
+  for (int i = 0; i < N; i++) {
+    tg[i] = (uint8_t)(rng_u32() % V);
+    const float *zi = z + (size_t)i * V;
+    double mx = -INFINITY, sum = 0;
+    for (int j = 0; j < V; j++)
+      mx = fmax(mx, zi[j]);
+    for (int j = 0; j < V; j++)
+      sum += exp(zi[j] - mx);
+    for (int j = 0; j < V; j++) {
+      prob[(size_t)i * V + j] = (float)(exp(zi[j] - mx) / sum);
+      grad[(size_t)i * V + j] = (float)((prob[(size_t)i * V + j] - (j == tg[i])) * scale);
+    }
+    loss[i] = (float)(log(sum) + mx - zi[tg[i]]);
+    loss_sum += loss[i];
+  }
+  float *gz = dev_upload(z, nv * 4), *gl = dev_alloc(N * 4);
+  uint8_t *gt = dev_upload(tg, N);
+  double *gsum = dev_alloc(sizeof(double)), got_sum = 0;
+  CHECK_OK(tagc_gpu_crossentropy_forward(gl, gz, gt, N, V, NULL));
+  check_close("crossentropy_forward loss", gl, loss, N, 1e-5);
+  check_close("crossentropy_forward probs", gz, prob, nv, 1e-5);
+  CHECK_OK(tagc_gpu_sum_losses(gsum, gl, N, NULL));
+  download(&got_sum, gsum, sizeof got_sum);
+  CHECK_NEAR(got_sum, loss_sum, 1e-5 * fabs(loss_sum));
+  CHECK_OK(tagc_gpu_crossentropy_backward(gz, gt, N, V, scale, NULL));
+  check_close("crossentropy_backward", gz, grad, nv, 1e-5);
+
+  /* embedding: few distinct tokens so rows repeat */
+  int Ve = 7;
+  size_t btc = (size_t)B * T * C;
+  float *wte = malloc((size_t)Ve * C * 4), *wpe = malloc((size_t)T * C * 4), *dout = malloc(btc * 4);
+  float *enc = malloc(btc * 4), *dwte = calloc((size_t)Ve * C, 4), *dwpe = calloc((size_t)T * C, 4);
+  uint8_t *tok = malloc(B * T);
+  fill(wte, (size_t)Ve * C, -1, 1);
+  fill(wpe, (size_t)T * C, -1, 1);
+  fill(dout, btc, -1, 1);
+  for (int i = 0; i < B * T; i++) {
+    tok[i] = (uint8_t)(rng_u32() % Ve);
+    for (int c = 0; c < C; c++) {
+      enc[(size_t)i * C + c] = wte[(size_t)tok[i] * C + c] + wpe[(size_t)(i % T) * C + c];
+      dwte[(size_t)tok[i] * C + c] += dout[(size_t)i * C + c];
+      dwpe[(size_t)(i % T) * C + c] += dout[(size_t)i * C + c];
+    }
+  }
+  float *gwte = dev_upload(wte, (size_t)Ve * C * 4), *gwpe = dev_upload(wpe, (size_t)T * C * 4);
+  float *gdout = dev_upload(dout, btc * 4), *genc = dev_alloc(btc * 4);
+  float *gdwte = dev_alloc((size_t)Ve * C * 4), *gdwpe = dev_alloc((size_t)T * C * 4);
+  uint8_t *gtok = dev_upload(tok, B * T);
+  CHECK_OK(tagc_gpu_encoder_forward(genc, gtok, gwte, gwpe, B, T, C, NULL));
+  CHECK_OK(tagc_gpu_encoder_backward(gdwte, gdwpe, gdout, gtok, B, T, Ve, C, NULL));
+  check_close("encoder_forward", genc, enc, btc, 1e-6);
+  check_close("encoder_backward wte", gdwte, dwte, (size_t)Ve * C, 1e-5);
+  check_close("encoder_backward wpe", gdwpe, dwpe, (size_t)T * C, 1e-5);
+  void *ptrs[] = {gz, gl, gt, gsum, gwte, gwpe, gdout, genc, gdwte, gdwpe, gtok};
+  for (size_t i = 0; i < sizeof ptrs / sizeof ptrs[0]; i++)
+    cudaFree(ptrs[i]);
+  free(z), free(prob), free(loss), free(grad), free(tg), free(wte), free(wpe), free(dout);
+  free(enc), free(dwte), free(dwpe), free(tok);
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* Full training step                                                                       */
+
+typedef struct dev_hooks {
+  tagc_unit_hooks hooks;
+  const tagc_model_layout *layout;
+  tagc_model_cuda *model;
+  float *params, *grads; /* device arenas */
+  int next_done;         /* the unit unit_backward_done expects next */
+  int order_ok;
+} dev_hooks;
+
+static const float *dh_params(void *ctx, int u) {
+  dev_hooks *h = ctx;
+  return h->params + h->layout->units[u].offset;
+}
+
+static float *dh_grads(void *ctx, int u) {
+  dev_hooks *h = ctx;
+  return h->grads + h->layout->units[u].offset;
+}
+
+static tagc_status dh_done(void *ctx, int u) {
+  dev_hooks *h = ctx;
+  if (u != h->next_done || !tagc_model_cuda_unit_event(h->model, u))
+    h->order_ok = 0;
+  h->next_done = u - 1;
+  return TAGC_OK;
+}
+
+static void step_test(const tagc_model_config *cfg, int B, tagc_compute_dtype dtype) {
+  int bf16 = dtype == TAGC_COMPUTE_BF16;
+  printf("config L=%d C=%d NH=%d T=%d V=%d B=%d, %s compute\n", cfg->n_layer, cfg->d_model,
+         cfg->n_head, cfg->ctx, cfg->vocab, B, bf16 ? "bf16" : "fp32");
+  static tagc_model_layout lay;
+  CHECK_OK(tagc_model_layout_init(&lay, cfg));
+  size_t np = lay.n_params, bytes = np * sizeof(float), nt = (size_t)B * cfg->ctx;
+  float *params = malloc(bytes), *grads = calloc(np, 4), *ggrads = malloc(bytes);
+  uint8_t *tokens = malloc(nt), *targets = malloc(nt);
+  tagc_model_init_params(&lay, 42, params);
+  for (size_t i = 0; i < nt; i++) {
+    tokens[i] = (uint8_t)(rng_u32() % cfg->vocab);
+    targets[i] = (uint8_t)(rng_u32() % cfg->vocab);
+  }
+  float loss_scale = 1.0f / (float)nt;
+
+  /* CPU oracle */
+  tagc_model_acts *acts = NULL;
+  tagc_arena_hooks ah;
+  double loss_cpu = 0;
+  CHECK_OK(tagc_model_acts_new(&lay, B, &acts));
+  tagc_arena_hooks_init(&ah, &lay, params, grads);
+  CHECK_OK(tagc_model_forward(&lay, acts, &ah.hooks, tokens, targets, B, &loss_cpu));
+  CHECK_OK(tagc_model_backward(&lay, acts, &ah.hooks, loss_scale));
+  tagc_model_acts_free(acts);
+
+  /* GPU */
+  cudaStream_t stream;
+  cudaStreamCreate(&stream);
+  tagc_model_cuda *m = NULL;
+  tagc_status st = tagc_model_cuda_create(&lay, B, 0, dtype, stream, &m);
+  CHECK_OK(st);
+  if (st != TAGC_OK)
+    return;
+  CHECK(tagc_model_cuda_bytes(m) > 0 &&
+        tagc_model_cuda_bytes(m) == tagc_model_cuda_bytes_needed(&lay, B, dtype));
+  dev_hooks dh = {{0}, &lay, m, dev_upload(params, bytes), dev_alloc(bytes), lay.n_units - 1, 1};
+  dh.hooks = (tagc_unit_hooks){.ctx = &dh, .unit_params = dh_params, .unit_grads = dh_grads,
+                               .unit_backward_done = dh_done, .unit_release = NULL};
+  double loss_gpu = 0;
+  CHECK(tagc_model_cuda_backward(m, &dh.hooks, loss_scale) == TAGC_EINVAL);
+  CHECK_OK(tagc_model_cuda_forward(m, &dh.hooks, tokens, targets, B, &loss_gpu));
+  CHECK_OK(tagc_model_cuda_backward(m, &dh.hooks, loss_scale));
+  CHECK(dh.order_ok && dh.next_done == -1);
+  CHECK(cudaEventSynchronize(tagc_model_cuda_unit_event(m, 0)) == cudaSuccess);
+  download(ggrads, dh.grads, bytes);
+
+  double loss_rel = fabs(loss_gpu - loss_cpu) / fabs(loss_cpu);
+  printf("  loss sum: cpu %.9g gpu %.9g rel diff %.3g\n", loss_cpu, loss_gpu, loss_rel);
+  CHECK_MSG(loss_rel <= (bf16 ? 2e-3 : 1e-4), "loss rel diff %.3g", loss_rel);
+  double worst = 0;
+  for (int t = 0; t < lay.n_tensors; t++) {
+    const tagc_tensor_info *ti = &lay.tensors[t];
+    const float *a = ggrads + ti->offset, *b = grads + ti->offset;
+    double diff = 0, mag = 0, d2 = 0, n2 = 0;
+    for (size_t i = 0; i < ti->numel; i++) {
+      double e = (double)a[i] - b[i];
+      diff = fmax(diff, fabs(e));
+      mag = fmax(mag, fabs((double)b[i]));
+      d2 += e * e;
+      n2 += (double)b[i] * b[i];
+    }
+    double rel = diff / fmax(mag, 1e-30), l2 = sqrt(d2) / fmax(sqrt(n2), 1e-30);
+    printf("  grad %-16s max|cpu| %.3e max abs diff %.3e rel %.3e l2 rel %.3e\n", ti->name, mag,
+           diff, rel, l2);
+    CHECK_MSG(mag > 0, "%s: CPU gradient is all zero", ti->name);
+    if (bf16)
+      CHECK_MSG(l2 <= 5e-2, "%s: l2 relative gradient difference %.3g > 5e-2", ti->name, l2);
+    else
+      CHECK_MSG(rel <= 1e-4, "%s: relative gradient difference %.3g > 1e-4", ti->name, rel);
+    worst = fmax(worst, bf16 ? l2 : rel);
+  }
+  printf("  worst gradient difference %.3g\n", worst);
+
+  /* One AdamW step with clipping: CPU on its gradients, GPU on its own. */
+  tagc_adamw_config ac = {.lr = 1e-3f, .min_lr_ratio = 0.1f, .warmup_steps = 0,
+                          .total_steps = 10, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f,
+                          .weight_decay = 0.1f, .grad_clip = 0.5f};
+  float *pc = malloc(bytes), *mv = calloc(np, 4), *vv = calloc(np, 4), *pg = malloc(bytes);
+  memcpy(pc, params, bytes);
+  double ss_cpu = tagc_sumsq(grads, np), ss_gpu = 0;
+  CHECK_OK(tagc_adamw_update_range(&lay, 0, np, pc, grads, mv, vv, &ac, 1, ac.lr,
+                                   tagc_clip_scale(&ac, ss_cpu)));
+  double *gss = dev_alloc(sizeof(double));
+  void *ws = dev_alloc(tagc_sumsq_cuda_workspace_bytes());
+  float *gm = dev_alloc(bytes), *gv = dev_alloc(bytes);
+  int *flag = dev_alloc(sizeof(int)), nonfinite = -1;
+  CHECK_OK(tagc_sumsq_cuda(dh.grads, np, gss, ws, stream));
+  cudaStreamSynchronize(stream);
+  download(&ss_gpu, gss, sizeof ss_gpu);
+  printf("  grad sumsq cpu %.9g gpu %.9g (clip scale %.6g)\n", ss_cpu, ss_gpu,
+         tagc_clip_scale(&ac, ss_gpu));
+  CHECK_MSG(fabs(ss_gpu - ss_cpu) <= (bf16 ? 1e-1 : 1e-4) * ss_cpu, "sumsq %.9g vs %.9g", ss_gpu,
+            ss_cpu);
+  CHECK_OK(tagc_adamw_update_range_cuda(&lay, 0, np, dh.params, dh.grads, gm, gv, &ac, 1, ac.lr,
+                                        tagc_clip_scale(&ac, ss_gpu), flag, stream));
+  cudaStreamSynchronize(stream);
+  download(pg, dh.params, bytes);
+  download(&nonfinite, flag, sizeof nonfinite);
+  CHECK_EQ_INT(nonfinite, 0);
+  /* Per element the step is about lr * g / (|g| + eps): elements whose gradient is near zero
+   * amplify the gradient differences, so the mean difference is checked, in units of lr. */
+  double mean = 0, maxd = 0;
+  for (size_t i = 0; i < np; i++) {
+    double e = fabs((double)pg[i] - pc[i]);
+    mean += e;
+    maxd = fmax(maxd, e);
+  }
+  mean /= (double)np;
+  printf("  params after AdamW: max abs diff %.3e (%.3g lr), mean %.3e (%.3g lr)\n", maxd,
+         maxd / ac.lr, mean, mean / ac.lr);
+  CHECK_MSG(mean <= (bf16 ? 0.3 : 1e-3) * ac.lr, "mean parameter difference %.3g lr", mean / ac.lr);
+  CHECK_MSG(maxd <= 2.5 * ac.lr, "max parameter difference %.3g lr", maxd / ac.lr);
+
+  tagc_model_cuda_destroy(m);
+  cudaStreamDestroy(stream);
+  void *ptrs[] = {dh.params, dh.grads, gss, ws, gm, gv, flag};
+  for (size_t i = 0; i < sizeof ptrs / sizeof ptrs[0]; i++)
+    cudaFree(ptrs[i]);
+  free(params), free(grads), free(ggrads), free(tokens), free(targets);
+  free(pc), free(mv), free(vv), free(pg);
+}
+
+/* AdamW on identical inputs, in two calls split inside a tensor; then a NaN gradient. */
+static void adamw_test(void) {
+  tagc_model_config cfg = {.vocab = 256, .ctx = 16, .n_layer = 2, .n_head = 2, .d_model = 32};
+  static tagc_model_layout lay;
+  CHECK_OK(tagc_model_layout_init(&lay, &cfg));
+  size_t np = lay.n_params, bytes = np * 4;
+  float *p = malloc(bytes), *g = malloc(bytes), *m = malloc(bytes), *v = malloc(bytes);
+  float *out = malloc(bytes);
+  fill(p, np, -0.1f, 0.1f);
+  fill(g, np, -0.01f, 0.01f);
+  fill(m, np, -0.001f, 0.001f);
+  fill(v, np, 0, 1e-4f);
+  float *gp = dev_upload(p, bytes), *gg = dev_upload(g, bytes), *gm = dev_upload(m, bytes);
+  float *gv = dev_upload(v, bytes);
+  int *flag = dev_alloc(sizeof(int)), nonfinite = -1;
+  tagc_adamw_config ac = {.lr = 3e-3f, .min_lr_ratio = 0.1f, .warmup_steps = 0, .total_steps = 10,
+                          .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.1f,
+                          .grad_clip = 1.0f};
+  size_t split = lay.tensors[5].offset + 7; /* inside h0.qkv_b, next to decayed tensors */
+  CHECK_OK(tagc_adamw_update_range(&lay, 0, np, p, g, m, v, &ac, 3, ac.lr, 0.7f));
+  CHECK_OK(tagc_adamw_update_range_cuda(&lay, 0, split, gp, gg, gm, gv, &ac, 3, ac.lr, 0.7f, flag,
+                                        NULL));
+  CHECK_OK(tagc_adamw_update_range_cuda(&lay, split, np - split, gp + split, gg + split, gm + split,
+                                        gv + split, &ac, 3, ac.lr, 0.7f, flag, NULL));
+  download(out, gp, bytes);
+  double rp = max_rel(out, p, np, 1e-30);
+  download(out, gm, bytes);
+  double rm = max_rel(out, m, np, 1e-30);
+  download(out, gv, bytes);
+  double rv = max_rel(out, v, np, 1e-30);
+  printf("adamw on identical inputs: max rel diff params %.3g m %.3g v %.3g\n", rp, rm, rv);
+  CHECK(rp <= 1e-6 && rm <= 1e-6 && rv <= 1e-6);
+  CHECK(tagc_adamw_update_range_cuda(&lay, 1, np, gp, gg, gm, gv, &ac, 3, ac.lr, 1, flag, NULL) ==
+        TAGC_EINVAL);
+  CHECK(tagc_adamw_update_range_cuda(&lay, 0, np, gp, gg, gm, gv, &ac, 0, ac.lr, 1, flag, NULL) ==
+        TAGC_EINVAL);
+
+  /* a NaN gradient: flag set, nothing updated */
+  float nan_ = NAN;
+  download(p, gp, bytes);
+  cudaMemcpy(gg + np / 2, &nan_, sizeof nan_, cudaMemcpyHostToDevice);
+  CHECK_OK(tagc_adamw_update_range_cuda(&lay, 0, np, gp, gg, gm, gv, &ac, 4, ac.lr, 1, flag, NULL));
+  download(out, gp, bytes);
+  download(&nonfinite, flag, sizeof nonfinite);
+  CHECK_EQ_INT(nonfinite, 1);
+  CHECK(memcmp(out, p, bytes) == 0);
+
+  /* sum of squares against the CPU */
+  double *gss = dev_alloc(sizeof(double)), ss = 0;
+  void *ws = dev_alloc(tagc_sumsq_cuda_workspace_bytes());
+  CHECK_OK(tagc_sumsq_cuda(gm, np, gss, ws, NULL));
+  download(&ss, gss, sizeof ss);
+  download(out, gm, bytes);
+  double ref = tagc_sumsq(out, np);
+  CHECK_NEAR(ss, ref, 1e-12 * ref);
+  void *ptrs[] = {gp, gg, gm, gv, flag, gss, ws};
+  for (size_t i = 0; i < sizeof ptrs / sizeof ptrs[0]; i++)
+    cudaFree(ptrs[i]);
+  free(p), free(g), free(m), free(v), free(out);
+}
+
+/* A context larger than the device: TAGC_ENOMEM naming the buffer; the device still works. */
+static void oom_test(void) {
+  tagc_model_config cfg = {.vocab = 256, .ctx = 1024, .n_layer = 12, .n_head = 12, .d_model = 768};
+  static tagc_model_layout lay;
+  CHECK_OK(tagc_model_layout_init(&lay, &cfg));
+  size_t free_b = 0, total_b = 0;
+  cudaMemGetInfo(&free_b, &total_b);
+  size_t per = tagc_model_cuda_bytes_needed(&lay, 1, TAGC_COMPUTE_FP32);
+  int batch = (int)(2 * total_b / per + 1);
+  tagc_model_cuda *m = NULL;
+  tagc_status st = tagc_model_cuda_create(&lay, batch, 0, TAGC_COMPUTE_FP32, NULL, &m);
+  printf("oom: batch %d needs %zu bytes of %zu: %s\n", batch,
+         tagc_model_cuda_bytes_needed(&lay, batch, TAGC_COMPUTE_FP32), total_b, tagc_last_error());
+  CHECK_EQ_INT(st, TAGC_ENOMEM);
+  CHECK(m == NULL);
+  CHECK(strstr(tagc_last_error(), "cudaMalloc") != NULL);
+  CHECK(cudaGetLastError() == cudaSuccess);
+  void *p = NULL;
+  CHECK(cudaMalloc(&p, 1 << 20) == cudaSuccess);
+  cudaFree(p);
+  CHECK(tagc_model_cuda_create(&lay, 0, 0, TAGC_COMPUTE_FP32, NULL, &m) == TAGC_EINVAL);
+  CHECK(tagc_model_cuda_create(&lay, 1, 1 << 20, TAGC_COMPUTE_FP32, NULL, &m) == TAGC_EINVAL);
+}
+
+int main(void) {
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0)
+    TEST_SKIP("no CUDA device");
+  test_layernorm();
+  test_softmax_and_gelu();
+  test_crossentropy_and_embedding();
+  adamw_test();
+  tagc_model_config small = {.vocab = 256, .ctx = 64, .n_layer = 2, .n_head = 4, .d_model = 64};
+  tagc_model_config medium = {.vocab = 256, .ctx = 128, .n_layer = 3, .n_head = 4, .d_model = 128};
+  step_test(&small, 4, TAGC_COMPUTE_FP32);
+  step_test(&medium, 2, TAGC_COMPUTE_FP32);
+  step_test(&small, 4, TAGC_COMPUTE_BF16);
+  step_test(&medium, 2, TAGC_COMPUTE_BF16);
+  oom_test();
+  return TEST_END();
+}
