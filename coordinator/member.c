@@ -312,7 +312,7 @@ static void *supervise(void *arg) {
   pthread_mutex_lock(&m->lock);
   while (!m->stopping) {
     if (!m->lost_pending) {
-      wait_locked(m, 1.0);
+      wait_locked(m, 60); /* on_lease_lost and leave signal `changed` */
       continue;
     }
     pthread_mutex_unlock(&m->lock);
