@@ -19,6 +19,7 @@ typedef struct work {
   json_t *micro;            /* {"id":n}: current values, updated by oom reports */
   json_t *suspicion;        /* [{"pair","count"}] of the next plan */
   json_t *totals;           /* {"kind":n} of the next plan */
+  json_t *strikes;          /* {"id":n}: exclusions of each worker over the job */
   double pending;           /* earliest time a suspect's window ends; 0 = none */
 } work;
 
@@ -74,6 +75,14 @@ static int excluded(const work *w, const char *id) {
   return json_object_get(w->excluded, id) != NULL;
 }
 
+/* Adds 1 to counter[key]. */
+static tagc_status bump(json_t *counter, const char *key) {
+  json_int_t n = json_integer_value(json_object_get(counter, key));
+  if (json_object_set_new(counter, key, json_integer(n + 1)) != 0)
+    return tagc_errorf(TAGC_ENOMEM, "planner: counter %s", key);
+  return TAGC_OK;
+}
+
 static tagc_status exclude(work *w, const char *id, const char *why) {
   if (excluded(w, id))
     return TAGC_OK;
@@ -81,14 +90,7 @@ static tagc_status exclude(work *w, const char *id, const char *why) {
   json_t *e = json_pack("{s:I, s:s}", "registration", (json_int_t)alive(w->in, id), "why", why);
   if (!e || json_object_set_new(w->excluded, id, e) != 0)
     return tagc_errorf(TAGC_ENOMEM, "planner: exclusion");
-  return TAGC_OK;
-}
-
-static tagc_status count_failure(work *w, const char *kind) {
-  json_int_t n = json_integer_value(json_object_get(w->totals, kind));
-  if (json_object_set_new(w->totals, kind, json_integer(n + 1)) != 0)
-    return tagc_errorf(TAGC_ENOMEM, "planner: failure totals");
-  return TAGC_OK;
+  return bump(w->strikes, id);
 }
 
 /* Checks the current plan's shape and copies what the next plan carries forward. */
@@ -98,9 +100,11 @@ static tagc_status load_plan(work *w) {
   w->suspicion = json_array();
   const json_t *totals = plan ? json_object_get(plan, "failures_total") : NULL;
   const json_t *micro = plan ? json_object_get(plan, "micro_batch") : NULL;
+  const json_t *strikes = plan ? json_object_get(plan, "strikes") : NULL;
   w->totals = json_is_object(totals) ? json_deep_copy(totals) : json_object();
   w->micro = json_is_object(micro) ? json_deep_copy(micro) : json_object();
-  if (!w->excluded || !w->suspicion || !w->totals || !w->micro)
+  w->strikes = json_is_object(strikes) ? json_deep_copy(strikes) : json_object();
+  if (!w->excluded || !w->suspicion || !w->totals || !w->micro || !w->strikes)
     return tagc_errorf(TAGC_ENOMEM, "planner");
   w->gen = w->in->gen;
   if (w->gen < 0)
@@ -163,16 +167,20 @@ static json_int_t pair_count(const json_t *list, const char *a, const char *b) {
 }
 
 /* A member accused a member that reported too: both are alive, their link is in doubt.
- * The second generation in a row with the same pair excludes the higher rank. */
+ * The second generation in a row with the same pair excludes one side: the one excluded more
+ * often before, else the higher rank. A side excluded before goes at the first time. */
 static tagc_status mutual(work *w, const char *a, const char *b) {
   if (pair_count(w->suspicion, a, b) > 0 || excluded(w, a) || excluded(w, b))
     return TAGC_OK; /* this generation already counted the pair */
   json_int_t count = pair_count(json_object_get(w->in->plan, "suspicion"), a, b) + 1;
-  if (count >= 2) {
-    const char *loser = rank_of(w, a) > rank_of(w, b) ? a : b;
+  const json_t *prior = json_object_get(w->in->plan, "strikes");
+  json_int_t sa = json_integer_value(json_object_get(prior, a));
+  json_int_t sb = json_integer_value(json_object_get(prior, b));
+  if (count >= 2 || sa > 0 || sb > 0) {
+    const char *loser = sa != sb ? (sa > sb ? a : b) : rank_of(w, a) > rank_of(w, b) ? a : b;
     char why[200];
-    snprintf(why, sizeof why, "%s and %s accused each other in %lld generations in a row", a, b,
-             (long long)count);
+    snprintf(why, sizeof why, "%s and %s accused each other in %lld generation(s) in a row", a,
+             b, (long long)count);
     return exclude(w, loser, why);
   }
   note(w, "%s and %s suspect each other", a, b);
@@ -185,7 +193,7 @@ static tagc_status mutual(work *w, const char *a, const char *b) {
 
 /* One failure report: counts it, applies oom and suspicion rules. */
 static tagc_status apply_report(work *w, const tagc_planner_report *r) {
-  TAGC_CHECK(count_failure(w, r->kind));
+  TAGC_CHECK(bump(w->totals, r->kind));
   if (rank_of(w, r->worker) < 0) {
     note(w, "%s (not a member) reported %s", r->worker, r->kind);
     return TAGC_OK;
@@ -225,7 +233,7 @@ static tagc_status next_members(work *w, json_t *members, int *changed) {
     int64_t reg = alive(w->in, id);
     if (reg < 0) {
       note(w, "lost %s (lease expired)", id);
-      TAGC_CHECK(count_failure(w, "lease"));
+      TAGC_CHECK(bump(w->totals, "lease"));
       *changed = 1;
     } else if (excluded(w, id)) {
       *changed = 1;
@@ -288,11 +296,12 @@ static tagc_status build_plan(work *w, json_t *members, json_t **out) {
         json_object_set_new(regs, id, json_integer(alive(w->in, id))) != 0)
       break;
   }
-  json_t *plan = json_pack("{s:I, s:i, s:O, s:o, s:o, s:o, s:O, s:O, s:O, s:s}", "gen",
+  json_t *plan = json_pack("{s:I, s:i, s:O, s:o, s:o, s:o, s:O, s:O, s:O, s:O, s:s}", "gen",
                            (json_int_t)(w->gen + 1), "world", (int)json_array_size(members),
                            "members", members, "resume", resume_of(w->in->ckpt), "micro_batch",
                            micro, "registrations", regs, "excluded", w->excluded, "suspicion",
-                           w->suspicion, "failures_total", w->totals, "reason", w->out->reason);
+                           w->suspicion, "failures_total", w->totals, "strikes", w->strikes,
+                           "reason", w->out->reason);
   if (!plan || i < json_array_size(members))
     return tagc_errorf(TAGC_ENOMEM, "planner: plan");
   *out = plan;
@@ -352,6 +361,7 @@ tagc_status tagc_planner_decide(const tagc_planner_config *cfg, const tagc_plann
   json_decref(w.micro);
   json_decref(w.suspicion);
   json_decref(w.totals);
+  json_decref(w.strikes);
   if (st != TAGC_OK)
     tagc_planner_decision_free(out);
   return st;

@@ -15,9 +15,10 @@
  *    suspect_window_s after the accusation was first seen is excluded; until then the
  *    decision is WAIT. A suspect whose lease is gone is dropped as lost.
  *  - Partitions: when the same pair of members accuses each other (or one accuses the other
- *    and both report) in two consecutive generations, the one with the higher rank (the later
- *    joiner) is excluded, so a partition that keeps failing is resolved by the second
- *    generation after it first shows.
+ *    and both report) in two consecutive generations, one side is excluded: the one with more
+ *    strikes (earlier exclusions), else the higher rank (the later joiner). So a partition that
+ *    keeps failing is resolved by the second generation after it first shows; when one side
+ *    has been excluded before (it rejoined), at the first.
  *  - Out of memory: an oom report halves the reporter's micro-batch (from its plan value, or
  *    default_micro_batch when that is 0; minimum 1); the worker raises its accumulation steps so
  *    the global batch stays the same. An oom at micro-batch 1 excludes the reporter.
@@ -35,6 +36,7 @@
  *    "excluded":{"<id>":{"registration":r, "why":text}, ...},
  *    "suspicion":[{"pair":[a,b], "count":c}, ...],  pairs accused in the last generation
  *    "failures_total":{"<kind>":n, ...},            every report and lost lease so far
+ *    "strikes":{"<id>":n, ...},                     exclusions of each worker so far
  *    "reason":text} */
 #ifndef TAGC_COORDINATOR_PLANNER_H
 #define TAGC_COORDINATOR_PLANNER_H

@@ -208,6 +208,21 @@ static void test_partition_resolved(void) {
   CHECK_MSG(gens <= 2, "partition not resolved after %d generations", gens + 1);
   CHECK_EQ_STR(plan_members_text(plan, buf, sizeof buf), "a,b,c");
   CHECK(json_object_get(json_object_get(plan, "excluded"), "b") == NULL);
+  CHECK_EQ_INT(int_at(plan, "strikes", "d"), 1);
+
+  /* d registers again and rejoins at the end; the partition is still there: with a strike,
+   * d goes at the first mutual accusation. */
+  tagc_planner_worker again[] = {{"a", 1}, {"b", 2}, {"c", 3}, {"d", 40}};
+  CHECK_EQ_INT(run(&cfg3, plan, again, 4, NULL, 0, 0, &d), TAGC_PLANNER_NEW);
+  CHECK_EQ_STR(plan_members_text(d.plan, buf, sizeof buf), "a,b,c,d");
+  json_decref(plan);
+  plan = json_incref(d.plan);
+  tagc_planner_decision_free(&d);
+  tagc_planner_report r[] = {{"b", "timeout", 11, 3, 0}, {"d", "timeout", 11, 1, 0}};
+  CHECK_EQ_INT(run(&cfg3, plan, again, 4, r, 2, 0.1, &d), TAGC_PLANNER_NEW);
+  CHECK_EQ_STR(plan_members_text(d.plan, buf, sizeof buf), "a,b,c");
+  CHECK_EQ_INT(int_at(d.plan, "strikes", "d"), 2);
+  tagc_planner_decision_free(&d);
   json_decref(plan);
 }
 
