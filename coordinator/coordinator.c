@@ -674,6 +674,10 @@ tagc_status tagc_coord_run(tagc_coord *c) {
     }
   }
   drop_candidacy(c);
+  while (out == JOB_DONE && c->cfg.linger && !atomic_load(&c->stop)) {
+    stand_by(c);
+    tagc_sleep(REFRESH_S);
+  }
   if (out == JOB_DONE) {
     LOG_INFO("coord", "job %s is done; %s stops", c->job, c->advertise);
     return TAGC_OK;

@@ -42,6 +42,7 @@ typedef struct tagc_coord_config {
   int64_t final_step;       /* done when progress reaches it; 0 = "steps" of the config key,
                                if any (else only rank 0's finish ends the job) */
   const char *http_addr;    /* "HOST:PORT" to serve HTTP on (port 0 = any), NULL or "" = none */
+  int linger;               /* after the job is done, keep serving HTTP until stopped */
   const char *advertise;    /* value of the election key; NULL = "http://<HOST>:<port>" when
                                serving HTTP (the host name for 0.0.0.0), else
                                "<hostname>:<pid>" */
@@ -57,9 +58,10 @@ void tagc_coord_config_init(tagc_coord_config *cfg);
  * address cannot be bound. Contacts no etcd yet. */
 tagc_status tagc_coord_create(tagc_etcd *etcd, const tagc_coord_config *cfg, tagc_coord **out);
 
-/* Campaigns and leads until the job is done (TAGC_OK) or tagc_coord_stop() (TAGC_EABORTED;
- * a leader resigns and revokes its lease first, so a standby takes over at once). etcd
- * outages are retried, never fatal. Blocks. */
+/* Campaigns and leads until the job is done (TAGC_OK; with cfg.linger only after
+ * tagc_coord_stop, serving the final state meanwhile) or tagc_coord_stop() (TAGC_EABORTED;
+ * the candidate's lease is revoked first, so a standby takes over at once). etcd outages are
+ * retried, never fatal. Blocks. */
 tagc_status tagc_coord_run(tagc_coord *c);
 
 /* Makes tagc_coord_run return within about a second. Async-signal-safe. */

@@ -25,6 +25,7 @@ typedef struct coord_options {
   int64_t steps;
   char *http;
   char *advertise;
+  int linger;
   double etcd_timeout;
   char *etcd_ca;
   char *etcd_cert;
@@ -59,6 +60,9 @@ static const tagc_opt coord_opts[] = {
      "HOST:PORT for /healthz, /status and /metrics (port 0: any free one; empty: no HTTP)"},
     {"advertise", TAGC_OPT_STRING, OFF(advertise), "", 0, -1, NULL,
      "address other processes read from the election key (default: the HTTP URL)"},
+    {"linger", TAGC_OPT_BOOL, OFF(linger), "0", 0, -1, NULL,
+     "after the job is done keep serving HTTP until SIGTERM (for Kubernetes Deployments) "
+     "instead of exiting 0"},
     {"etcd-timeout", TAGC_OPT_DOUBLE, OFF(etcd_timeout), "5", 0.5, 600, NULL,
      "seconds one etcd call may take, retries included"},
     {"etcd-ca", TAGC_OPT_STRING, OFF(etcd_ca), "", 0, -1, NULL, "TLS: CA bundle of the etcd server"},
@@ -138,6 +142,7 @@ static tagc_status run(const coord_options *o) {
   cfg.final_step = o->steps;
   cfg.http_addr = or_null(o->http);
   cfg.advertise = or_null(o->advertise);
+  cfg.linger = o->linger;
   if (cfg.max_workers < cfg.min_workers)
     return tagc_errorf(TAGC_EINVAL, "--max-workers %d is below --min-workers %d", cfg.max_workers,
                        cfg.min_workers);

@@ -547,7 +547,8 @@ static int wait_http(const coord_proc *cp, const char *path, long code, double l
  * again; the members register again under new leases and get a new generation. */
 static void etcd_outage(tagc_test_etcd *e, tagc_etcd *c) {
   coord_proc k;
-  start_coord(&k, "coord-o", e->url, "to", "2", "0.3", (char *[]){"--etcd-timeout", "2", NULL});
+  start_coord(&k, "coord-o", e->url, "to", "2", "0.3",
+              (char *[]){"--etcd-timeout", "2", "--linger", NULL});
   CHECK(wait_role(&k, "leader", 10) >= 0);
   json_t *info = json_object();
   tagc_member *a = NULL, *b = NULL;
@@ -575,7 +576,11 @@ static void etcd_outage(tagc_test_etcd *e, tagc_etcd *c) {
   CHECK(tagc_member_lease_losses(a) >= 1 && !tagc_member_lease_lost(a));
   CHECK_OK(tagc_member_finish(a, p.gen, 1));
   tagc_plan_free(&p);
-  CHECK_EQ_INT(wait_exit(k.pid, 10), 0);
+  /* --linger: the done job stays visible until SIGTERM. */
+  CHECK(wait_metric(&k, "tagc_job_done 1", 5));
+  CHECK_EQ_INT(waitpid(k.pid, NULL, WNOHANG), 0);
+  kill(k.pid, SIGTERM);
+  CHECK_EQ_INT(wait_exit(k.pid, 5), 0);
   tagc_member_leave(a);
   tagc_member_leave(b);
 }
