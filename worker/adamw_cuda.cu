@@ -4,6 +4,8 @@
 #include <cuda_runtime.h>
 #include <math.h>
 
+#include "kernels/cuda_common.cuh" /* TAGC_LAUNCH */
+
 #include "worker/adamw_cuda.h"
 
 #define THREADS 256
@@ -62,8 +64,8 @@ extern "C" tagc_status tagc_sumsq_cuda(const float *x, size_t n, double *out_dev
                                        tagc_stream stream) {
   if ((n > 0 && !x) || !out_dev || !workspace)
     return tagc_errorf(TAGC_EINVAL, "adamw_cuda: sumsq: NULL pointer");
-  sumsq_blocks_kernel<<<SUMSQ_BLOCKS, THREADS, 0, stream>>>((double *)workspace, x, n);
-  sumsq_finish_kernel<<<1, THREADS, 0, stream>>>(out_dev, (const double *)workspace);
+  TAGC_LAUNCH(sumsq_blocks_kernel, SUMSQ_BLOCKS, THREADS, stream)((double *)workspace, x, n);
+  TAGC_LAUNCH(sumsq_finish_kernel, 1, THREADS, stream)(out_dev, (const double *)workspace);
   return launched("sumsq");
 }
 
@@ -120,7 +122,7 @@ extern "C" tagc_status tagc_adamw_update_range_cuda(const tagc_model_layout *lay
   }
   if (n == 0)
     return TAGC_OK;
-  nonfinite_kernel<<<blocks_for(n), THREADS, 0, stream>>>(nonfinite_dev, grads, n);
+  TAGC_LAUNCH(nonfinite_kernel, blocks_for(n), THREADS, stream)(nonfinite_dev, grads, n);
   TAGC_CHECK(launched("nonfinite check"));
 
   double b1 = cfg->beta1, b2 = cfg->beta2;
@@ -147,7 +149,7 @@ extern "C" tagc_status tagc_adamw_update_range_cuda(const tagc_model_layout *lay
     if (!last)
       continue;
     size_t k = run_lo - arena_lo, len = end - run_lo;
-    adamw_kernel<<<blocks_for(len), THREADS, 0, stream>>>(s, ti->decay, params + k, grads + k,
+    TAGC_LAUNCH(adamw_kernel, blocks_for(len), THREADS, stream)(s, ti->decay, params + k, grads + k,
                                                           m + k, v + k, len, nonfinite_dev);
     TAGC_CHECK(launched("update"));
     run_lo = end;

@@ -4,6 +4,8 @@
 #include <cuda_runtime.h>
 #include <math.h>
 
+#include "kernels/cuda_common.cuh" /* TAGC_LAUNCH */
+
 #include "kernels/bf16.h"
 #include "worker/model_kernels_cuda.h"
 
@@ -79,7 +81,7 @@ __global__ void layernorm_forward_kernel(float *out, float *stat, const float *i
 extern "C" tagc_status tagc_gpu_layernorm_forward(float *out, float *stat, const float *inp,
                                                   const float *w, const float *b, int N, int C,
                                                   tagc_stream stream) {
-  layernorm_forward_kernel<<<blocks_for(N, WARPS_PER_BLOCK), THREADS, 0, stream>>>(
+  TAGC_LAUNCH(layernorm_forward_kernel, blocks_for(N, WARPS_PER_BLOCK), THREADS, stream)(
       out, stat, inp, w, b, N, C);
   return launched("layernorm_forward");
 }
@@ -112,7 +114,7 @@ extern "C" tagc_status tagc_gpu_layernorm_backward_input(float *dinp, const floa
                                                          const float *dout, const float *inp,
                                                          const float *stat, const float *w, int N,
                                                          int C, tagc_stream stream) {
-  layernorm_backward_input_kernel<<<blocks_for(N, WARPS_PER_BLOCK), THREADS, 0, stream>>>(
+  TAGC_LAUNCH(layernorm_backward_input_kernel, blocks_for(N, WARPS_PER_BLOCK), THREADS, stream)(
       dinp, dres, dout, inp, stat, w, N, C);
   return launched("layernorm_backward_input");
 }
@@ -175,16 +177,16 @@ extern "C" tagc_status tagc_gpu_layernorm_backward_params(float *dw, float *db, 
                                                           int N, int C, float *ws,
                                                           tagc_stream stream) {
   dim3 grid((C + 31) / 32, COLSUM_CHUNKS), block(32, COLSUM_ROWS);
-  colsum_chunks_kernel<true><<<grid, block, 0, stream>>>(ws, dout, inp, stat, N, C);
-  colsum_finish_kernel<<<blocks_for(C, THREADS), THREADS, 0, stream>>>(db, dw, ws, C);
+  TAGC_LAUNCH(colsum_chunks_kernel<true>, grid, block, stream)(ws, dout, inp, stat, N, C);
+  TAGC_LAUNCH(colsum_finish_kernel, blocks_for(C, THREADS), THREADS, stream)(db, dw, ws, C);
   return launched("layernorm_backward_params");
 }
 
 extern "C" tagc_status tagc_gpu_colsum_add(float *dst, const float *src, int N, int C, float *ws,
                                            tagc_stream stream) {
   dim3 grid((C + 31) / 32, COLSUM_CHUNKS), block(32, COLSUM_ROWS);
-  colsum_chunks_kernel<false><<<grid, block, 0, stream>>>(ws, src, NULL, NULL, N, C);
-  colsum_finish_kernel<<<blocks_for(C, THREADS), THREADS, 0, stream>>>(dst, NULL, ws, C);
+  TAGC_LAUNCH(colsum_chunks_kernel<false>, grid, block, stream)(ws, src, NULL, NULL, N, C);
+  TAGC_LAUNCH(colsum_finish_kernel, blocks_for(C, THREADS), THREADS, stream)(dst, NULL, ws, C);
   return launched("colsum_add");
 }
 
@@ -202,7 +204,7 @@ __global__ void add_bias_kernel(float *out, const float *add, const float *bias,
 
 extern "C" tagc_status tagc_gpu_add_bias(float *out, const float *add, const float *bias, int N,
                                          int C, tagc_stream stream) {
-  add_bias_kernel<<<blocks_for((size_t)N * C, 4 * THREADS), THREADS, 0, stream>>>(out, add, bias,
+  TAGC_LAUNCH(add_bias_kernel, blocks_for((size_t)N * C, 4 * THREADS), THREADS, stream)(out, add, bias,
                                                                                   N, C);
   return launched("add_bias");
 }
@@ -228,13 +230,13 @@ __global__ void gelu_backward_kernel(float *d, const float *inp, size_t n) {
 
 extern "C" tagc_status tagc_gpu_gelu_forward(float *out, const float *inp, size_t n,
                                              tagc_stream stream) {
-  gelu_forward_kernel<<<blocks_for(n, 4 * THREADS), THREADS, 0, stream>>>(out, inp, n);
+  TAGC_LAUNCH(gelu_forward_kernel, blocks_for(n, 4 * THREADS), THREADS, stream)(out, inp, n);
   return launched("gelu_forward");
 }
 
 extern "C" tagc_status tagc_gpu_gelu_backward(float *d, const float *inp, size_t n,
                                               tagc_stream stream) {
-  gelu_backward_kernel<<<blocks_for(n, 4 * THREADS), THREADS, 0, stream>>>(d, inp, n);
+  TAGC_LAUNCH(gelu_backward_kernel, blocks_for(n, 4 * THREADS), THREADS, stream)(d, inp, n);
   return launched("gelu_backward");
 }
 
@@ -246,7 +248,7 @@ __global__ void to_bf16_kernel(uint16_t *dst, const float *src, size_t n) {
 
 extern "C" tagc_status tagc_gpu_to_bf16(uint16_t *dst, const float *src, size_t n,
                                         tagc_stream stream) {
-  to_bf16_kernel<<<blocks_for(n, 4 * THREADS), THREADS, 0, stream>>>(dst, src, n);
+  TAGC_LAUNCH(to_bf16_kernel, blocks_for(n, 4 * THREADS), THREADS, stream)(dst, src, n);
   return launched("to_bf16");
 }
 
@@ -294,15 +296,13 @@ __global__ void softmax_causal_backward_kernel(float *ds, const float *p, int BH
 
 extern "C" tagc_status tagc_gpu_softmax_causal_forward(float *att, int BH, int T,
                                                        tagc_stream stream) {
-  softmax_causal_forward_kernel<<<blocks_for((size_t)BH * T, WARPS_PER_BLOCK), THREADS, 0,
-                                  stream>>>(att, BH, T);
+  TAGC_LAUNCH(softmax_causal_forward_kernel, blocks_for((size_t)BH * T, WARPS_PER_BLOCK), THREADS, stream)(att, BH, T);
   return launched("softmax_causal_forward");
 }
 
 extern "C" tagc_status tagc_gpu_softmax_causal_backward(float *ds, const float *p, int BH, int T,
                                                         float scale, tagc_stream stream) {
-  softmax_causal_backward_kernel<<<blocks_for((size_t)BH * T, WARPS_PER_BLOCK), THREADS, 0,
-                                   stream>>>(ds, p, BH, T, scale);
+  TAGC_LAUNCH(softmax_causal_backward_kernel, blocks_for((size_t)BH * T, WARPS_PER_BLOCK), THREADS, stream)(ds, p, BH, T, scale);
   return launched("softmax_causal_backward");
 }
 
@@ -349,14 +349,14 @@ __global__ void crossentropy_backward_kernel(float *probs, const uint8_t *target
 extern "C" tagc_status tagc_gpu_crossentropy_forward(float *losses, float *logits,
                                                      const uint8_t *targets, int N, int V,
                                                      tagc_stream stream) {
-  crossentropy_forward_kernel<<<blocks_for(N, WARPS_PER_BLOCK), THREADS, 0, stream>>>(
+  TAGC_LAUNCH(crossentropy_forward_kernel, blocks_for(N, WARPS_PER_BLOCK), THREADS, stream)(
       losses, logits, targets, N, V);
   return launched("crossentropy_forward");
 }
 
 extern "C" tagc_status tagc_gpu_crossentropy_backward(float *probs, const uint8_t *targets, int N,
                                                       int V, float scale, tagc_stream stream) {
-  crossentropy_backward_kernel<<<blocks_for((size_t)N * V, 4 * THREADS), THREADS, 0, stream>>>(
+  TAGC_LAUNCH(crossentropy_backward_kernel, blocks_for((size_t)N * V, 4 * THREADS), THREADS, stream)(
       probs, targets, N, V, scale);
   return launched("crossentropy_backward");
 }
@@ -381,7 +381,7 @@ __global__ void sum_losses_kernel(double *out, const float *losses, int n) {
 
 extern "C" tagc_status tagc_gpu_sum_losses(double *out, const float *losses, int n,
                                            tagc_stream stream) {
-  sum_losses_kernel<<<1, 1024, 0, stream>>>(out, losses, n);
+  TAGC_LAUNCH(sum_losses_kernel, 1, 1024, stream)(out, losses, n);
   return launched("sum_losses");
 }
 
@@ -402,7 +402,7 @@ __global__ void encoder_forward_kernel(float *out, const uint8_t *tokens, const 
 extern "C" tagc_status tagc_gpu_encoder_forward(float *out, const uint8_t *tokens,
                                                 const float *wte, const float *wpe, int B, int T,
                                                 int C, tagc_stream stream) {
-  encoder_forward_kernel<<<blocks_for((size_t)B * T * C, 4 * THREADS), THREADS, 0, stream>>>(
+  TAGC_LAUNCH(encoder_forward_kernel, blocks_for((size_t)B * T * C, 4 * THREADS), THREADS, stream)(
       out, tokens, wte, wpe, B, T, C);
   return launched("encoder_forward");
 }
@@ -446,8 +446,8 @@ extern "C" tagc_status tagc_gpu_encoder_backward(float *dwte, float *dwpe, const
                                                  const uint8_t *tokens, int B, int T, int V,
                                                  int C, tagc_stream stream) {
   dim3 grid(V, (C + 127) / 128);
-  wte_backward_kernel<<<grid, 128, 0, stream>>>(dwte, dout, tokens, B * T, C);
-  wpe_backward_kernel<<<blocks_for((size_t)T * C, 4 * THREADS), THREADS, 0, stream>>>(dwpe, dout,
+  TAGC_LAUNCH(wte_backward_kernel, grid, 128, stream)(dwte, dout, tokens, B * T, C);
+  TAGC_LAUNCH(wpe_backward_kernel, blocks_for((size_t)T * C, 4 * THREADS), THREADS, stream)(dwpe, dout,
                                                                                      B, T, C);
   return launched("encoder_backward");
 }

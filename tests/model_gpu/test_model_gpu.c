@@ -14,10 +14,11 @@
  *    such roundings through three layers of backward stay near 1e-6, so 1e-4 leaves a wide
  *    margin while still catching any wrong index, scale or missing term (those give O(1)).
  *  - bf16: the operands of every product are rounded to 8-bit mantissas (relative 2^-9 per
- *    operand), so the loss is checked to 2e-3 relative and gradients to 5e-2 in relative L2
+ *    operand), so the loss is checked to 1e-3 relative and gradients to 3e-2 in relative L2
  *    norm per tensor (||gpu - cpu|| / ||cpu||), the max-based figure is only printed.
- * Exits 77 when there is no CUDA device. */
-#include <cuda_runtime.h>
+ * Exits 77 when there is no CUDA device. Built a second time against the host emulation
+ * (TEST_EMU, emu/), where it runs everything but the out-of-memory case. */
+#include <cuda_runtime_api.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -349,7 +350,7 @@ static void step_test(const tagc_model_config *cfg, int B, tagc_compute_dtype dt
 
   double loss_rel = fabs(loss_gpu - loss_cpu) / fabs(loss_cpu);
   printf("  loss sum: cpu %.9g gpu %.9g rel diff %.3g\n", loss_cpu, loss_gpu, loss_rel);
-  CHECK_MSG(loss_rel <= (bf16 ? 2e-3 : 1e-4), "loss rel diff %.3g", loss_rel);
+  CHECK_MSG(loss_rel <= (bf16 ? 1e-3 : 1e-4), "loss rel diff %.3g", loss_rel);
   double worst = 0;
   for (int t = 0; t < lay.n_tensors; t++) {
     const tagc_tensor_info *ti = &lay.tensors[t];
@@ -367,7 +368,7 @@ static void step_test(const tagc_model_config *cfg, int B, tagc_compute_dtype dt
            diff, rel, l2);
     CHECK_MSG(mag > 0, "%s: CPU gradient is all zero", ti->name);
     if (bf16)
-      CHECK_MSG(l2 <= 5e-2, "%s: l2 relative gradient difference %.3g > 5e-2", ti->name, l2);
+      CHECK_MSG(l2 <= 3e-2, "%s: l2 relative gradient difference %.3g > 3e-2", ti->name, l2);
     else
       CHECK_MSG(rel <= 1e-4, "%s: relative gradient difference %.3g > 1e-4", ti->name, rel);
     worst = fmax(worst, bf16 ? l2 : rel);
@@ -484,6 +485,7 @@ static void adamw_test(void) {
   free(p), free(g), free(m), free(v), free(out);
 }
 
+#ifndef TEST_EMU /* the host emulation has no device memory limit */
 /* A context larger than the device: TAGC_ENOMEM naming the buffer; the device still works. */
 static void oom_test(void) {
   tagc_model_config cfg = {.vocab = 256, .ctx = 1024, .n_layer = 12, .n_head = 12, .d_model = 768};
@@ -507,6 +509,7 @@ static void oom_test(void) {
   CHECK(tagc_model_cuda_create(&lay, 0, 0, TAGC_COMPUTE_FP32, NULL, &m) == TAGC_EINVAL);
   CHECK(tagc_model_cuda_create(&lay, 1, 1 << 20, TAGC_COMPUTE_FP32, NULL, &m) == TAGC_EINVAL);
 }
+#endif
 
 int main(void) {
   int count = 0;
@@ -522,6 +525,8 @@ int main(void) {
   step_test(&medium, 2, TAGC_COMPUTE_FP32);
   step_test(&small, 4, TAGC_COMPUTE_BF16);
   step_test(&medium, 2, TAGC_COMPUTE_BF16);
+#ifndef TEST_EMU
   oom_test();
+#endif
   return TEST_END();
 }

@@ -1,0 +1,111 @@
+/* Host stand-ins for the runtime calls the model adds to tests/kernels_gpu/emu, and a
+ * reference cuBLAS (the two strided batched GEMMs the model uses, as plain loops in
+ * column-major order, products summed in double), so that test_model_gpu runs the whole
+ * CUDA model on the host. The real cublas_v2.h declares the functions defined here. */
+#include "cuda_runtime.h"
+
+#include <cublas_v2.h>
+
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+
+namespace {
+
+/* bf16 bits -> float (exact). */
+float bf16_value(uint16_t h) {
+  uint32_t u = (uint32_t)h << 16;
+  float f;
+  std::memcpy(&f, &u, sizeof f);
+  return f;
+}
+
+/* Element (r, c) of op(X) for a column-major X with leading dimension ld. */
+template <typename T>
+double at(const T *x, cublasOperation_t op, int ld, int r, int c) {
+  const T v = op == CUBLAS_OP_N ? x[(size_t)c * ld + r] : x[(size_t)r * ld + c];
+  if constexpr (sizeof(T) == 2)
+    return bf16_value(v);
+  else
+    return v;
+}
+
+template <typename T>
+void gemm(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, float alpha,
+          const T *A, int lda, long long sa, const T *B, int ldb, long long sb, float beta,
+          float *C, int ldc, long long sc, int batch) {
+  for (int i = 0; i < batch; i++) {
+    const T *a = A + i * sa, *b = B + i * sb;
+    float *c = C + i * sc;
+    for (int col = 0; col < n; col++)
+      for (int row = 0; row < m; row++) {
+        double s = 0;
+        for (int p = 0; p < k; p++)
+          s += at(a, ta, lda, row, p) * at(b, tb, ldb, p, col);
+        float *out = &c[(size_t)col * ldc + row];
+        *out = (float)(alpha * s + (beta != 0.0f ? beta * *out : 0.0f));
+      }
+  }
+}
+
+}  // namespace
+
+extern "C" {
+cudaError_t cudaSetDevice(int) { return cudaSuccess; }
+cudaError_t cudaStreamCreate(cudaStream_t *s) { return cudaStreamCreateWithFlags(s, 0); }
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t *e, unsigned) { return cudaEventCreate(e); }
+cudaError_t cudaMallocHost(void **p, size_t n) {
+  *p = std::malloc(n ? n : 1);
+  return *p ? cudaSuccess : cudaErrorMemoryAllocation;
+}
+cudaError_t cudaFreeHost(void *p) {
+  std::free(p);
+  return cudaSuccess;
+}
+cudaError_t cudaMemGetInfo(size_t *free_bytes, size_t *total) {
+  *free_bytes = *total = (size_t)1 << 30;
+  return cudaSuccess;
+}
+}
+
+static cublasContext *const fake_handle = reinterpret_cast<cublasContext *>(0x1);
+
+cublasStatus_t cublasCreate(cublasHandle_t *h) {
+  *h = fake_handle;
+  return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasDestroy(cublasHandle_t) { return CUBLAS_STATUS_SUCCESS; }
+cublasStatus_t cublasSetStream(cublasHandle_t, cudaStream_t) { return CUBLAS_STATUS_SUCCESS; }
+cublasStatus_t cublasSetWorkspace(cublasHandle_t, void *, size_t) { return CUBLAS_STATUS_SUCCESS; }
+cublasStatus_t cublasSetMathMode(cublasHandle_t, cublasMath_t) { return CUBLAS_STATUS_SUCCESS; }
+cublasStatus_t cublasSetAtomicsMode(cublasHandle_t, cublasAtomicsMode_t) {
+  return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasSetPointerMode(cublasHandle_t, cublasPointerMode_t) {
+  return CUBLAS_STATUS_SUCCESS;
+}
+const char *cublasGetStatusString(cublasStatus_t) { return "emulated cuBLAS error"; }
+
+cublasStatus_t cublasSgemmStridedBatched(cublasHandle_t, cublasOperation_t ta,
+                                         cublasOperation_t tb, int m, int n, int k,
+                                         const float *alpha, const float *A, int lda,
+                                         long long sa, const float *B, int ldb, long long sb,
+                                         const float *beta, float *C, int ldc, long long sc,
+                                         int batch) {
+  gemm(ta, tb, m, n, k, *alpha, A, lda, sa, B, ldb, sb, *beta, C, ldc, sc, batch);
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasGemmStridedBatchedEx(cublasHandle_t, cublasOperation_t ta,
+                                          cublasOperation_t tb, int m, int n, int k,
+                                          const void *alpha, const void *A, cudaDataType at_,
+                                          int lda, long long sa, const void *B, cudaDataType bt,
+                                          int ldb, long long sb, const void *beta, void *C,
+                                          cudaDataType ct, int ldc, long long sc, int batch,
+                                          cublasComputeType_t, cublasGemmAlgo_t) {
+  if (at_ != CUDA_R_16BF || bt != CUDA_R_16BF || ct != CUDA_R_32F)
+    return CUBLAS_STATUS_NOT_SUPPORTED;
+  gemm(ta, tb, m, n, k, *(const float *)alpha, (const uint16_t *)A, lda, sa, (const uint16_t *)B,
+       ldb, sb, *(const float *)beta, (float *)C, ldc, sc, batch);
+  return CUBLAS_STATUS_SUCCESS;
+}
