@@ -3,6 +3,7 @@
  *  - one full training step at world size 1 on two small configs, fp32 and bf16 compute:
  *    the loss, every parameter gradient (max abs and relative difference per tensor
  *    printed), the gradient sum of squares, and the parameters after one AdamW step;
+ *  - a repeated step gives bit-identical loss and gradients;
  *  - AdamW on identical inputs (ranges split mid-tensor) and the non-finite flag;
  *  - a context larger than the device memory fails with TAGC_ENOMEM, and the device is
  *    still usable afterwards.
@@ -347,6 +348,18 @@ static void step_test(const tagc_model_config *cfg, int B, tagc_compute_dtype dt
   CHECK(dh.order_ok && dh.next_done == -1);
   CHECK(cudaEventSynchronize(tagc_model_cuda_unit_event(m, 0)) == cudaSuccess);
   download(ggrads, dh.grads, bytes);
+
+  /* The same step again from zeroed gradients: bit-identical loss and gradients. */
+  float *again = malloc(bytes);
+  double loss_again = 0;
+  cudaMemset(dh.grads, 0, bytes);
+  dh.next_done = lay.n_units - 1;
+  CHECK_OK(tagc_model_cuda_forward(m, &dh.hooks, tokens, targets, B, &loss_again));
+  CHECK_OK(tagc_model_cuda_backward(m, &dh.hooks, loss_scale));
+  download(again, dh.grads, bytes);
+  CHECK_MSG(loss_again == loss_gpu && memcmp(again, ggrads, bytes) == 0,
+            "a repeated step is not bit-identical (loss %.17g vs %.17g)", loss_again, loss_gpu);
+  free(again);
 
   double loss_rel = fabs(loss_gpu - loss_cpu) / fabs(loss_cpu);
   printf("  loss sum: cpu %.9g gpu %.9g rel diff %.3g\n", loss_cpu, loss_gpu, loss_rel);
