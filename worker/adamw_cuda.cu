@@ -4,8 +4,7 @@
 #include <cuda_runtime.h>
 #include <math.h>
 
-#include "kernels/cuda_common.cuh" /* TAGC_LAUNCH */
-
+#include "kernels/cuda_common.cuh" /* TAGC_LAUNCH (the host emulation replaces it) */
 #include "worker/adamw_cuda.h"
 
 #define THREADS 256
@@ -118,7 +117,8 @@ extern "C" tagc_status tagc_adamw_update_range_cuda(const tagc_model_layout *lay
   cudaError_t err = cudaMemsetAsync(nonfinite_dev, 0, sizeof(int), stream);
   if (err != cudaSuccess) {
     cudaGetLastError();
-    return tagc_errorf(TAGC_EINTERNAL, "adamw_cuda: clearing the flag: %s", cudaGetErrorString(err));
+    return tagc_errorf(TAGC_EINTERNAL, "adamw_cuda: clearing the flag: %s",
+                       cudaGetErrorString(err));
   }
   if (n == 0)
     return TAGC_OK;
@@ -149,8 +149,8 @@ extern "C" tagc_status tagc_adamw_update_range_cuda(const tagc_model_layout *lay
     if (!last)
       continue;
     size_t k = run_lo - arena_lo, len = end - run_lo;
-    TAGC_LAUNCH(adamw_kernel, blocks_for(len), THREADS, stream)(s, ti->decay, params + k, grads + k,
-                                                          m + k, v + k, len, nonfinite_dev);
+    TAGC_LAUNCH(adamw_kernel, blocks_for(len), THREADS, stream)(
+        s, ti->decay, params + k, grads + k, m + k, v + k, len, nonfinite_dev);
     TAGC_CHECK(launched("update"));
     run_lo = end;
     if (end == hi)

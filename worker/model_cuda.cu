@@ -432,7 +432,8 @@ static tagc_status head_forward(tagc_model_cuda *m, const float *p) {
   const tagc_model_config *c = &m->lay.cfg;
   int u = c->n_layer + 1, N = m->B * c->ctx;
   float *lnf = F(D_LNF), *logits = F(D_LOGITS);
-  TAGC_CHECK(tagc_gpu_layernorm_forward(lnf, F(D_LNFS), final_input(m), p + toff(&m->lay, u, K_LNF_W),
+  TAGC_CHECK(tagc_gpu_layernorm_forward(lnf, F(D_LNFS), final_input(m),
+                                        p + toff(&m->lay, u, K_LNF_W),
                                         p + toff(&m->lay, u, K_LNF_B), N, c->d_model, m->stream));
   TAGC_CHECK(linear_forward(m, logits, NULL, lnf, p + toff(&m->lay, u, K_HEAD_W), NULL, N,
                             c->d_model, c->vocab));

@@ -4,8 +4,7 @@
 #include <cuda_runtime.h>
 #include <math.h>
 
-#include "kernels/cuda_common.cuh" /* TAGC_LAUNCH */
-
+#include "kernels/cuda_common.cuh" /* TAGC_LAUNCH (the host emulation replaces it) */
 #include "kernels/bf16.h"
 #include "worker/model_kernels_cuda.h"
 
@@ -204,8 +203,8 @@ __global__ void add_bias_kernel(float *out, const float *add, const float *bias,
 
 extern "C" tagc_status tagc_gpu_add_bias(float *out, const float *add, const float *bias, int N,
                                          int C, tagc_stream stream) {
-  TAGC_LAUNCH(add_bias_kernel, blocks_for((size_t)N * C, 4 * THREADS), THREADS, stream)(out, add, bias,
-                                                                                  N, C);
+  unsigned grid = blocks_for((size_t)N * C, 4 * THREADS);
+  TAGC_LAUNCH(add_bias_kernel, grid, THREADS, stream)(out, add, bias, N, C);
   return launched("add_bias");
 }
 
@@ -296,13 +295,15 @@ __global__ void softmax_causal_backward_kernel(float *ds, const float *p, int BH
 
 extern "C" tagc_status tagc_gpu_softmax_causal_forward(float *att, int BH, int T,
                                                        tagc_stream stream) {
-  TAGC_LAUNCH(softmax_causal_forward_kernel, blocks_for((size_t)BH * T, WARPS_PER_BLOCK), THREADS, stream)(att, BH, T);
+  unsigned grid = blocks_for((size_t)BH * T, WARPS_PER_BLOCK);
+  TAGC_LAUNCH(softmax_causal_forward_kernel, grid, THREADS, stream)(att, BH, T);
   return launched("softmax_causal_forward");
 }
 
 extern "C" tagc_status tagc_gpu_softmax_causal_backward(float *ds, const float *p, int BH, int T,
                                                         float scale, tagc_stream stream) {
-  TAGC_LAUNCH(softmax_causal_backward_kernel, blocks_for((size_t)BH * T, WARPS_PER_BLOCK), THREADS, stream)(ds, p, BH, T, scale);
+  unsigned grid = blocks_for((size_t)BH * T, WARPS_PER_BLOCK);
+  TAGC_LAUNCH(softmax_causal_backward_kernel, grid, THREADS, stream)(ds, p, BH, T, scale);
   return launched("softmax_causal_backward");
 }
 
@@ -356,8 +357,8 @@ extern "C" tagc_status tagc_gpu_crossentropy_forward(float *losses, float *logit
 
 extern "C" tagc_status tagc_gpu_crossentropy_backward(float *probs, const uint8_t *targets, int N,
                                                       int V, float scale, tagc_stream stream) {
-  TAGC_LAUNCH(crossentropy_backward_kernel, blocks_for((size_t)N * V, 4 * THREADS), THREADS, stream)(
-      probs, targets, N, V, scale);
+  unsigned grid = blocks_for((size_t)N * V, 4 * THREADS);
+  TAGC_LAUNCH(crossentropy_backward_kernel, grid, THREADS, stream)(probs, targets, N, V, scale);
   return launched("crossentropy_backward");
 }
 
@@ -447,7 +448,7 @@ extern "C" tagc_status tagc_gpu_encoder_backward(float *dwte, float *dwpe, const
                                                  int C, tagc_stream stream) {
   dim3 grid(V, (C + 127) / 128);
   TAGC_LAUNCH(wte_backward_kernel, grid, 128, stream)(dwte, dout, tokens, B * T, C);
-  TAGC_LAUNCH(wpe_backward_kernel, blocks_for((size_t)T * C, 4 * THREADS), THREADS, stream)(dwpe, dout,
-                                                                                     B, T, C);
+  unsigned wpe_grid = blocks_for((size_t)T * C, 4 * THREADS);
+  TAGC_LAUNCH(wpe_backward_kernel, wpe_grid, THREADS, stream)(dwpe, dout, B, T, C);
   return launched("encoder_backward");
 }

@@ -24,7 +24,8 @@ step() { # step NAME COMMAND...: runs COMMAND, output to $OUT/NAME.log, records 
   if "$@" >"$OUT/$name.log" 2>&1; then
     echo "   ok ($((SECONDS - start)) s)" | tee -a "$OUT/summary.txt"
   else
-    echo "   FAILED (exit $?, $((SECONDS - start)) s), see $OUT/$name.log" | tee -a "$OUT/summary.txt"
+    echo "   FAILED (exit $?, $((SECONDS - start)) s), see $OUT/$name.log" |
+      tee -a "$OUT/summary.txt"
     status=1
     return 1
   fi

@@ -154,7 +154,8 @@ static void test_layernorm(void) {
   void *ptrs[] = {gx, gw, gb, gd, gdr, gout, gstat, gdinp, gdw, gdb, ws};
   for (size_t i = 0; i < sizeof ptrs / sizeof ptrs[0]; i++)
     cudaFree(ptrs[i]);
-  free(x), free(w), free(b), free(d), free(dr), free(out), free(stat), free(dinp), free(dw), free(db);
+  free(x), free(w), free(b), free(d), free(dr), free(out), free(stat), free(dinp), free(dw),
+      free(db);
 }
 
 static void test_softmax_and_gelu(void) {
@@ -242,7 +243,8 @@ static void test_crossentropy_and_embedding(void) {
   /* embedding: few distinct tokens so rows repeat */
   int Ve = 7;
   size_t btc = (size_t)B * T * C;
-  float *wte = malloc((size_t)Ve * C * 4), *wpe = malloc((size_t)T * C * 4), *dout = malloc(btc * 4);
+  float *wte = malloc((size_t)Ve * C * 4), *wpe = malloc((size_t)T * C * 4),
+        *dout = malloc(btc * 4);
   float *enc = malloc(btc * 4), *dwte = calloc((size_t)Ve * C, 4), *dwpe = calloc((size_t)T * C, 4);
   uint8_t *tok = malloc(B * T);
   fill(wte, (size_t)Ve * C, -1, 1);

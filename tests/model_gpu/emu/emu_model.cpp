@@ -30,10 +30,15 @@ double at(const T *x, cublasOperation_t op, int ld, int r, int c) {
     return v;
 }
 
+/* The argument checks cuBLAS documents (CUBLAS_STATUS_INVALID_VALUE), then the product. */
 template <typename T>
-void gemm(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, float alpha,
-          const T *A, int lda, long long sa, const T *B, int ldb, long long sb, float beta,
-          float *C, int ldc, long long sc, int batch) {
+cublasStatus_t gemm(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
+                    float alpha, const T *A, int lda, long long sa, const T *B, int ldb,
+                    long long sb, float beta, float *C, int ldc, long long sc, int batch) {
+  auto at_least = [](int ld, int rows) { return ld >= (rows > 1 ? rows : 1); };
+  if (m < 0 || n < 0 || k < 0 || batch < 0 || !at_least(lda, ta == CUBLAS_OP_N ? m : k) ||
+      !at_least(ldb, tb == CUBLAS_OP_N ? k : n) || !at_least(ldc, m))
+    return CUBLAS_STATUS_INVALID_VALUE;
   for (int i = 0; i < batch; i++) {
     const T *a = A + i * sa, *b = B + i * sb;
     float *c = C + i * sc;
@@ -46,6 +51,7 @@ void gemm(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, float
         *out = (float)(alpha * s + (beta != 0.0f ? beta * *out : 0.0f));
       }
   }
+  return CUBLAS_STATUS_SUCCESS;
 }
 
 }  // namespace
@@ -92,8 +98,7 @@ cublasStatus_t cublasSgemmStridedBatched(cublasHandle_t, cublasOperation_t ta,
                                          long long sa, const float *B, int ldb, long long sb,
                                          const float *beta, float *C, int ldc, long long sc,
                                          int batch) {
-  gemm(ta, tb, m, n, k, *alpha, A, lda, sa, B, ldb, sb, *beta, C, ldc, sc, batch);
-  return CUBLAS_STATUS_SUCCESS;
+  return gemm(ta, tb, m, n, k, *alpha, A, lda, sa, B, ldb, sb, *beta, C, ldc, sc, batch);
 }
 
 cublasStatus_t cublasGemmStridedBatchedEx(cublasHandle_t, cublasOperation_t ta,
@@ -105,7 +110,6 @@ cublasStatus_t cublasGemmStridedBatchedEx(cublasHandle_t, cublasOperation_t ta,
                                           cublasComputeType_t, cublasGemmAlgo_t) {
   if (at_ != CUDA_R_16BF || bt != CUDA_R_16BF || ct != CUDA_R_32F)
     return CUBLAS_STATUS_NOT_SUPPORTED;
-  gemm(ta, tb, m, n, k, *(const float *)alpha, (const uint16_t *)A, lda, sa, (const uint16_t *)B,
-       ldb, sb, *(const float *)beta, (float *)C, ldc, sc, batch);
-  return CUBLAS_STATUS_SUCCESS;
+  return gemm(ta, tb, m, n, k, *(const float *)alpha, (const uint16_t *)A, lda, sa,
+              (const uint16_t *)B, ldb, sb, *(const float *)beta, (float *)C, ldc, sc, batch);
 }
