@@ -81,6 +81,8 @@ static pid_t spawn_worker(const char *worker, const char *job, int rank, int n, 
   snprintf(r, sizeof r, "%d", rank);
   snprintf(w, sizeof w, "%d", n);
   unsetenv("TAGC_CONFIG");
+  if (n > 1) /* spinning OpenMP teams of several workers starve each other on shared cores */
+    setenv("OMP_WAIT_POLICY", "passive", 0);
   execl(worker, "tagc-worker", "--config", job, "--rank", r, "--world", w, "--rendezvous", rdzv,
         (char *)NULL);
   fprintf(stderr, "tagctl run: cannot start %s: %s\n", worker, strerror(errno));

@@ -54,8 +54,9 @@ static tagc_status supervise(tagc_run *run, tagc_member *m, json_t *info) {
       tagc_plan_free(&plan);
       continue;
     }
-    LOG_INFO("elastic", "generation %lld: rank %d of %d, resume %s (%s)", (long long)gen, plan.rank,
-             plan.world, plan.resume_path ? plan.resume_path : "from scratch", plan.reason);
+    LOG_INFO("elastic", "generation %lld: rank %d of %d, micro-batch %d, resume %s (%s)",
+             (long long)gen, plan.rank, plan.world, plan.micro_batch,
+             plan.resume_path ? plan.resume_path : "from scratch", plan.reason);
     tagc_store *store = NULL;
     tagc_gen_result res;
     st = tagc_member_store(m, gen, &store);

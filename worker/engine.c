@@ -94,6 +94,7 @@ struct tagc_engine {
   double comm_s;       /* comm thread busy time (guarded by mu) */
   double exposed_s;    /* compute thread waiting time */
   int64_t step_now;
+  int64_t train_passes; /* micro-batch passes per step, the same on every rank (0: not yet agreed) */
   _Atomic double op_delay_s; /* fault "slow" */
   double feedback[3];  /* check_feedback sums of this step (comm thread, read after drain) */
   char **seg_names;    /* checkpoint unit names (point into segs[i].name) */
@@ -166,6 +167,11 @@ static tagc_status build_segments(tagc_engine *e) {
     e->seg_numel[i] = (int64_t)e->segs[i].len;
   }
   return TAGC_OK;
+}
+
+static void slice(int64_t total, int world, int rank, int64_t *lo, int64_t *hi) {
+  *lo = total * rank / world;
+  *hi = total * (rank + 1) / world;
 }
 
 /* Elements of segment s owned by this rank: [s->off + lo, s->off + lo + *n). */
@@ -656,6 +662,99 @@ static tagc_status pass(tagc_engine *e, int count, int train, int last_micro, fl
 
 /* Records the global density of each tagc segment (all ranks see the same sums, so they
  * all choose the same rho next step) and the step's compression figures. */
+/* The collectives of a pass without its compute: a rank with no samples in a micro-batch
+ * still takes part in every all-gather and reduce-scatter of it, in the model's order. */
+static tagc_status empty_pass(tagc_engine *e, int train, int last_micro) {
+  int n = e->L->n_units;
+  e->dir = 1;
+  for (int u = 0; u < n; u++) {
+    if (!hook_params(e, u))
+      return e->hooks.status;
+    hook_release(e, u);
+  }
+  if (!train)
+    return TAGC_OK;
+  e->dir = -1;
+  e->reduce_on_done = last_micro;
+  for (int u = n - 1; u >= 0; u--) {
+    if (tagc_model_backward_needs_params(e->L, u)) {
+      if (!hook_params(e, u))
+        return e->hooks.status;
+      hook_release(e, u);
+    }
+    hook_backward_done(e, u);
+  }
+  e->reduce_on_done = 0;
+  return TAGC_OK;
+}
+
+/* Largest value of v over the ranks (collective; the comm thread must be idle). */
+static tagc_status max_over_ranks(tagc_engine *e, int64_t v, int64_t *out) {
+  *out = v;
+  if (e->world == 1)
+    return TAGC_OK;
+  int64_t *all = malloc((size_t)e->world * sizeof *all);
+  if (!all)
+    return tagc_errorf(TAGC_ENOMEM, "all-gather of %d values", e->world);
+  tagc_status st = tagc_comm_allgather(e->cfg.comm, &v, all, sizeof v, e->cfg.op_timeout_s);
+  for (int r = 0; st == TAGC_OK && r < e->world; r++)
+    if (all[r] > *out)
+      *out = all[r];
+  free(all);
+  return st;
+}
+
+/* Micro-batch passes for `total` samples split over the ranks: every rank must run the same
+ * number (they share the collectives of each pass), enough for the rank whose micro-batch
+ * holds its slice in the most pieces. */
+static tagc_status agree_passes(tagc_engine *e, int64_t total, int64_t *passes) {
+  int64_t lo, hi;
+  slice(total, e->world, e->rank, &lo, &hi);
+  int64_t mine = (hi - lo + e->cfg.micro_batch - 1) / e->cfg.micro_batch;
+  return max_over_ranks(e, mine > 0 ? mine : 1, passes);
+}
+
+/* Runs `passes` micro-batch passes over this rank's slice [lo, hi) of `total` samples
+ * (piece i = [lo + n*i/passes, lo + n*(i+1)/passes)), filling tokens with fill(). */
+typedef void (*fill_fn)(const tagc_corpus *c, uint64_t seed, int64_t step, int64_t first,
+                        int count, int T, uint8_t *tokens, uint8_t *targets);
+
+static tagc_status run_passes(tagc_engine *e, const tagc_corpus *corpus, int64_t step,
+                              int64_t total, int64_t passes, int train, fill_fn fill,
+                              double *loss_sum) {
+  int T = e->L->cfg.ctx;
+  int64_t lo, hi;
+  slice(total, e->world, e->rank, &lo, &hi);
+  int64_t n = hi - lo;
+  float scale = (float)(1.0 / ((double)total * T));
+  *loss_sum = 0;
+  for (int64_t i = 0; i < passes; i++) {
+    int64_t first = lo + n * i / passes;
+    int count = (int)(lo + n * (i + 1) / passes - first);
+    int last = i + 1 == passes;
+    tagc_status st;
+    if (count == 0) {
+      st = empty_pass(e, train, last);
+    } else {
+      fill(corpus, e->cfg.seed, step, first, count, T, e->tokens, e->targets);
+      double part = 0;
+      st = pass(e, count, train, last, scale, &part);
+      *loss_sum += part;
+    }
+    if (st != TAGC_OK)
+      return st;
+  }
+  return TAGC_OK;
+}
+
+/* tagc_val_fill with the sampler's signature (validation windows ignore seed and step). */
+static void val_fill(const tagc_corpus *c, uint64_t seed, int64_t step, int64_t first, int count,
+                     int T, uint8_t *tokens, uint8_t *targets) {
+  (void)seed;
+  (void)step;
+  tagc_val_fill(c, first, count, T, tokens, targets);
+}
+
 static void update_density(tagc_engine *e, tagc_step_stats *stats) {
   double bits = 0, elements = 0, rho = 0;
   int n = 0;
@@ -679,10 +778,6 @@ static void update_density(tagc_engine *e, tagc_step_stats *stats) {
   stats->tagc_elements = (uint64_t)bits;
 }
 
-static void slice(int64_t total, int world, int rank, int64_t *lo, int64_t *hi) {
-  *lo = total * rank / world;
-  *hi = total * (rank + 1) / world;
-}
 
 tagc_status tagc_engine_step(tagc_engine *e, const tagc_corpus *corpus, int64_t step,
                              tagc_step_stats *stats) {
@@ -700,19 +795,12 @@ tagc_status tagc_engine_step(tagc_engine *e, const tagc_corpus *corpus, int64_t 
   reset_slots(e);
   memset(e->grads, 0, e->L->n_params * sizeof(float));
   e->step_now = step;
-  int64_t lo, hi;
-  slice(e->cfg.batch, e->world, e->rank, &lo, &hi);
-  float scale = (float)(1.0 / ((double)e->cfg.batch * T));
   double *sums = e->sums;
   memset(sums, 0, (size_t)(SUM_SEG0 + e->n_segs) * sizeof(double));
-  tagc_status st = TAGC_OK;
-  for (int64_t first = lo; first < hi && st == TAGC_OK; first += e->cfg.micro_batch) {
-    int count = (int)(hi - first < e->cfg.micro_batch ? hi - first : e->cfg.micro_batch);
-    tagc_batch_fill(corpus, e->cfg.seed, step, first, count, T, e->tokens, e->targets);
-    double part = 0;
-    st = pass(e, count, 1, first + count >= hi, scale, &part);
-    sums[SUM_LOSS] += part;
-  }
+  if (e->train_passes == 0) /* first step of this engine */
+    TAGC_CHECK(agree_passes(e, e->cfg.batch, &e->train_passes));
+  tagc_status st = run_passes(e, corpus, step, e->cfg.batch, e->train_passes, 1, tagc_batch_fill,
+                              &sums[SUM_LOSS]);
   tagc_status drained = drain(e);
   if (st == TAGC_OK)
     st = drained;
@@ -767,17 +855,13 @@ tagc_status tagc_engine_eval(tagc_engine *e, const tagc_corpus *corpus, int64_t 
                              double *val_loss) {
   int T = e->L->cfg.ctx;
   reset_slots(e);
-  int64_t lo, hi;
-  slice(n_windows, e->world, e->rank, &lo, &hi);
+  int64_t passes;
   double sum = 0;
-  for (int64_t first = lo; first < hi; first += e->cfg.micro_batch) {
-    int count = (int)(hi - first < e->cfg.micro_batch ? hi - first : e->cfg.micro_batch);
-    tagc_val_fill(corpus, first, count, T, e->tokens, e->targets);
-    double part;
-    TAGC_CHECK(pass(e, count, 0, 0, 0, &part));
-    sum += part;
-  }
-  TAGC_CHECK(drain(e));
+  TAGC_CHECK(agree_passes(e, n_windows, &passes));
+  tagc_status st = run_passes(e, corpus, 0, n_windows, passes, 0, val_fill, &sum);
+  tagc_status drained = drain(e);
+  TAGC_CHECK(st);
+  TAGC_CHECK(drained);
   TAGC_CHECK(sum_over_ranks(e, &sum, 1));
   *val_loss = sum / ((double)n_windows * T);
   return TAGC_OK;

@@ -29,8 +29,9 @@
 /* Running totals over the whole process (all generations), for summary.json. */
 typedef struct totals {
   double tokens, bytes_sent, comm_s, exposed_s, unpeeled, tagc_elements, density, rho;
-  int64_t steps;
-  double *step_s; /* per step, for the median */
+  int64_t steps;   /* steps run by this process, recomputed ones included */
+  double *step_s;  /* per step, for the median */
+  int64_t n_times, step_cap;
 } totals;
 
 /* Recovery accounting: one failure at a time. */
@@ -95,8 +96,7 @@ tagc_status tagc_run_new(const tagc_train_config *cfg, tagc_run **out) {
   const char *fault = cfg->fault && *cfg->fault ? cfg->fault : getenv("TAGC_FAULT");
   TAGC_CHECK_GOTO(tagc_faults_parse(fault, &r->faults), st, fail);
   r->threads = cfg->threads ? (int)cfg->threads : omp_get_num_procs();
-  omp_set_num_threads(r->threads);
-  openblas_set_num_threads(r->threads);
+  omp_set_num_threads(r->threads); /* the model runs the BLAS single-threaded inside OpenMP */
   TAGC_CHECK_GOTO(tagc_corpus_load(cfg->corpus, (size_t)cfg->ctx + 1, &r->corpus), st, fail);
   TAGC_CHECK_GOTO(make_dir(cfg->out), st, fail);
   const char *root = *cfg->ckpt_dir ? cfg->ckpt_dir : cfg->out;
@@ -105,11 +105,6 @@ tagc_status tagc_run_new(const tagc_train_config *cfg, tagc_run **out) {
     goto fail;
   }
   snprintf(r->ckpt_root, sizeof r->ckpt_root, "%s%s", root, *cfg->ckpt_dir ? "" : "/ckpt");
-  r->tt.step_s = calloc((size_t)cfg->steps, sizeof(double));
-  if (!r->tt.step_s) {
-    st = tagc_errorf(TAGC_ENOMEM, "per-step times");
-    goto fail;
-  }
   r->loss = r->val = NAN;
   r->t0 = tagc_now();
   r->last_print = -1e9;
@@ -447,8 +442,8 @@ static tagc_status write_summary(tagc_run *t, uint32_t params_crc) {
   const tagc_train_config *cfg = t->cfg;
   const totals *tt = &t->tt;
   double n = tt->steps ? (double)tt->steps : 1, wall = tagc_now() - t->t0;
-  qsort(tt->step_s, (size_t)tt->steps, sizeof(double), cmp_double);
-  double median = tt->steps ? tt->step_s[tt->steps / 2] : 0;
+  qsort(tt->step_s, (size_t)tt->n_times, sizeof(double), cmp_double);
+  double median = tt->n_times ? tt->step_s[tt->n_times / 2] : 0;
   json_t *s = json_pack(
       "{s:I, s:f, s:f, s:f, s:f, s:i, s:s, s:s, s:i, s:I, s:I, s:I, s:f, s:f, s:f, s:f, s:f, s:f, s:f}",
       "steps", (json_int_t)t->end_step, "final_train_loss", t->loss, "final_val_loss", t->val,
@@ -476,6 +471,18 @@ static tagc_status write_summary(tagc_run *t, uint32_t params_crc) {
   return st;
 }
 
+/* CRC32C of the window starts of global batch `step`: identifies the batch sequence, which
+ * must not depend on world size, failures or restarts. */
+static uint32_t batch_crc(const tagc_run *t, int64_t step) {
+  uint32_t crc = 0;
+  for (int64_t i = 0; i < t->cfg->batch; i++) {
+    uint64_t start = tagc_sample_start((uint64_t)t->cfg->seed, step, i, t->corpus.n_train,
+                                       (size_t)t->cfg->ctx + 1);
+    crc = tagc_crc32c(crc, &start, sizeof start);
+  }
+  return crc;
+}
+
 static void write_metrics(tagc_run *t, int64_t step, const tagc_step_stats *ss, double val_loss) {
   double tok = (double)t->cfg->batch * (double)t->cfg->ctx;
   json_t *m = json_pack("{s:I, s:f, s:f, s:f, s:f, s:f, s:f, s:I, s:f, s:f, s:f, s:f, s:I, s:i, s:I}",
@@ -492,6 +499,7 @@ static void write_metrics(tagc_run *t, int64_t step, const tagc_step_stats *ss, 
     json_object_set_new(m, "val_loss", json_real(val_loss));
   if (t->cfg->check_feedback)
     json_object_set_new(m, "feedback_error", json_real(ss->feedback_error));
+  json_object_set_new(m, "batch_crc32c", json_integer(batch_crc(t, step)));
   json_dumpf(m, t->metrics, JSON_COMPACT);
   fputc('\n', t->metrics);
   fflush(t->metrics);
@@ -500,8 +508,16 @@ static void write_metrics(tagc_run *t, int64_t step, const tagc_step_stats *ss, 
 
 static void accumulate(tagc_run *t, const tagc_step_stats *ss) {
   totals *tt = &t->tt;
-  if (tt->steps < t->cfg->steps)
-    tt->step_s[tt->steps] = ss->step_s;
+  if (tt->n_times == tt->step_cap) {
+    int64_t cap = tt->step_cap ? 2 * tt->step_cap : 1024;
+    double *p = realloc(tt->step_s, (size_t)cap * sizeof(double));
+    if (p) { /* else the median leaves the later steps out */
+      tt->step_s = p;
+      tt->step_cap = cap;
+    }
+  }
+  if (tt->n_times < tt->step_cap)
+    tt->step_s[tt->n_times++] = ss->step_s;
   tt->steps++;
   tt->tokens += (double)t->cfg->batch * (double)t->cfg->ctx;
   tt->bytes_sent += (double)ss->bytes_sent;

@@ -1,0 +1,99 @@
+"""Test harness for elastic runs: a real etcd on loopback (temporary data dir, free ports), a
+tagc-coordinator and tagc-worker processes, all stopped by PID at the end."""
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+import urllib.request
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Cluster:
+    def __init__(self, bindir, job="chaos"):
+        self.bindir = bindir
+        self.job = job
+        self.tmp = tempfile.mkdtemp(prefix="tagc-chaos-")
+        self.procs = {}
+        self.etcd_url = None
+
+    def start_etcd(self):
+        cp, pp = free_port(), free_port()
+        self.etcd_url = "http://127.0.0.1:%d" % cp
+        log = open(os.path.join(self.tmp, "etcd.log"), "w")
+        self.procs["etcd"] = subprocess.Popen(
+            ["etcd", "--data-dir", os.path.join(self.tmp, "etcd"), "--name", "chaos",
+             "--listen-client-urls", self.etcd_url, "--advertise-client-urls", self.etcd_url,
+             "--listen-peer-urls", "http://127.0.0.1:%d" % pp,
+             "--initial-advertise-peer-urls", "http://127.0.0.1:%d" % pp,
+             "--initial-cluster", "chaos=http://127.0.0.1:%d" % pp],
+            stdout=log, stderr=subprocess.STDOUT)
+        deadline = time.time() + 20
+        while time.time() < deadline:
+            try:
+                urllib.request.urlopen(self.etcd_url + "/version", timeout=1).read()
+                return
+            except OSError:
+                time.sleep(0.1)
+        raise RuntimeError("etcd did not start")
+
+    def start_coordinator(self, name="coord0", *args):
+        self._start(name, [os.path.join(self.bindir, "tagc-coordinator"), "--etcd", self.etcd_url,
+                           "--job", self.job, "--http", "", "--log", "info"] + list(args))
+
+    def start_worker(self, name, *args):
+        self._start(name, [os.path.join(self.bindir, "tagc-worker"), "--etcd", self.etcd_url,
+                           "--job", self.job, "--worker-id", name, "--log", "info"] + list(args))
+
+    def _start(self, name, argv):
+        log = open(os.path.join(self.tmp, name + ".log"), "w")
+        self.procs[name] = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT,
+                                            start_new_session=True)
+
+    def signal(self, name, sig):
+        os.kill(self.procs[name].pid, sig)
+
+    def pid(self, name):
+        return self.procs[name].pid
+
+    def wait(self, name, timeout):
+        return self.procs[name].wait(timeout=timeout)
+
+    def log(self, name):
+        with open(os.path.join(self.tmp, name + ".log")) as f:
+            return f.read()
+
+    def close(self, keep=bool(os.environ.get("TAGC_KEEP_TMP"))):
+        for name, p in self.procs.items():
+            if p.poll() is None:
+                try:
+                    os.kill(p.pid, signal.SIGCONT)
+                    os.kill(p.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+                p.wait()
+        if not keep:
+            shutil.rmtree(self.tmp, ignore_errors=True)
+
+
+def metrics(out):
+    with open(os.path.join(out, "metrics.jsonl")) as f:
+        return [json.loads(l) for l in f]
+
+
+def wait_for(pred, timeout, what):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        v = pred()
+        if v:
+            return v
+        time.sleep(0.1)
+    raise RuntimeError("timed out waiting for " + what)

@@ -1,0 +1,59 @@
+#!/usr/bin/env python3
+"""A hang: SIGSTOP of 1 of 3 workers. The others' collectives pass their deadline, the hung
+worker is excluded and training continues with 2; after SIGCONT the worker comes back as a new
+member at the next planning point (a generation of 3 again), and the job finishes."""
+import json
+import os
+import signal
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from harness import Cluster, metrics, wait_for  # noqa: E402
+
+bindir = sys.argv[1]
+STEPS = 400
+common = ["--steps", str(STEPS), "--ckpt-every", "20", "--threads", "1", "--batch", "12",
+          "--eval-every", "0", "--eval-windows", "12", "--compress", "none", "--op-timeout", "3"]
+checks = []
+
+
+def check(ok, what):
+    checks.append(ok)
+    print(("ok     " if ok else "FAILED ") + what)
+
+
+c = Cluster(bindir)
+try:
+    c.start_etcd()
+    c.start_coordinator("coord0", "--min-workers", "2", "--max-workers", "3")
+    out = os.path.join(c.tmp, "out")
+    for i in range(3):
+        c.start_worker("w%d" % i, "--out", out, *common)
+    wait_for(lambda: os.path.exists(out + "/metrics.jsonl") and len(metrics(out)) >= 30, 120, "30 steps")
+    c.signal("w2", signal.SIGSTOP)
+    t_stop = time.time()
+    wait_for(lambda: any(r["world_size"] == 2 for r in metrics(out)), 60, "a step at W=2")
+    check(time.time() - t_stop < 20, "training continued with 2 workers %.1f s after the hang" % (time.time() - t_stop))
+    c.signal("w2", signal.SIGCONT)
+    seen2 = False
+
+    def back_to_3():
+        rows = metrics(out)
+        i2 = next((i for i, r in enumerate(rows) if r["world_size"] == 2), None)
+        return i2 is not None and any(r["world_size"] == 3 for r in rows[i2:])
+    wait_for(back_to_3, 90, "a generation of 3 after the hang")
+    check(True, "the resumed worker rejoined (a generation of 3 after the one of 2)")
+    rc = [c.wait("w%d" % i, 120) for i in range(3)]
+    check(rc == [0, 0, 0], "all 3 workers finished with status 0 (%s)" % rc)
+    s = json.load(open(out + "/summary.json"))
+    check(s["steps"] == STEPS, "finished %d steps" % s["steps"])
+    check("excluded w2" in c.log("coord0") or "lost w2" in c.log("coord0"), "the coordinator excluded w2")
+finally:
+    if not checks or not all(checks):
+        for n in ("coord0", "w0", "w1", "w2"):
+            print("=====", n)
+            print("\n".join(c.log(n).splitlines()[-12:]))
+    c.close()
+print("%d passed, %d failed" % (sum(checks), len(checks) - sum(checks)))
+sys.exit(0 if checks and all(checks) else 1)
