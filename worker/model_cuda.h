@@ -18,7 +18,9 @@
  * cudaStreamWaitEvent on it before it reads the gradient or reuses the parameter buffer.
  *
  * Host synchronisation: only at the end of the forward (the loss is copied to the host) and
- * in create/destroy. Threading: one context is used by one host thread at a time.
+ * in create/destroy. Threading: one context is used by one host thread at a time; create,
+ * forward, backward and destroy make the context's device current on the calling thread
+ * (cudaSetDevice) and leave it so.
  * Determinism: no floating-point atomics; every reduction has a fixed order; cuBLAS runs
  * with atomics disabled and its own preallocated workspace, so the same inputs on the same
  * GPU give bit-identical results. */
