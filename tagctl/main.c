@@ -1,11 +1,16 @@
 /* tagctl: the user's command. `tagctl run` launches local workers; later subcommands add
  * status, fault injection and checkpoint tools. */
+#include <arpa/inet.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <ftw.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -13,17 +18,33 @@
 #include "ckpt/ckpt_cli.h"
 #include "comm/store.h"
 #include "common/json.h"
+#include "common/timeutil.h"
+#include "coordinator/etcd.h"
+#include "coordinator/keys.h"
+#include "worker/fault.h"
 #include "common/log.h"
 #include "worker/train.h"
 
 typedef struct run_config {
   tagc_train_config train; /* first: the worker's option offsets stay valid */
   int64_t workers;
+  int elastic;
+  int64_t coordinators;
+  int64_t min_workers;
+  int64_t fault_rank;
 } run_config;
 
 static const tagc_opt run_extra[] = {
     {"workers", TAGC_OPT_INT, offsetof(run_config, workers), "1", 1, 64, NULL,
      "local worker processes (CPU ranks, Gloo on loopback)"},
+    {"elastic", TAGC_OPT_BOOL, offsetof(run_config, elastic), "false", 0, -1, NULL,
+     "run through etcd: a local etcd (unless --etcd URL), coordinators, recovery from failures"},
+    {"coordinators", TAGC_OPT_INT, offsetof(run_config, coordinators), "1", 1, 8, NULL,
+     "elastic: coordinator processes (one leads, the others stand by)"},
+    {"min-workers", TAGC_OPT_INT, offsetof(run_config, min_workers), "1", 1, 64, NULL,
+     "elastic: fewest workers a generation may have"},
+    {"fault-rank", TAGC_OPT_INT, offsetof(run_config, fault_rank), "-1", -1, 63, NULL,
+     "the worker that --fault arms (-1 = the last one)"},
 };
 
 static tagc_opt run_opts[64];
@@ -54,10 +75,10 @@ static tagc_status self_dir(char *buf, size_t cap) {
 
 /* Writes the worker part of the configuration to OUT/job.json for the workers to read. */
 static tagc_status write_job(const run_config *rc, char *path, size_t cap) {
-  if (mkdir(rc->train.out, 0755) != 0 && errno != EEXIST)
-    return tagc_errorf(TAGC_EIO, "output directory %s: %s", rc->train.out, strerror(errno));
   snprintf(path, cap, "%s/job.json", rc->train.out);
   json_t *job = tagc_opts_to_json(&tagc_train_program, &rc->train);
+  if (job) /* --fault arms one worker only (its command line): see spawn_worker */
+    json_object_set_new(job, "fault", json_string(""));
   if (!job)
     return tagc_errorf(TAGC_ENOMEM, "job config");
   tagc_status st = tagc_json_write_file(path, job);
@@ -72,32 +93,65 @@ static void kill_all(const pid_t *pids, int n) {
       kill(pids[i], SIGKILL);
 }
 
-/* Starts rank i of n with the job file; returns its PID or -1. */
-static pid_t spawn_worker(const char *worker, const char *job, int rank, int n, const char *rdzv) {
+/* Starts a program with argv (NULL-terminated) and the child environment of local runs;
+ * stdout/stderr go to `log` when not NULL. Returns its PID or -1. */
+static pid_t spawn(const char *path, char *const *argv, const char *log) {
   pid_t pid = fork();
   if (pid != 0)
     return pid;
-  char r[16], w[16];
-  snprintf(r, sizeof r, "%d", rank);
-  snprintf(w, sizeof w, "%d", n);
   unsetenv("TAGC_CONFIG");
-  if (n > 1) /* spinning OpenMP teams of several workers starve each other on shared cores */
-    setenv("OMP_WAIT_POLICY", "passive", 0);
-  execl(worker, "tagc-worker", "--config", job, "--rank", r, "--world", w, "--rendezvous", rdzv,
-        (char *)NULL);
-  fprintf(stderr, "tagctl run: cannot start %s: %s\n", worker, strerror(errno));
+  /* spinning OpenMP teams of several workers starve each other on shared cores */
+  setenv("OMP_WAIT_POLICY", "passive", 0);
+  if (log) {
+    int fd = open(log, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd >= 0) {
+      dup2(fd, STDOUT_FILENO);
+      dup2(fd, STDERR_FILENO);
+    }
+  }
+  if (strchr(path, '/'))
+    execv(path, argv);
+  else
+    execvp(path, argv);
+  fprintf(stderr, "tagctl run: cannot start %s: %s\n", path, strerror(errno));
   _exit(127);
 }
 
-/* Runs the workers of a local job to completion. If one fails, the others are stopped and
- * the failing worker's exit status is returned. */
+/* Starts worker `rank` of n: static rendezvous in rdzv, or elastic through etcd (rdzv NULL). */
+static pid_t spawn_worker(const char *worker, const char *job, int rank, int n, const char *rdzv,
+                          const run_config *rc) {
+  char r[16], w[16], id[32];
+  snprintf(r, sizeof r, "%d", rank);
+  snprintf(w, sizeof w, "%d", n);
+  snprintf(id, sizeof id, "w%d", rank);
+  char *argv[16];
+  int a = 0;
+  argv[a++] = "tagc-worker";
+  argv[a++] = "--config";
+  argv[a++] = (char *)job;
+  if (rdzv) {
+    argv[a++] = "--rank", argv[a++] = r, argv[a++] = "--world", argv[a++] = w;
+    argv[a++] = "--rendezvous", argv[a++] = (char *)rdzv;
+  } else {
+    argv[a++] = "--worker-id", argv[a++] = id;
+  }
+  int fault_rank = rc->fault_rank >= 0 ? (int)rc->fault_rank : n - 1;
+  if (rc->train.fault && *rc->train.fault && rank == fault_rank)
+    argv[a++] = "--fault", argv[a++] = rc->train.fault;
+  argv[a] = NULL;
+  return spawn(worker, argv, NULL);
+}
+
+/* Runs the workers of a local job to completion. Static mode: if one fails, the others are
+ * stopped and its exit status is returned. Elastic mode: the others carry on without it (that
+ * is the point); the run succeeds when a worker finished the job. */
 static int launch_workers(const char *worker, const char *job, const run_config *rc) {
   int n = (int)rc->workers;
   pid_t pids[64];
   char rdzv[PATH_MAX];
   snprintf(rdzv, sizeof rdzv, "%s/rendezvous-%d", rc->train.out, (int)getpid());
   for (int i = 0; i < n; i++) {
-    pids[i] = spawn_worker(worker, job, i, n, rdzv);
+    pids[i] = spawn_worker(worker, job, i, n, rc->elastic ? NULL : rdzv, rc);
     if (pids[i] < 0) {
       fprintf(stderr, "tagctl run: fork: %s\n", strerror(errno));
       kill_all(pids, i);
@@ -105,7 +159,7 @@ static int launch_workers(const char *worker, const char *job, const run_config 
       break;
     }
   }
-  int code = n == (int)rc->workers ? 0 : 1;
+  int failed = n == (int)rc->workers ? 0 : 1, finished = 0;
   for (int left = n; left > 0;) {
     int ws;
     pid_t pid = wait(&ws);
@@ -113,17 +167,128 @@ static int launch_workers(const char *worker, const char *job, const run_config 
       continue;
     if (pid < 0)
       break;
+    int mine = 0;
     for (int i = 0; i < n; i++)
       if (pids[i] == pid)
-        pids[i] = -1, left--;
+        pids[i] = -1, left--, mine = 1;
+    if (!mine)
+      continue;
     int c = WIFEXITED(ws) ? WEXITSTATUS(ws) : 128 + WTERMSIG(ws);
-    if (c != 0 && code == 0) {
-      code = c;
-      kill_all(pids, n);
+    if (c == 0)
+      finished = 1;
+    else if (!failed) {
+      failed = c;
+      if (!rc->elastic)
+        kill_all(pids, n);
+      else
+        fprintf(stderr, "tagctl run: a worker exited with status %d; the others go on\n", c);
     }
   }
   tagc_store_file_remove_all(rdzv);
-  return code;
+  return rc->elastic && finished ? 0 : failed;
+}
+
+/* ---------- elastic local runs: etcd and coordinators ---------- */
+
+typedef struct infra {
+  pid_t etcd;
+  pid_t coords[8];
+  int n_coords;
+  char data_dir[PATH_MAX];
+} infra;
+
+static int free_port(void) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0), port = -1;
+  struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+  socklen_t len = sizeof a;
+  if (fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof a) == 0 &&
+      getsockname(fd, (struct sockaddr *)&a, &len) == 0)
+    port = ntohs(a.sin_port);
+  if (fd >= 0)
+    close(fd);
+  return port;
+}
+
+/* Waits until etcd at url answers (a read of a missing key). */
+static tagc_status wait_etcd(const char *url, double timeout_s) {
+  tagc_etcd_config ec;
+  tagc_etcd_config_init(&ec);
+  ec.endpoints = url;
+  ec.deadline_s = 1;
+  tagc_etcd *c;
+  TAGC_CHECK(tagc_etcd_create(&ec, &c));
+  tagc_status st = TAGC_ETIMEDOUT;
+  for (double end = tagc_now() + timeout_s; tagc_now() < end; tagc_sleep(0.1)) {
+    char *v = NULL;
+    st = tagc_etcd_get(c, "/tagc-probe", &v, NULL, NULL);
+    free(v);
+    if (st == TAGC_OK || st == TAGC_ENOTFOUND) {
+      st = TAGC_OK;
+      break;
+    }
+  }
+  tagc_etcd_destroy(c);
+  return st == TAGC_OK ? st : tagc_errorf(TAGC_ETIMEDOUT, "local etcd at %s did not start", url);
+}
+
+/* Starts a single-member etcd for this run (fresh data dir under OUT) and sets --etcd. */
+static tagc_status start_etcd(run_config *rc, infra *in) {
+  int cp = free_port(), pp = free_port();
+  if (cp < 0 || pp < 0)
+    return tagc_errorf(TAGC_EIO, "no free loopback port for etcd");
+  snprintf(in->data_dir, sizeof in->data_dir, "%s/etcd-%d", rc->train.out, (int)getpid());
+  char client[64], peer[64], cluster[96], log[PATH_MAX + 16];
+  snprintf(client, sizeof client, "http://127.0.0.1:%d", cp);
+  snprintf(peer, sizeof peer, "http://127.0.0.1:%d", pp);
+  snprintf(cluster, sizeof cluster, "local=%s", peer);
+  snprintf(log, sizeof log, "%s/etcd.log", rc->train.out);
+  char *argv[] = {"etcd", "--name", "local", "--data-dir", in->data_dir, "--listen-client-urls",
+                  client, "--advertise-client-urls", client, "--listen-peer-urls", peer,
+                  "--initial-advertise-peer-urls", peer, "--initial-cluster", cluster, NULL};
+  in->etcd = spawn("etcd", argv, log);
+  if (in->etcd < 0)
+    return tagc_errorf(TAGC_EIO, "cannot start etcd: %s", strerror(errno));
+  free(rc->train.etcd);
+  rc->train.etcd = strdup(client);
+  return rc->train.etcd ? wait_etcd(client, 20) : tagc_errorf(TAGC_ENOMEM, "etcd URL");
+}
+
+static tagc_status start_coordinators(const run_config *rc, const char *dir, infra *in) {
+  char path[PATH_MAX + 32], minw[16], maxw[16];
+  snprintf(path, sizeof path, "%s/tagc-coordinator", dir);
+  snprintf(minw, sizeof minw, "%lld", (long long)rc->min_workers);
+  snprintf(maxw, sizeof maxw, "%lld", (long long)rc->workers);
+  for (int k = 0; k < rc->coordinators; k++) {
+    char log[PATH_MAX + 32];
+    snprintf(log, sizeof log, "%s/coordinator-%d.log", rc->train.out, k);
+    char *argv[] = {"tagc-coordinator", "--etcd", rc->train.etcd, "--job", rc->train.job,
+                    "--min-workers", minw, "--max-workers", maxw, "--http", "127.0.0.1:0",
+                    "--log", "info", NULL};
+    in->coords[in->n_coords] = spawn(path, argv, log);
+    if (in->coords[in->n_coords] < 0)
+      return tagc_errorf(TAGC_EIO, "cannot start %s: %s", path, strerror(errno));
+    in->n_coords++;
+  }
+  return TAGC_OK;
+}
+
+static int remove_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw) {
+  (void)sb, (void)flag, (void)ftw;
+  return remove(path);
+}
+
+/* Stops what start_etcd / start_coordinators started (by PID) and removes etcd's data. */
+static void stop_infra(infra *in) {
+  for (int k = 0; k < in->n_coords; k++)
+    kill(in->coords[k], SIGTERM);
+  if (in->etcd > 0)
+    kill(in->etcd, SIGTERM);
+  for (int k = 0; k < in->n_coords; k++)
+    waitpid(in->coords[k], NULL, 0);
+  if (in->etcd > 0)
+    waitpid(in->etcd, NULL, 0);
+  if (in->data_dir[0])
+    nftw(in->data_dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
 }
 
 static int cmd_run(int argc, char **argv) {
@@ -147,14 +312,168 @@ static int cmd_run(int argc, char **argv) {
     rc.train.threads = cores / rc.workers > 1 ? cores / rc.workers : 1;
   }
   char dir[PATH_MAX], worker[PATH_MAX + 16], job[PATH_MAX];
-  if ((st = self_dir(dir, sizeof dir)) != TAGC_OK || (st = write_job(&rc, job, sizeof job)) != TAGC_OK) {
+  infra in = {0};
+  if ((st = self_dir(dir, sizeof dir)) == TAGC_OK && mkdir(rc.train.out, 0755) != 0 && errno != EEXIST)
+    st = tagc_errorf(TAGC_EIO, "output directory %s: %s", rc.train.out, strerror(errno));
+  if (st == TAGC_OK && rc.elastic && !*rc.train.etcd)
+    st = start_etcd(&rc, &in);
+  if (st == TAGC_OK && rc.elastic)
+    st = start_coordinators(&rc, dir, &in);
+  if (st == TAGC_OK)
+    st = write_job(&rc, job, sizeof job);
+  if (st != TAGC_OK) {
     fprintf(stderr, "tagctl run: %s\n", tagc_last_error());
-    goto done;
+    code = 1;
+  } else {
+    snprintf(worker, sizeof worker, "%s/tagc-worker", dir);
+    code = launch_workers(worker, job, &rc);
   }
-  snprintf(worker, sizeof worker, "%s/tagc-worker", dir);
-  code = launch_workers(worker, job, &rc);
+  stop_infra(&in);
 done:
   tagc_opts_free(&prog, &rc);
+  return code;
+}
+
+/* ---------- inject and status: a job's etcd keys ---------- */
+
+typedef struct etcd_cmd_config {
+  char *etcd;
+  char *job;
+  char *worker;
+  int64_t at_step;
+  double seconds;
+  int clear;
+} etcd_cmd_config;
+
+#define ECOFF(f) offsetof(etcd_cmd_config, f)
+static const tagc_opt etcd_cmd_opts[] = {
+    {"etcd", TAGC_OPT_STRING, ECOFF(etcd), "http://127.0.0.1:2379", 0, -1, NULL, "etcd endpoints"},
+    {"job", TAGC_OPT_STRING, ECOFF(job), "default", 0, -1, NULL, "job name"},
+    {"worker", TAGC_OPT_STRING, ECOFF(worker), "", 0, -1, NULL, "inject: the worker id"},
+    {"at-step", TAGC_OPT_INT, ECOFF(at_step), "-1", -1, 1e12, NULL,
+     "inject: the step the fault fires at (-1 = the worker's next step, as it sees it)"},
+    {"seconds", TAGC_OPT_DOUBLE, ECOFF(seconds), "0.5", 0, 3600, NULL, "inject slow: delay per collective"},
+    {"clear", TAGC_OPT_BOOL, ECOFF(clear), "false", 0, -1, NULL, "inject: remove the worker's chaos key"},
+};
+
+static int etcd_cmd_setup(const char *name, const char *usage_text, const char *summary, int argc,
+                          char **argv, etcd_cmd_config *cfg, char **pos, int max_pos, int *n_pos,
+                          tagc_etcd **etcd) {
+  tagc_opt_program prog = {name, usage_text, summary, etcd_cmd_opts,
+                           sizeof etcd_cmd_opts / sizeof etcd_cmd_opts[0]};
+  int help = 0;
+  tagc_status st = tagc_opts_parse(&prog, cfg, argc, argv, pos, max_pos, n_pos, &help);
+  if (help)
+    return 0;
+  tagc_etcd_config ec;
+  tagc_etcd_config_init(&ec);
+  ec.endpoints = cfg->etcd;
+  ec.deadline_s = 5;
+  if (st == TAGC_OK)
+    st = tagc_key_check_id(cfg->job, "job");
+  if (st == TAGC_OK)
+    st = tagc_etcd_create(&ec, etcd);
+  if (st != TAGC_OK) {
+    fprintf(stderr, "%s: %s\n", name, tagc_last_error());
+    return 2;
+  }
+  return -1;
+}
+
+static int cmd_inject(int argc, char **argv) {
+  etcd_cmd_config cfg = {0};
+  char *pos[1];
+  int n_pos = 0;
+  tagc_etcd *etcd = NULL;
+  tagc_opt_program prog = {"tagctl inject", "", "", etcd_cmd_opts,
+                           sizeof etcd_cmd_opts / sizeof etcd_cmd_opts[0]};
+  int code = etcd_cmd_setup("tagctl inject", "--job J --worker W KIND [--at-step S] | --clear",
+                            "Arms a fault on a running worker through its etcd key chaos/<worker>. "
+                            "KIND: crash, exit, oom, hang, drop (at a step) or slow (--seconds per "
+                            "collective); the worker polls the key about once a second.",
+                            argc, argv, &cfg, pos, 1, &n_pos, &etcd);
+  if (code >= 0)
+    goto done;
+  char key[512], spec[64];
+  tagc_status st = tagc_key_chaos(cfg.job, cfg.worker, key, sizeof key);
+  if (st == TAGC_OK && cfg.clear) {
+    st = tagc_etcd_delete(etcd, key, 0, NULL);
+  } else if (st == TAGC_OK) {
+    const char *kind = n_pos ? pos[0] : "";
+    if (!strcmp(kind, "slow"))
+      snprintf(spec, sizeof spec, "slow=%g", cfg.seconds);
+    else if (cfg.at_step >= 0)
+      snprintf(spec, sizeof spec, "%s@%lld", kind, (long long)cfg.at_step);
+    else
+      snprintf(spec, sizeof spec, "%s@0", kind);
+    tagc_faults check;
+    st = tagc_faults_parse(spec, &check);
+    if (st == TAGC_OK && cfg.at_step < 0 && strcmp(kind, "slow") != 0)
+      st = tagc_errorf(TAGC_EINVAL, "%s needs --at-step S", kind);
+    if (st == TAGC_OK)
+      st = tagc_etcd_put(etcd, key, spec, strlen(spec), 0, NULL);
+    if (st == TAGC_OK)
+      printf("%s = %s\n", key, spec);
+  }
+  code = st == TAGC_OK ? 0 : (st == TAGC_EINVAL ? 2 : 1);
+  if (st != TAGC_OK)
+    fprintf(stderr, "tagctl inject: %s\n", tagc_last_error());
+done:
+  tagc_etcd_destroy(etcd);
+  tagc_opts_free(&prog, &cfg);
+  return code;
+}
+
+/* Prints one key's value (or "-") under a label. */
+static void print_key(tagc_etcd *etcd, const char *label, const char *key) {
+  char *v = NULL;
+  tagc_status st = tagc_etcd_get(etcd, key, &v, NULL, NULL);
+  printf("%-10s %s\n", label, st == TAGC_OK ? v : "-");
+  free(v);
+}
+
+static int cmd_status(int argc, char **argv) {
+  etcd_cmd_config cfg = {0};
+  tagc_etcd *etcd = NULL;
+  tagc_opt_program prog = {"tagctl status", "", "", etcd_cmd_opts,
+                           sizeof etcd_cmd_opts / sizeof etcd_cmd_opts[0]};
+  int code = etcd_cmd_setup("tagctl status", "--etcd URL --job J",
+                            "Shows a job's generation, plan, progress, last checkpoint and workers.",
+                            argc, argv, &cfg, NULL, 0, NULL, &etcd);
+  if (code >= 0)
+    goto done;
+  char key[512], gen_key[512];
+  char *g = NULL;
+  tagc_status st = tagc_key_gen(cfg.job, gen_key, sizeof gen_key);
+  if (st == TAGC_OK)
+    st = tagc_etcd_get(etcd, gen_key, &g, NULL, NULL);
+  if (st != TAGC_OK && st != TAGC_ENOTFOUND) {
+    fprintf(stderr, "tagctl status: %s\n", tagc_last_error());
+    code = 1;
+    goto done;
+  }
+  printf("%-10s %s\n", "gen", g ? g : "-");
+  if (g && tagc_key_gen_plan(cfg.job, strtoll(g, NULL, 10), key, sizeof key) == TAGC_OK)
+    print_key(etcd, "plan", key);
+  free(g);
+  if (tagc_key_progress(cfg.job, key, sizeof key) == TAGC_OK)
+    print_key(etcd, "progress", key);
+  if (tagc_key_ckpt_committed(cfg.job, key, sizeof key) == TAGC_OK)
+    print_key(etcd, "ckpt", key);
+  if (tagc_key_done(cfg.job, key, sizeof key) == TAGC_OK)
+    print_key(etcd, "done", key);
+  tagc_etcd_range_result r = {0};
+  tagc_etcd_range_opts ro = {.prefix = 1};
+  if (tagc_key_workers_prefix(cfg.job, key, sizeof key) == TAGC_OK &&
+      tagc_etcd_range(etcd, key, &ro, &r) == TAGC_OK) {
+    for (size_t i = 0; i < r.n; i++)
+      printf("%-10s %s = %s\n", "worker", (char *)r.kvs[i].key + strlen(key), (char *)r.kvs[i].value);
+  }
+  tagc_etcd_range_result_free(&r);
+  code = 0;
+done:
+  tagc_etcd_destroy(etcd);
+  tagc_opts_free(&prog, &cfg);
   return code;
 }
 
@@ -162,7 +481,9 @@ static void usage(FILE *f) {
   fprintf(f, "usage: tagctl COMMAND [options]\n\n"
              "commands:\n"
              "  run     train locally (tagctl run --help)\n"
-             "  ckpt    ls|verify|inspect DIR: checkpoints of a run (DIR = OUT/ckpt)\n");
+             "  ckpt    ls|verify|inspect DIR: checkpoints of a run (DIR = OUT/ckpt)\n"
+             "  inject  arm a fault on a running worker (etcd chaos key)\n"
+             "  status  a job's generation, plan, progress and workers (from etcd)\n");
 }
 
 int main(int argc, char **argv) {
@@ -174,6 +495,10 @@ int main(int argc, char **argv) {
     return cmd_run(argc - 1, argv + 1);
   if (!strcmp(argv[1], "ckpt"))
     return tagc_ckpt_cli_main(argc - 1, argv + 1);
+  if (!strcmp(argv[1], "inject"))
+    return cmd_inject(argc - 1, argv + 1);
+  if (!strcmp(argv[1], "status"))
+    return cmd_status(argc - 1, argv + 1);
   if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
     usage(stdout);
     return 0;

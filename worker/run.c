@@ -547,8 +547,9 @@ static void publish_progress(tagc_run *t, int64_t step, const tagc_step_stats *s
 
 /* ---------- faults and failures ---------- */
 
-/* Elastic mode: arms a new chaos/<id> spec (once per distinct value), polled once a second. */
-static void poll_chaos(tagc_run *t) {
+/* Elastic mode: arms a new chaos/<id> spec (once per distinct value), polled once a second.
+ * A fault whose step has already passed fires at the next step. */
+static void poll_chaos(tagc_run *t, int64_t step) {
   double now = tagc_now();
   if (!t->member || now - t->last_chaos < 1.0)
     return;
@@ -562,6 +563,9 @@ static void poll_chaos(tagc_run *t) {
   tagc_faults f;
   if (tagc_faults_parse(spec, &f) == TAGC_OK) {
     LOG_WARN("train", "chaos armed: %s", spec);
+    for (int k = 0; k < TAGC_FAULT_KINDS; k++)
+      if (f.at[k] >= 0 && f.at[k] < step)
+        f.at[k] = step;
     tagc_faults_merge(&t->faults, &f);
     tagc_engine_set_op_delay(t->engine, t->faults.slow_s);
   } else {
@@ -658,7 +662,7 @@ static tagc_status train(tagc_run *t, tagc_gen_result *res) {
   int64_t step = t->start_step;
   for (; step < end; step++) {
     tagc_step_stats ss;
-    poll_chaos(t);
+    poll_chaos(t, step);
     tagc_status st = fire_fault(t, step, res);
     if (st == TAGC_OK && t->member && tagc_member_gen(t->member) > t->gen)
       st = tagc_errorf(TAGC_EABORTED, "generation %lld was superseded", (long long)t->gen);
