@@ -4,8 +4,9 @@
 # (full training step against the CPU oracle, fp32 and bf16, plus each kernel alone and the
 # out-of-memory case) and the GPT-2-small step benchmark, and saves every output under
 # "$OUT" (default ./gpu-out): summary.txt, machine.txt, configure.log, build.log,
-# test.log, bench.log. Exit status 0 when every step passed, 1 otherwise (later steps still
-# run where they can). About 3-5 minutes on 16 cores.
+# test.log, bench.log, memcheck.log (the test under compute-sanitizer, at most 2 minutes).
+# Exit status 0 when every step passed, 1 otherwise (later steps still run where they
+# can). About 3-6 minutes on 16 cores.
 set -uo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -39,6 +40,13 @@ step configure cmake -S "$ROOT" -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DTAGC_SA
 step build cmake --build "$BUILD" -j"$JOBS" --target test_model_gpu bench_model_gpu || exit 1
 step test timeout 240 ctest --test-dir "$BUILD" -R '^test_model_gpu$' --output-on-failure -V
 step bench timeout 240 "$BUILD/bin/bench_model_gpu" 10 16
+# Last and bounded: the test under compute-sanitizer's memcheck (out-of-bounds and
+# misaligned accesses, launch errors), where the toolkit has it.
+SANITIZER=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
+if [ -x "$SANITIZER" ]; then
+  step memcheck timeout 120 "$SANITIZER" --tool memcheck --error-exitcode 1 \
+    "$BUILD/bin/test_model_gpu"
+fi
 grep -E "passed|FAILED" "$OUT/test.log" | tail -n 20 >>"$OUT/summary.txt"
 grep -E "^(device|fp32|bf16)" "$OUT/bench.log" >>"$OUT/summary.txt"
 cat "$OUT/summary.txt"
