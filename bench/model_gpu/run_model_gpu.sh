@@ -44,7 +44,8 @@ step bench timeout 240 "$BUILD/bin/bench_model_gpu" 10 16
 # misaligned accesses, launch errors), where the toolkit has it.
 SANITIZER=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
 if [ -x "$SANITIZER" ]; then
-  step memcheck timeout 120 "$SANITIZER" --tool memcheck --error-exitcode 1 \
+  # API errors are not reported: the test provokes cudaMalloc failures on purpose.
+  step memcheck timeout 120 "$SANITIZER" --tool memcheck --report-api-errors no --error-exitcode 1 \
     "$BUILD/bin/test_model_gpu"
 fi
 grep -E "passed|FAILED" "$OUT/test.log" | tail -n 20 >>"$OUT/summary.txt"
