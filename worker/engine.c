@@ -22,7 +22,8 @@ enum {
   SUM_FB_IN,  /* check_feedback: sum of raw gradients + old residuals of tagc segments */
   SUM_FB_OUT, /* ... sum of what was kept (sent) + new residuals */
   SUM_FB_ABS, /* ... sum of their absolute values (scale of the comparison) */
-  SUM_SEG0    /* + segment index: global bits */
+  SUM_SEG0    /* + segment index: global bits (summed); then + n_segs + segment index: the
+                 densest lane's density (maximum) */
 };
 
 typedef struct segment {
@@ -37,6 +38,8 @@ typedef struct segment {
   double rho_used;      /* rho of the current layout (0 = none built yet) */
   double density_seen;  /* global density measured at the last step (all ranks agree) */
   int64_t global_bits;  /* this step: bits set in this rank's ORed bitmap shard */
+  double lane_density;  /* this step: items of the densest lane of that shard / blocks */
+  double lane_density_seen; /* the maximum over ranks at the last step: decides rho */
   int64_t estimated;    /* this step: elements left to the estimate */
   int dense;            /* this step: sent dense (rho too small for the sketch to pay) */
 } segment;
@@ -157,7 +160,7 @@ static tagc_status build_segments(tagc_engine *e) {
   e->staging = malloc(max_padded * sizeof(float));
   if (e->cfg.gather_bf16 && !(e->gather16 = malloc((max_padded + max_padded / (size_t)e->world) * sizeof(uint16_t))))
     return tagc_errorf(TAGC_ENOMEM, "bf16 gather buffer");
-  e->sums = malloc((size_t)(SUM_SEG0 + e->n_segs) * sizeof(double));
+  e->sums = malloc((size_t)(SUM_SEG0 + 2 * e->n_segs) * sizeof(double));
   e->seg_names = malloc((size_t)e->n_segs * sizeof(char *));
   e->seg_numel = malloc((size_t)e->n_segs * sizeof(int64_t));
   if (!e->staging || !e->sums || !e->seg_names || !e->seg_numel)
@@ -241,15 +244,19 @@ static tagc_status choose_rho(const tagc_engine *e, const segment *s, double *rh
     *rho = s->pol.rho;
     return TAGC_OK;
   }
-  double d = s->density_seen;
-  if (d <= 0) /* first step: every rank keeping different elements, capped so it gets measured */
-    d = fmin(s->pol.density * e->world, 0.6);
+  /* the densest lane decides whether the sketch peels (kernels/rho.h) */
+  double d = s->lane_density_seen;
+  if (d <= 0) /* nothing measured yet: assume the worst, full lanes (a lossless probe) */
+    d = 1.0;
   double advised;
   TAGC_CHECK(tagc_rho_advise(d, (int64_t)s->S, &advised));
+  /* rounded down to a quarter power of two: few distinct layouts */
+  double safe = exp2(floor(4 * log2(fmax(advised, TAGC_RHO_MIN))) / 4);
   if (advised >= MIN_RHO)
-    *rho = exp2(floor(4 * log2(advised)) / 4);
-  else /* too dense for the sketch to pay: dense, probing again every PROBE_EVERY steps */
-    *rho = e->step_now % PROBE_EVERY == 0 ? MIN_RHO : 0;
+    *rho = safe;
+  else /* too dense for the sketch to pay: dense, but every PROBE_EVERY steps a (lossless,
+          larger) sketch at the advised rho measures the density again */
+    *rho = e->step_now % PROBE_EVERY == 0 ? safe : 0;
   return TAGC_OK;
 }
 
@@ -338,6 +345,9 @@ static tagc_status reduce_tagc(tagc_engine *e, segment *s, const float *grad) {
   TAGC_CHECK(tagc_kernels_decode(&ctx, l, sc->my_sketch, sc->global_bitmap, s->g, &ds));
   s->global_bits = ds.nonzero;
   s->estimated = ds.estimated;
+  int64_t lane_max;
+  TAGC_CHECK(tagc_kernels_lane_max(&ctx, sc->global_bitmap, l->blocks, &lane_max));
+  s->lane_density = (double)lane_max / (double)l->blocks;
   return TAGC_OK;
 }
 
@@ -621,8 +631,9 @@ void tagc_engine_free(tagc_engine *e) {
 
 /* ---------- step ---------- */
 
-/* Sums n doubles over ranks, in rank order (identical bits everywhere). */
-static tagc_status sum_over_ranks(tagc_engine *e, double *vals, int n) {
+/* Reduces n doubles over ranks (one all-gather): the first n_sum are summed in rank order
+ * (identical bits everywhere), the rest take their maximum. */
+static tagc_status reduce_over_ranks(tagc_engine *e, double *vals, int n, int n_sum) {
   if (e->world == 1)
     return TAGC_OK;
   double *buf = malloc((size_t)e->world * (size_t)n * sizeof(double));
@@ -631,9 +642,11 @@ static tagc_status sum_over_ranks(tagc_engine *e, double *vals, int n) {
   tagc_status st = tagc_comm_allgather(e->cfg.comm, vals, buf, (size_t)n * sizeof(double), e->cfg.op_timeout_s);
   if (st == TAGC_OK) {
     for (int k = 0; k < n; k++) {
-      double acc = 0;
-      for (int r = 0; r < e->world; r++)
-        acc += buf[(size_t)r * (size_t)n + (size_t)k];
+      double acc = k < n_sum ? 0 : buf[k];
+      for (int r = 0; r < e->world; r++) {
+        double v = buf[(size_t)r * (size_t)n + (size_t)k];
+        acc = k < n_sum ? acc + v : fmax(acc, v);
+      }
       vals[k] = acc;
     }
   }
@@ -767,6 +780,7 @@ static void update_density(tagc_engine *e, tagc_step_stats *stats) {
     if (s->dense)
       continue; /* sent dense: nothing measured */
     s->density_seen = e->sums[SUM_SEG0 + i] / (double)s->len;
+    s->lane_density_seen = e->sums[SUM_SEG0 + e->n_segs + i];
     bits += e->sums[SUM_SEG0 + i];
     elements += (double)s->len;
   }
@@ -796,7 +810,7 @@ tagc_status tagc_engine_step(tagc_engine *e, const tagc_corpus *corpus, int64_t 
   memset(e->grads, 0, e->L->n_params * sizeof(float));
   e->step_now = step;
   double *sums = e->sums;
-  memset(sums, 0, (size_t)(SUM_SEG0 + e->n_segs) * sizeof(double));
+  memset(sums, 0, (size_t)(SUM_SEG0 + 2 * e->n_segs) * sizeof(double));
   if (e->train_passes == 0) /* first step of this engine */
     TAGC_CHECK(agree_passes(e, e->cfg.batch, &e->train_passes));
   tagc_status st = run_passes(e, corpus, step, e->cfg.batch, e->train_passes, 1, tagc_batch_fill,
@@ -816,9 +830,10 @@ tagc_status tagc_engine_step(tagc_engine *e, const tagc_corpus *corpus, int64_t 
     if (s->residual) {
       sums[SUM_ESTIMATED] += (double)s->estimated;
       sums[SUM_SEG0 + i] = (double)s->global_bits;
+      sums[SUM_SEG0 + e->n_segs + i] = s->lane_density;
     }
   }
-  TAGC_CHECK(sum_over_ranks(e, sums, SUM_SEG0 + e->n_segs));
+  TAGC_CHECK(reduce_over_ranks(e, sums, SUM_SEG0 + 2 * e->n_segs, SUM_SEG0 + e->n_segs));
   stats->loss = sums[SUM_LOSS] / ((double)e->cfg.batch * T);
   stats->grad_norm = sqrt(sums[SUM_SQ]);
   if (!isfinite(stats->loss) || !isfinite(stats->grad_norm))
@@ -862,7 +877,7 @@ tagc_status tagc_engine_eval(tagc_engine *e, const tagc_corpus *corpus, int64_t 
   tagc_status drained = drain(e);
   TAGC_CHECK(st);
   TAGC_CHECK(drained);
-  TAGC_CHECK(sum_over_ranks(e, &sum, 1));
+  TAGC_CHECK(reduce_over_ranks(e, &sum, 1, 1));
   *val_loss = sum / ((double)n_windows * T);
   return TAGC_OK;
 }
@@ -967,10 +982,11 @@ json_t *tagc_engine_compression_state(const tagc_engine *e) {
   json_t *segs = json_array();
   for (int i = 0; segs && i < e->n_segs; i++) {
     const segment *s = &e->segs[i];
-    json_array_append_new(segs, json_pack("{s:s, s:s, s:f, s:f, s:f}", "name", s->name, "policy",
-                                          tagc_policy_kind_name(s->pol.kind), "density_seen",
-                                          s->density_seen, "rho", s->rho_used, "target_density",
-                                          s->pol.density));
+    json_array_append_new(segs, json_pack("{s:s, s:s, s:f, s:f, s:f, s:f}", "name", s->name,
+                                          "policy", tagc_policy_kind_name(s->pol.kind),
+                                          "density_seen", s->density_seen, "lane_density_seen",
+                                          s->lane_density_seen, "rho", s->rho_used,
+                                          "target_density", s->pol.density));
   }
   return json_pack("{s:i, s:o}", "world_size", e->world, "segments", segs);
 }
@@ -982,11 +998,15 @@ tagc_status tagc_engine_set_compression_state(tagc_engine *e, const json_t *stat
   json_array_foreach(segs, i, item) {
     const char *name = json_string_value(json_object_get(item, "name"));
     json_t *d = json_object_get(item, "density_seen");
-    if (!name || !json_is_number(d))
+    json_t *ld = json_object_get(item, "lane_density_seen");
+    if (!name || !json_is_number(d) || !json_is_number(ld))
       return tagc_errorf(TAGC_ECORRUPT, "compression state entry %zu is malformed", i);
-    for (int k = 0; k < e->n_segs; k++)
-      if (!strcmp(e->segs[k].name, name))
+    for (int k = 0; k < e->n_segs; k++) {
+      if (!strcmp(e->segs[k].name, name)) {
         e->segs[k].density_seen = json_number_value(d);
+        e->segs[k].lane_density_seen = json_number_value(ld);
+      }
+    }
   }
   return TAGC_OK;
 }

@@ -14,7 +14,8 @@ from harness import Cluster, metrics, wait_for  # noqa: E402
 bindir = sys.argv[1]
 STEPS = 80
 common = ["--steps", str(STEPS), "--ckpt-every", "5", "--ckpt-keep-last", "0", "--threads", "1",
-          "--batch", "12", "--eval-every", "0", "--eval-windows", "12", "--compress", "none"]
+          "--batch", "12", "--eval-every", "0", "--eval-windows", "12", "--compress", "none",
+          "--fault", "slow=0.01"]  # steps slow enough for joins to land mid-run on a fast machine
 checks = []
 
 
