@@ -1,6 +1,7 @@
 """Test harness for elastic runs: a real etcd on loopback (temporary data dir, free ports), a
 tagc-coordinator and tagc-worker processes, all stopped by PID at the end."""
 import json
+import sys
 import os
 import shutil
 import signal
@@ -97,3 +98,29 @@ def wait_for(pred, timeout, what):
             return v
         time.sleep(0.1)
     raise RuntimeError("timed out waiting for " + what)
+
+
+class Checks:
+    """Counts named checks; print_logs shows the processes' last lines when one failed."""
+
+    def __init__(self):
+        self.results = []
+
+    def __call__(self, ok, what):
+        self.results.append(bool(ok))
+        print(("ok     " if ok else "FAILED ") + what)
+
+    def ok(self):
+        return bool(self.results) and all(self.results)
+
+    def print_logs(self, cluster, names):
+        if self.ok():
+            return
+        for n in names:
+            print("=====", n)
+            print("\n".join(cluster.log(n).splitlines()[-15:]))
+
+    def exit(self):
+        passed = sum(self.results)
+        print("%d passed, %d failed" % (passed, len(self.results) - passed))
+        sys.exit(0 if self.ok() else 1)

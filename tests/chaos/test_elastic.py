@@ -9,19 +9,14 @@ import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness import Cluster, metrics, wait_for  # noqa: E402
+from harness import Checks, Cluster, metrics, wait_for  # noqa: E402
 
 bindir = sys.argv[1]
 STEPS = 80
 common = ["--steps", str(STEPS), "--ckpt-every", "5", "--ckpt-keep-last", "0", "--threads", "1",
           "--batch", "12", "--eval-every", "0", "--eval-windows", "12", "--compress", "none",
           "--fault", "slow=0.01"]  # steps slow enough for joins to land mid-run on a fast machine
-checks = []
-
-
-def check(ok, what):
-    checks.append(ok)
-    print(("ok     " if ok else "FAILED ") + what)
+check = Checks()
 
 
 def last_rows(out):
@@ -62,10 +57,6 @@ try:
     drift = max(abs(rows[k]["loss"] - ref_rows[k]["loss"]) for k in ref_rows)
     check(drift < 0.05, "loss stays within 0.05 of the fault-free run (max difference %.2g)" % drift)
 finally:
-    if not checks or not all(checks):
-        for n in ("coord0", "w0", "w1", "w2", "w3"):
-            print("=====", n)
-            print("\n".join(c.log(n).splitlines()[-12:]))
+    check.print_logs(c, ("coord0", "w0", "w1", "w2", "w3"))
     c.close()
-print("%d passed, %d failed" % (sum(checks), len(checks) - sum(checks)))
-sys.exit(0 if checks and all(checks) else 1)
+check.exit()

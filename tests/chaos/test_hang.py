@@ -9,18 +9,13 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness import Cluster, metrics, wait_for  # noqa: E402
+from harness import Checks, Cluster, metrics, wait_for  # noqa: E402
 
 bindir = sys.argv[1]
 STEPS = 400
 common = ["--steps", str(STEPS), "--ckpt-every", "20", "--threads", "1", "--batch", "12",
           "--eval-every", "0", "--eval-windows", "12", "--compress", "none", "--op-timeout", "3"]
-checks = []
-
-
-def check(ok, what):
-    checks.append(ok)
-    print(("ok     " if ok else "FAILED ") + what)
+check = Checks()
 
 
 c = Cluster(bindir)
@@ -50,10 +45,6 @@ try:
     check(s["steps"] == STEPS, "finished %d steps" % s["steps"])
     check("excluded w2" in c.log("coord0") or "lost w2" in c.log("coord0"), "the coordinator excluded w2")
 finally:
-    if not checks or not all(checks):
-        for n in ("coord0", "w0", "w1", "w2"):
-            print("=====", n)
-            print("\n".join(c.log(n).splitlines()[-12:]))
+    check.print_logs(c, ("coord0", "w0", "w1", "w2"))
     c.close()
-print("%d passed, %d failed" % (sum(checks), len(checks) - sum(checks)))
-sys.exit(0 if checks and all(checks) else 1)
+check.exit()

@@ -8,19 +8,14 @@ import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness import Cluster, metrics, wait_for  # noqa: E402
+from harness import Checks, Cluster, metrics, wait_for  # noqa: E402
 
 bindir = sys.argv[1]
 tagctl = os.path.join(bindir, "tagctl")
 STEPS = 200
 common = ["--steps", str(STEPS), "--ckpt-every", "10", "--threads", "1", "--batch", "12",
           "--eval-every", "0", "--eval-windows", "12", "--compress", "none"]
-checks = []
-
-
-def check(ok, what):
-    checks.append(ok)
-    print(("ok     " if ok else "FAILED ") + what)
+check = Checks()
 
 
 c = Cluster(bindir)
@@ -51,10 +46,6 @@ try:
     check(s["steps"] == STEPS and s["world_size"] == 2 and s["recoveries"] >= 1,
           "finished %d steps at W=%d after %d recoveries" % (s["steps"], s["world_size"], s["recoveries"]))
 finally:
-    if not checks or not all(checks):
-        for n in ("coord0", "w0", "w1", "w2"):
-            print("=====", n)
-            print("\n".join(c.log(n).splitlines()[-12:]))
+    check.print_logs(c, ("coord0", "w0", "w1", "w2"))
     c.close()
-print("%d passed, %d failed" % (sum(checks), len(checks) - sum(checks)))
-sys.exit(0 if checks and all(checks) else 1)
+check.exit()

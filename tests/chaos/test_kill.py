@@ -12,18 +12,13 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness import Cluster, metrics, wait_for  # noqa: E402
+from harness import Checks, Cluster, metrics, wait_for  # noqa: E402
 
 bindir = sys.argv[1]
 STEPS = 60
 common = ["--steps", str(STEPS), "--ckpt-every", "10", "--ckpt-keep-last", "0", "--threads", "1", "--batch", "12",
           "--eval-every", "0", "--eval-windows", "12", "--compress", "none"]
-checks = []
-
-
-def check(ok, what):
-    checks.append(ok)
-    print(("ok     " if ok else "FAILED ") + what)
+check = Checks()
 
 
 c = Cluster(bindir)
@@ -63,10 +58,6 @@ try:
     check(all(rows[k]["batch_crc32c"] == ref_rows[k]["batch_crc32c"] for k in ref_rows),
           "same global batches")
 finally:
-    if not checks or not all(checks):
-        for n in ("coord0", "w0", "w1", "w2"):
-            print("=====", n)
-            print("\n".join(c.log(n).splitlines()[-15:]))
+    check.print_logs(c, ("coord0", "w0", "w1", "w2"))
     c.close()
-print("%d passed, %d failed" % (sum(checks), len(checks) - sum(checks)))
-sys.exit(0 if checks and all(checks) else 1)
+check.exit()

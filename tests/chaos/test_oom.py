@@ -8,18 +8,13 @@ import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness import Cluster, metrics  # noqa: E402
+from harness import Checks, Cluster, metrics  # noqa: E402
 
 bindir = sys.argv[1]
 STEPS = 40
 common = ["--steps", str(STEPS), "--ckpt-every", "10", "--threads", "1", "--batch", "8",
           "--micro-batch", "4", "--eval-every", "0", "--eval-windows", "8", "--compress", "none"]
-checks = []
-
-
-def check(ok, what):
-    checks.append(ok)
-    print(("ok     " if ok else "FAILED ") + what)
+check = Checks()
 
 
 c = Cluster(bindir)
@@ -47,10 +42,6 @@ try:
     drift = max(abs(rows[k]["loss"] - ref_rows[k]["loss"]) / abs(ref_rows[k]["loss"]) for k in ref_rows)
     check(drift <= 1e-5, "losses equal the fault-free run's to %.2g relative (<= 1e-5)" % drift)
 finally:
-    if not checks or not all(checks):
-        for n in ("coord0", "w0", "w1"):
-            print("=====", n)
-            print("\n".join(c.log(n).splitlines()[-12:]))
+    check.print_logs(c, ("coord0", "w0", "w1"))
     c.close()
-print("%d passed, %d failed" % (sum(checks), len(checks) - sum(checks)))
-sys.exit(0 if checks and all(checks) else 1)
+check.exit()
