@@ -464,6 +464,15 @@ static tagc_status write_summary(tagc_run *t, uint32_t params_crc) {
   json_object_set_new(s, "max_recovery_s", json_real(t->rec.max_recovery_s));
   json_object_set_new(s, "steps_lost", json_integer(t->rec.steps_lost));
   json_object_set_new(s, "model", model_json(t));
+  if (t->saver) {
+    tagc_ckpt_saver_stats cs;
+    tagc_ckpt_saver_stats_get(t->saver, &cs);
+    json_object_set_new(s, "ckpt", json_pack("{s:I, s:I, s:I, s:f, s:f}", "saves",
+                                             (json_int_t)cs.saves_done, "failed",
+                                             (json_int_t)cs.saves_failed, "backpressure_waits",
+                                             (json_int_t)cs.backpressure_waits, "last_write_s",
+                                             cs.last_write_s, "last_stall_s", cs.last_stall_s));
+  }
   char path[4200];
   snprintf(path, sizeof path, "%s/summary.json", cfg->out);
   tagc_status st = tagc_json_write_file(path, s);
