@@ -26,10 +26,11 @@ class Cluster:
         self.procs = {}
         self.etcd_url = None
 
-    def start_etcd(self):
-        cp, pp = free_port(), free_port()
+    def start_etcd(self, ports=None):
+        cp, pp = ports or (free_port(), free_port())
+        self.etcd_ports = (cp, pp)
         self.etcd_url = "http://127.0.0.1:%d" % cp
-        log = open(os.path.join(self.tmp, "etcd.log"), "w")
+        log = open(os.path.join(self.tmp, "etcd.log"), "a")
         self.procs["etcd"] = subprocess.Popen(
             ["etcd", "--data-dir", os.path.join(self.tmp, "etcd"), "--name", "chaos",
              "--listen-client-urls", self.etcd_url, "--advertise-client-urls", self.etcd_url,
@@ -45,6 +46,13 @@ class Cluster:
             except OSError:
                 time.sleep(0.1)
         raise RuntimeError("etcd did not start")
+
+    def restart_etcd(self, down_s):
+        """SIGKILLs etcd, waits down_s seconds, starts it again on the same data dir and ports."""
+        self.signal("etcd", signal.SIGKILL)
+        self.procs["etcd"].wait()
+        time.sleep(down_s)
+        self.start_etcd(self.etcd_ports)
 
     def start_coordinator(self, name="coord0", *args):
         self._start(name, [os.path.join(self.bindir, "tagc-coordinator"), "--etcd", self.etcd_url,
