@@ -32,6 +32,13 @@ static tagc_status parse_item(const char *s, size_t n, tagc_faults *f) {
     return TAGC_OK;
   }
   char *at = strchr(item, '@');
+  if (at && !strncmp(item, "bootcrash@", 10)) {
+    long long g = strtoll(at + 1, &end, 10);
+    if (end == at + 1 || *end || g < 1)
+      return tagc_errorf(TAGC_EINVAL, "fault '%s': the generation must be a number >= 1", item);
+    f->boot_crash_gen = g;
+    return TAGC_OK;
+  }
   if (at) {
     *at = '\0';
     for (int k = 0; k < TAGC_FAULT_KINDS; k++) {
@@ -46,7 +53,8 @@ static tagc_status parse_item(const char *s, size_t n, tagc_faults *f) {
     *at = '@';
   }
   return tagc_errorf(TAGC_EINVAL,
-                     "fault '%s' is not crash|exit|oom|hang|drop@STEP, slow=SECONDS or ckpt:STAGE", item);
+                     "fault '%s' is not crash|exit|oom|hang|drop@STEP, bootcrash@GEN, slow=SECONDS "
+                     "or ckpt:STAGE", item);
 }
 
 tagc_status tagc_faults_parse(const char *spec, tagc_faults *out) {
@@ -54,6 +62,7 @@ tagc_status tagc_faults_parse(const char *spec, tagc_faults *out) {
   for (int k = 0; k < TAGC_FAULT_KINDS; k++)
     f.at[k] = -1;
   f.slow_s = 0;
+  f.boot_crash_gen = -1;
   for (const char *p = spec ? spec : ""; *p;) {
     const char *comma = strchr(p, ',');
     size_t n = comma ? (size_t)(comma - p) : strlen(p);
@@ -84,5 +93,7 @@ void tagc_faults_merge(tagc_faults *dst, const tagc_faults *src) {
     if (src->at[k] >= 0)
       dst->at[k] = src->at[k];
   dst->slow_s = src->slow_s;
+  if (src->boot_crash_gen >= 0)
+    dst->boot_crash_gen = src->boot_crash_gen;
   update_next(dst);
 }

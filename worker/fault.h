@@ -6,6 +6,7 @@
  *   oom@S     the step fails as an allocation failure   hang@S   stop making progress there
  *   drop@S    close its connections (abort the communicator) there
  *   slow=X    delay every collective by X seconds (0 turns it off)
+ *   bootcrash@G  SIGKILL itself while building the communicator of generation G
  *   ckpt:...  checkpoint fault points (handled by ckpt/, ignored here)
  * Each step-triggered fault fires once. Zero cost when off: one comparison per step. */
 #ifndef TAGC_WORKER_FAULT_H
@@ -23,6 +24,7 @@ typedef enum tagc_fault_kind {
 typedef struct tagc_faults {
   int64_t at[TAGC_FAULT_KINDS]; /* step at which each fires; -1 = not armed */
   double slow_s;                /* delay per collective */
+  int64_t boot_crash_gen;       /* generation whose communicator bootstrap crashes; -1 = off */
   int64_t next;                 /* smallest armed step, -1 when none (the per-step check) */
 } tagc_faults;
 

@@ -296,6 +296,10 @@ static tagc_status resume(tagc_run *t, const char *path) {
 static tagc_status connect(tagc_run *t, const tagc_gen_spec *g) {
   if (g->world == 1)
     return TAGC_OK;
+  if (t->faults.boot_crash_gen == g->gen) {
+    LOG_WARN("train", "fault injected: crash while bootstrapping generation %lld", (long long)g->gen);
+    raise(SIGKILL);
+  }
   tagc_comm_config cc;
   tagc_comm_config_init(&cc);
   cc.backend = TAGC_COMM_GLOO;
