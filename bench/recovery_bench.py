@@ -1,0 +1,59 @@
+#!/usr/bin/env python3
+"""Detection and recovery times over repeated injected failures (real etcd, coordinator and
+3 workers per trial, tiny model, lease TTL 3 s, --op-timeout 3 s):
+  kill: SIGKILL of a worker mid-run;   hang: SIGSTOP of a worker (SIGKILLed after the trial).
+detection = first failure report of a survivor - the signal; recovery = the signal -> the
+first completed step of the next generation (summary.json max_recovery_s + detection).
+  usage: bench/recovery_bench.py BUILD_DIR [TRIALS]"""
+import datetime
+import json
+import os
+import re
+import signal
+import statistics
+import sys
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "chaos"))
+from harness import Cluster, metrics, wait_for  # noqa: E402
+
+bindir = os.path.join(os.path.abspath(sys.argv[1]), "bin")
+trials = int(sys.argv[2]) if len(sys.argv) > 2 else 10
+common = ["--steps", "100000", "--ckpt-every", "10", "--threads", "1", "--batch", "12",
+          "--eval-every", "0", "--eval-windows", "12", "--compress", "none", "--op-timeout", "3",
+          "--fault", "slow=0.005"]
+
+
+def first_report(log):
+    for line in log.splitlines():
+        if "ended at step" in line:
+            ts = json.loads(line)["ts"]
+            return datetime.datetime.strptime(ts, "%Y-%m-%dT%H:%M:%S.%fZ").replace(
+                tzinfo=datetime.timezone.utc).timestamp()
+    return None
+
+
+def trial(kind):
+    c = Cluster(bindir)
+    try:
+        c.start_etcd()
+        c.start_coordinator("coord0", "--min-workers", "2", "--max-workers", "3")
+        out = os.path.join(c.tmp, "out")
+        for i in range(3):
+            c.start_worker("w%d" % i, "--out", out, *common)
+        wait_for(lambda: os.path.exists(out + "/metrics.jsonl") and len(metrics(out)) >= 15, 120, "15 steps")
+        t0 = time.time()
+        c.signal("w2", signal.SIGKILL if kind == "kill" else signal.SIGSTOP)
+        wait_for(lambda: any(r["generation"] >= 2 for r in metrics(out)), 60, "a step of generation 2")
+        t1 = time.time()
+        detect = min(x for x in (first_report(c.log("w0")), first_report(c.log("w1"))) if x) - t0
+        return detect, t1 - t0
+    finally:
+        c.close()
+
+
+print("kind  trials  detection median/max (s)  recovery median/max (s)")
+for kind in ("kill", "hang"):
+    d, r = zip(*[trial(kind) for _ in range(trials)])
+    print("%-5s %6d  %6.2f / %6.2f              %6.2f / %6.2f" %
+          (kind, trials, statistics.median(d), max(d), statistics.median(r), max(r)))
