@@ -48,7 +48,7 @@ cmd=${1:-}
 case "$cmd" in
   deps) deps ;;
   build) deps; build ;;
-  run) deps; build; exec build/release/bin/tagctl run --out "${TAGC_OUT:-out/default}" "$@" ;;
+  run) deps; build; exec build/release/bin/tagctl run --workers 2 --out "${TAGC_OUT:-out/default}" "$@" ;;
   test) deps; build; build_asan; run_tests ;;
   test-slow) deps; build; ctest --test-dir build/release -L slow --no-tests=error --output-on-failure ;;
   *) echo "usage: scripts/dev.sh run|test|test-slow|deps|build" >&2; exit 2 ;;

@@ -28,7 +28,8 @@
 typedef struct run_config {
   tagc_train_config train; /* first: the worker's option offsets stay valid */
   int64_t workers;
-  int elastic;
+  char *mode;   /* auto | elastic | static */
+  int elastic;  /* the mode resolved */
   int64_t coordinators;
   int64_t min_workers;
   int64_t fault_rank;
@@ -37,8 +38,9 @@ typedef struct run_config {
 static const tagc_opt run_extra[] = {
     {"workers", TAGC_OPT_INT, offsetof(run_config, workers), "1", 1, 64, NULL,
      "local worker processes (CPU ranks, Gloo on loopback)"},
-    {"elastic", TAGC_OPT_BOOL, offsetof(run_config, elastic), "false", 0, -1, NULL,
-     "run through etcd: a local etcd (unless --etcd URL), coordinators, recovery from failures"},
+    {"mode", TAGC_OPT_CHOICE, offsetof(run_config, mode), "auto", 0, -1, "auto|elastic|static",
+     "elastic: through etcd (a local etcd unless --etcd URL, coordinators, recovery from "
+     "failures); static: fixed ranks, rendezvous in OUT; auto: elastic for 2 or more workers"},
     {"coordinators", TAGC_OPT_INT, offsetof(run_config, coordinators), "1", 1, 8, NULL,
      "elastic: coordinator processes (one leads, the others stand by)"},
     {"min-workers", TAGC_OPT_INT, offsetof(run_config, min_workers), "1", 1, 64, NULL,
@@ -84,6 +86,22 @@ static tagc_status write_job(const run_config *rc, char *path, size_t cap) {
   tagc_status st = tagc_json_write_file(path, job);
   json_decref(job);
   return st;
+}
+
+static volatile sig_atomic_t interrupted;
+
+static void on_interrupt(int sig) {
+  (void)sig;
+  interrupted = 1;
+}
+
+/* Ctrl-C / SIGTERM: stop the workers, then the coordinators and etcd (launch_workers). */
+static void catch_interrupts(void) {
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_handler = on_interrupt; /* no SA_RESTART: wait() returns EINTR */
+  sigaction(SIGINT, &sa, NULL);
+  sigaction(SIGTERM, &sa, NULL);
 }
 
 /* Kills (SIGKILL) every started worker still running. */
@@ -163,8 +181,14 @@ static int launch_workers(const char *worker, const char *job, const run_config 
   for (int left = n; left > 0;) {
     int ws;
     pid_t pid = wait(&ws);
-    if (pid < 0 && errno == EINTR)
+    if (pid < 0 && errno == EINTR) {
+      if (interrupted && !failed) {
+        fprintf(stderr, "tagctl run: interrupted; stopping the workers\n");
+        kill_all(pids, n);
+        failed = 130;
+      }
       continue;
+    }
     if (pid < 0)
       break;
     int mine = 0;
@@ -185,7 +209,7 @@ static int launch_workers(const char *worker, const char *job, const run_config 
     }
   }
   tagc_store_file_remove_all(rdzv);
-  return rc->elastic && finished ? 0 : failed;
+  return rc->elastic && finished && !interrupted ? 0 : failed;
 }
 
 /* ---------- elastic local runs: etcd and coordinators ---------- */
@@ -307,12 +331,14 @@ static int cmd_run(int argc, char **argv) {
     fprintf(stderr, "tagctl run: %s\n", tagc_last_error());
     goto done;
   }
+  rc.elastic = !strcmp(rc.mode, "elastic") || (!strcmp(rc.mode, "auto") && rc.workers > 1);
   if (rc.train.threads == 0) { /* share the cores: oversubscribed OpenMP teams crawl */
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     rc.train.threads = cores / rc.workers > 1 ? cores / rc.workers : 1;
   }
   char dir[PATH_MAX], worker[PATH_MAX + 16], job[PATH_MAX];
   infra in = {0};
+  catch_interrupts();
   if ((st = self_dir(dir, sizeof dir)) == TAGC_OK && mkdir(rc.train.out, 0755) != 0 && errno != EEXIST)
     st = tagc_errorf(TAGC_EIO, "output directory %s: %s", rc.train.out, strerror(errno));
   if (st == TAGC_OK && rc.elastic && !*rc.train.etcd)

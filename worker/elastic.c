@@ -17,7 +17,20 @@
 
 tagc_status tagc_elastic_run(const tagc_train_config *cfg); /* called by tagc_train_run */
 
-static void on_change(void *arg, int64_t gen) { tagc_run_supersede(arg, gen); }
+typedef struct watcher {
+  tagc_run *run;
+  tagc_member *member;
+} watcher;
+
+/* From the member's threads: a newer generation supersedes the running one; a lost lease
+ * stops training at once (the member registers again and a new generation follows). */
+static void on_change(void *arg, int64_t gen) {
+  watcher *w = arg;
+  if (tagc_member_lease_lost(w->member))
+    tagc_run_abort(w->run);
+  else
+    tagc_run_supersede(w->run, gen);
+}
 
 static json_t *worker_info(const tagc_train_config *cfg) {
   char host[256] = "";
@@ -108,7 +121,8 @@ tagc_status tagc_elastic_run(const tagc_train_config *cfg) {
   TAGC_CHECK_GOTO(tagc_member_join(etcd, cfg->job, id, info, cfg->lease_ttl, &m), st, done);
   LOG_INFO("elastic", "joined job %s as %s", cfg->job, id);
   tagc_run_set_member(run, m);
-  tagc_member_on_change(m, on_change, run);
+  watcher w = {run, m};
+  tagc_member_on_change(m, on_change, &w);
   st = supervise(run, m, info);
   tagc_member_on_change(m, NULL, NULL);
 done:
