@@ -42,6 +42,7 @@ static json_t *worker_info(const tagc_train_config *cfg) {
 /* Trains the generations of a job until it is done. */
 static tagc_status supervise(tagc_run *run, tagc_member *m, json_t *info) {
   int64_t gen = 0;
+  double rejoin_wait = 1.0; /* doubles after each exclusion: a lasting partition costs few generations */
   for (;;) {
     tagc_plan plan = {0};
     tagc_status st = tagc_member_wait_plan(m, gen, 5.0, &plan);
@@ -60,7 +61,9 @@ static tagc_status supervise(tagc_run *run, tagc_member *m, json_t *info) {
     if (plan.rank < 0) {
       LOG_INFO("elastic", "generation %lld: not a member (%s)", (long long)gen, plan.reason);
       if (plan.excluded) { /* excluded as suspect: this process is alive again, ask back in */
-        tagc_sleep(1.0);
+        LOG_INFO("elastic", "excluded; asking to rejoin in %.0f s", rejoin_wait);
+        tagc_sleep(rejoin_wait);
+        rejoin_wait = rejoin_wait * 2 > 120 ? 120 : rejoin_wait * 2;
         if (tagc_member_rejoin(m, info) != TAGC_OK)
           LOG_WARN("elastic", "rejoin failed: %s", tagc_last_error());
       }
