@@ -470,7 +470,9 @@ static outcome evaluate(tagc_coord *c, const view *v, double *wait_until) {
   tagc_planner_config pc = {.min_workers = c->cfg.min_workers, .max_workers = c->cfg.max_workers,
                             .suspect_window_s = c->cfg.suspect_window_s,
                             .default_micro_batch = (int)setting(c->cfg.micro_batch, v, "micro_batch")};
-  tagc_planner_input in = {.gen = v->gen, .plan = v->plan, .workers = v->workers,
+  /* a malformed current plan (not a JSON object) counts as no plan: plan the next generation */
+  const json_t *plan = json_is_object(v->plan) ? v->plan : NULL;
+  tagc_planner_input in = {.gen = v->gen, .plan = plan, .workers = v->workers,
                            .n_workers = v->n_workers, .reports = v->reports,
                            .n_reports = v->n_reports, .ckpt = v->ckpt, .now = tagc_now()};
   tagc_planner_decision d;
