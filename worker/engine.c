@@ -36,7 +36,6 @@ typedef struct segment {
   float *residual;      /* [W][S]: error feedback of this rank's local gradient */
   tagc_layout lay;      /* sketch geometry at rho_used */
   double rho_used;      /* rho of the current layout (0 = none built yet) */
-  double density_seen;  /* global density measured at the last step (all ranks agree) */
   int64_t global_bits;  /* this step: bits set in this rank's ORed bitmap shard */
   double lane_density;  /* this step: items of the densest lane of that shard / blocks */
   double lane_density_seen; /* the maximum over ranks at the last step: decides rho */
@@ -779,7 +778,6 @@ static void update_density(tagc_engine *e, tagc_step_stats *stats) {
     rho += s->dense ? 0 : s->rho_used;
     if (s->dense)
       continue; /* sent dense: nothing measured */
-    s->density_seen = e->sums[SUM_SEG0 + i] / (double)s->len;
     s->lane_density_seen = e->sums[SUM_SEG0 + e->n_segs + i];
     bits += e->sums[SUM_SEG0 + i];
     elements += (double)s->len;
@@ -982,11 +980,10 @@ json_t *tagc_engine_compression_state(const tagc_engine *e) {
   json_t *segs = json_array();
   for (int i = 0; segs && i < e->n_segs; i++) {
     const segment *s = &e->segs[i];
-    json_array_append_new(segs, json_pack("{s:s, s:s, s:f, s:f, s:f, s:f}", "name", s->name,
+    json_array_append_new(segs, json_pack("{s:s, s:s, s:f, s:f, s:f}", "name", s->name,
                                           "policy", tagc_policy_kind_name(s->pol.kind),
-                                          "density_seen", s->density_seen, "lane_density_seen",
-                                          s->lane_density_seen, "rho", s->rho_used,
-                                          "target_density", s->pol.density));
+                                          "lane_density_seen", s->lane_density_seen, "rho",
+                                          s->rho_used, "target_density", s->pol.density));
   }
   return json_pack("{s:i, s:o}", "world_size", e->world, "segments", segs);
 }
@@ -997,13 +994,11 @@ tagc_status tagc_engine_set_compression_state(tagc_engine *e, const json_t *stat
   json_t *item;
   json_array_foreach(segs, i, item) {
     const char *name = json_string_value(json_object_get(item, "name"));
-    json_t *d = json_object_get(item, "density_seen");
     json_t *ld = json_object_get(item, "lane_density_seen");
-    if (!name || !json_is_number(d) || !json_is_number(ld))
+    if (!name || !json_is_number(ld))
       return tagc_errorf(TAGC_ECORRUPT, "compression state entry %zu is malformed", i);
     for (int k = 0; k < e->n_segs; k++) {
       if (!strcmp(e->segs[k].name, name)) {
-        e->segs[k].density_seen = json_number_value(d);
         e->segs[k].lane_density_seen = json_number_value(ld);
       }
     }
