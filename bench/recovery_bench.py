@@ -15,13 +15,11 @@ import sys
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "chaos"))
-from harness import Cluster, metrics, wait_for  # noqa: E402
+from harness import Cluster, job_args, metrics, wait_for  # noqa: E402
 
 bindir = os.path.join(os.path.abspath(sys.argv[1]), "bin")
 trials = int(sys.argv[2]) if len(sys.argv) > 2 else 10
-common = ["--steps", "100000", "--ckpt-every", "10", "--threads", "1", "--batch", "12",
-          "--eval-every", "0", "--eval-windows", "12", "--compress", "none", "--op-timeout", "3",
-          "--fault", "slow=0.005"]
+common = job_args(100000, 10, 12, "none", "--op-timeout", "3", "--fault", "slow=0.005")
 
 
 def first_report(log):

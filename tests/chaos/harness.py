@@ -132,3 +132,11 @@ class Checks:
         passed = sum(self.results)
         print("%d passed, %d failed" % (passed, len(self.results) - passed))
         sys.exit(0 if self.ok() else 1)
+
+
+def job_args(steps, ckpt_every=10, batch=12, compress="none", *extra):
+    """The worker options the chaos tests share: the tiny default model, one thread, no
+    periodic evaluation; extra options appended."""
+    return ["--steps", str(steps), "--ckpt-every", str(ckpt_every), "--threads", "1",
+            "--batch", str(batch), "--eval-every", "0", "--eval-windows", str(batch),
+            "--compress", compress] + list(extra)

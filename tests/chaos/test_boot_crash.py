@@ -9,12 +9,11 @@ import signal
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness import Checks, Cluster, metrics, wait_for  # noqa: E402
+from harness import Checks, Cluster, job_args, metrics, wait_for  # noqa: E402
 
 bindir = sys.argv[1]
 STEPS = 80
-common = ["--steps", str(STEPS), "--ckpt-every", "10", "--threads", "1", "--batch", "12",
-          "--eval-every", "0", "--eval-windows", "12", "--compress", "none", "--op-timeout", "3"]
+common = job_args(STEPS, 10, 12, "none", "--op-timeout", "3")
 check = Checks()
 c = Cluster(bindir)
 try:

@@ -9,13 +9,12 @@ import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness import Checks, Cluster, metrics, wait_for  # noqa: E402
+from harness import Checks, Cluster, job_args, metrics, wait_for  # noqa: E402
 
 bindir = sys.argv[1]
 STEPS = 80
-common = ["--steps", str(STEPS), "--ckpt-every", "5", "--ckpt-keep-last", "0", "--threads", "1",
-          "--batch", "12", "--eval-every", "0", "--eval-windows", "12", "--compress", "none",
-          "--fault", "slow=0.01"]  # steps slow enough for joins to land mid-run on a fast machine
+# steps slow enough for joins to land mid-run on a fast machine
+common = job_args(STEPS, 5, 12, "none", "--ckpt-keep-last", "0", "--fault", "slow=0.01")
 check = Checks()
 
 

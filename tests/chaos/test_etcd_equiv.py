@@ -10,11 +10,10 @@ import urllib.request
 import base64
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness import Checks, Cluster, metrics  # noqa: E402
+from harness import Checks, Cluster, job_args, metrics  # noqa: E402
 
 bindir = sys.argv[1]
-common = ["--steps", "40", "--ckpt-every", "20", "--threads", "1", "--batch", "12",
-          "--eval-every", "0", "--eval-windows", "12", "--compress", "tagc"]
+common = job_args(40, 20, 12, "tagc")
 check = Checks()
 c = Cluster(bindir)
 try:

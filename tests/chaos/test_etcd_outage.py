@@ -8,12 +8,11 @@ import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness import Checks, Cluster, metrics, wait_for  # noqa: E402
+from harness import Checks, Cluster, job_args, metrics, wait_for  # noqa: E402
 
 bindir = sys.argv[1]
 STEPS = 150
-common = ["--steps", str(STEPS), "--ckpt-every", "10", "--threads", "1", "--batch", "12",
-          "--eval-every", "0", "--eval-windows", "12", "--compress", "none", "--fault", "slow=0.01"]
+common = job_args(STEPS, 10, 12, "none", "--fault", "slow=0.01")
 check = Checks()
 c = Cluster(bindir)
 try:

@@ -8,13 +8,12 @@ import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness import Checks, Cluster, metrics, wait_for  # noqa: E402
+from harness import Checks, Cluster, job_args, metrics, wait_for  # noqa: E402
 
 bindir = sys.argv[1]
 tagctl = os.path.join(bindir, "tagctl")
 STEPS = 200
-common = ["--steps", str(STEPS), "--ckpt-every", "10", "--threads", "1", "--batch", "12",
-          "--eval-every", "0", "--eval-windows", "12", "--compress", "none"]
+common = job_args(STEPS, 10, 12, "none")
 check = Checks()
 
 

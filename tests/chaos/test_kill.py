@@ -12,12 +12,11 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness import Checks, Cluster, metrics, wait_for  # noqa: E402
+from harness import Checks, Cluster, job_args, metrics, wait_for  # noqa: E402
 
 bindir = sys.argv[1]
 STEPS = 60
-common = ["--steps", str(STEPS), "--ckpt-every", "10", "--ckpt-keep-last", "0", "--threads", "1", "--batch", "12",
-          "--eval-every", "0", "--eval-windows", "12", "--compress", "none"]
+common = job_args(STEPS, 10, 12, "none", "--ckpt-keep-last", "0")
 check = Checks()
 
 

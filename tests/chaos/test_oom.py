@@ -8,12 +8,11 @@ import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness import Checks, Cluster, metrics  # noqa: E402
+from harness import Checks, Cluster, job_args, metrics  # noqa: E402
 
 bindir = sys.argv[1]
 STEPS = 40
-common = ["--steps", str(STEPS), "--ckpt-every", "10", "--threads", "1", "--batch", "8",
-          "--micro-batch", "4", "--eval-every", "0", "--eval-windows", "8", "--compress", "none"]
+common = job_args(STEPS, 10, 8, "none", "--micro-batch", "4")
 check = Checks()
 
 
