@@ -212,15 +212,20 @@ static tagc_status gather_unit(tagc_engine *e, int unit, float *dst, int for_com
   return TAGC_OK;
 }
 
-/* Dense reduce-scatter of W*S floats (padded copy through staging when needed). */
+/* The segment's gradient as W shards of S floats: grad itself, or a zero-padded copy in the
+ * staging buffer when len < W*S. */
+static const float *padded(tagc_engine *e, const segment *s, const float *grad) {
+  size_t n = s->S * (size_t)e->world;
+  if (n == s->len)
+    return grad;
+  memcpy(e->staging, grad, s->len * sizeof(float));
+  memset(e->staging + s->len, 0, (n - s->len) * sizeof(float));
+  return e->staging;
+}
+
+/* Dense reduce-scatter of the segment's W*S floats (grad is already padded). */
 static tagc_status reduce_dense(tagc_engine *e, segment *s, const float *grad, tagc_wire wire) {
-  const float *send = grad;
-  if (s->S * (size_t)e->world != s->len) {
-    memcpy(e->staging, grad, s->len * sizeof(float));
-    memset(e->staging + s->len, 0, (s->S * (size_t)e->world - s->len) * sizeof(float));
-    send = e->staging;
-  }
-  return tagc_comm_reduce_scatter(e->cfg.comm, send, s->g, s->S, TAGC_DTYPE_F32, TAGC_REDOP_SUM,
+  return tagc_comm_reduce_scatter(e->cfg.comm, grad, s->g, s->S, TAGC_DTYPE_F32, TAGC_REDOP_SUM,
                                   wire, e->cfg.op_timeout_s);
 }
 
@@ -280,12 +285,7 @@ static void record_feedback(tagc_engine *e, const segment *s, double in, double 
 static tagc_status reduce_tagc(tagc_engine *e, segment *s, const float *grad) {
   size_t W = (size_t)e->world, n = s->S * W;
   tagc_scratch *sc = &e->scratch;
-  /* the kernels read grad as [W][S]: pad the segment's tail with zeros */
-  if (n != s->len) {
-    memcpy(e->staging, grad, s->len * sizeof(float));
-    memset(e->staging + s->len, 0, (n - s->len) * sizeof(float));
-    grad = e->staging;
-  }
+  grad = padded(e, s, grad); /* the kernels read grad as [W][S] */
   double rho;
   TAGC_CHECK(choose_rho(e, s, &rho));
   s->dense = rho == 0;
@@ -364,7 +364,8 @@ static tagc_status reduce_segment(tagc_engine *e, segment *s) {
   }
   if (s->pol.kind == TAGC_POLICY_TAGC)
     return reduce_tagc(e, s, grad);
-  return reduce_dense(e, s, grad, s->pol.kind == TAGC_POLICY_BF16 ? TAGC_WIRE_BF16 : TAGC_WIRE_NATIVE);
+  return reduce_dense(e, s, padded(e, s, grad),
+                      s->pol.kind == TAGC_POLICY_BF16 ? TAGC_WIRE_BF16 : TAGC_WIRE_NATIVE);
 }
 
 static tagc_status run_task(tagc_engine *e, const task *t) {
