@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "comm/comm_backend.h"
+#include "comm/deadline.h"
 #include "common/log.h"
 #include "common/timeutil.h"
 
@@ -147,12 +148,60 @@ void tagc_comm_stats_reset(tagc_comm *comm) {
  * of the backends far from overflow. */
 #define MAX_TIMEOUT_S 1e6
 
-/* One collective call in progress: its deadline and the payload bytes it moved. */
+/* The link rate of each backend, measured over this process's communicators: a rebuilt
+ * communicator (a new generation) starts with what the previous ones learnt. */
+static pthread_mutex_t link_lock = PTHREAD_MUTEX_INITIALIZER;
+static tagc_link_estimator link_est[2];
+static int link_ready[2];
+
+static tagc_link_estimator *link_of(tagc_comm_backend b) {
+  if (!link_ready[b]) {
+    tagc_deadline_config dc;
+    tagc_deadline_config_init(&dc);
+    (void)tagc_link_init(&link_est[b], &dc); /* the defaults are valid */
+    link_ready[b] = 1;
+  }
+  return &link_est[b];
+}
+
+/* The timeout of an operation that has moved `wire` bytes so far, its base timeout being
+ * base_s (clamped). */
+static double link_timeout(tagc_comm_backend b, double base_s, uint64_t wire) {
+  pthread_mutex_lock(&link_lock);
+  double t = tagc_link_timeout(link_of(b), base_s, wire);
+  pthread_mutex_unlock(&link_lock);
+  return t < MAX_TIMEOUT_S ? t : MAX_TIMEOUT_S;
+}
+
+static void link_sample(tagc_comm_backend b, uint64_t wire, double seconds) {
+  pthread_mutex_lock(&link_lock);
+  tagc_link_record(link_of(b), wire, seconds);
+  pthread_mutex_unlock(&link_lock);
+}
+
+double tagc_comm_link_rate(tagc_comm_backend backend) {
+  if (backend != TAGC_COMM_GLOO && backend != TAGC_COMM_NCCL)
+    return 0;
+  pthread_mutex_lock(&link_lock);
+  double r = tagc_link_measured_rate(link_of(backend));
+  pthread_mutex_unlock(&link_lock);
+  return r;
+}
+
+double tagc_comm_timeout_for(const tagc_comm *comm, double timeout_s, uint64_t wire_bytes) {
+  double base = timeout_s > 0 ? timeout_s : comm->default_timeout;
+  return link_timeout(comm->backend, base < MAX_TIMEOUT_S ? base : MAX_TIMEOUT_S, wire_bytes);
+}
+
+/* One collective call in progress: its base timeout and the payload bytes it moved. The
+ * deadline of each exchange is start + the byte-scaled timeout of all bytes moved up to and
+ * including that exchange. */
 typedef struct op_call {
   tagc_comm *c;
   tagc_comm_opkind kind;
   double start;
-  double deadline;
+  double base;   /* the caller's timeout, clamped */
+  uint64_t wire; /* busier direction's bytes of the exchanges so far */
   uint64_t sent;
   uint64_t recv;
 } op_call;
@@ -164,8 +213,8 @@ static tagc_status op_begin(op_call *op, tagc_comm *c, tagc_comm_opkind kind,
   op->kind = kind;
   op->start = tagc_now();
   double timeout = timeout_s > 0 ? timeout_s : c->default_timeout;
-  op->deadline = op->start + (timeout < MAX_TIMEOUT_S ? timeout : MAX_TIMEOUT_S);
-  op->sent = op->recv = 0;
+  op->base = timeout < MAX_TIMEOUT_S ? timeout : MAX_TIMEOUT_S;
+  op->wire = op->sent = op->recv = 0;
   tagc_status st = (tagc_status)atomic_load(&c->state);
   if (st == TAGC_OK)
     return TAGC_OK;
@@ -206,15 +255,25 @@ static tagc_status op_end(op_call *op, tagc_status st, int peer) {
   return st;
 }
 
-/* Runs one exchange and accounts its payload bytes. */
+/* Runs one exchange under the operation's byte-scaled deadline, accounts its payload bytes
+ * and feeds its transfer rate to the link estimate. */
 static tagc_status exchange(op_call *op, const comm_xfer *x, int n, int *peer) {
-  tagc_status st = op->c->ops->exchange(op->c->impl, x, n, op->deadline, peer);
+  uint64_t sent = 0, recv = 0;
+  for (int i = 0; i < n; i++) {
+    sent += x[i].send_bytes;
+    recv += x[i].recv_bytes;
+  }
+  uint64_t wire = sent > recv ? sent : recv;
+  op->wire += wire;
+  tagc_comm_backend b = op->c->backend;
+  double t0 = tagc_now();
+  double deadline = op->start + link_timeout(b, op->base, op->wire);
+  tagc_status st = op->c->ops->exchange(op->c->impl, x, n, deadline, peer);
   if (st != TAGC_OK)
     return st;
-  for (int i = 0; i < n; i++) {
-    op->sent += x[i].send_bytes;
-    op->recv += x[i].recv_bytes;
-  }
+  link_sample(b, wire, tagc_now() - t0);
+  op->sent += sent;
+  op->recv += recv;
   return TAGC_OK;
 }
 

@@ -8,10 +8,21 @@
  *                   synchronised the streams that produced them) before the call.
  *
  * Timeouts and failures
- *   Every operation takes `timeout_s`, a relative timeout in seconds counted from the call;
+ *   Every operation takes `timeout_s`, a base timeout in seconds counted from the call;
  *   timeout_s <= 0 means the config's default; longer than 10^6 s is clamped to that.
- *   An operation never exits the process and never
- *   waits past its timeout: it returns
+ *   The operation's timeout is the base plus the time its bytes need on the measured link
+ *   (comm/deadline.h):
+ *       timeout = base + min(3600 s, 3 * wire_bytes / link_rate)
+ *   wire_bytes being this rank's payload in its busier direction (the counts given at each
+ *   function; for all-reduce the bytes of both halves, the second half's deadline covering
+ *   both). link_rate is the lower median of the rates of the last 31 exchanges of at least
+ *   256 KiB that completed in this process on this backend — communicators of later
+ *   generations inherit it — or 100 Mbit/s (12.5e6 B/s) before the first such exchange; it
+ *   is never taken below 1e6 B/s. So a slow link is not a false failure, while a peer that
+ *   stops calling is still caught within base + 3x the expected transfer time. The base is
+ *   what a latency-bound exchange may take (rank skew, scheduling).
+ *   tagc_comm_timeout_for() and tagc_comm_link_rate() tell the values in use.
+ *   An operation never exits the process and never waits past its timeout: it returns
  *     TAGC_ETIMEDOUT  the timeout passed (a peer is slow, hung or did not call the operation),
  *     TAGC_EPEER      a peer failed or closed its connection,
  *     TAGC_EABORTED   tagc_comm_abort() was called.
@@ -201,6 +212,15 @@ typedef struct tagc_comm_op_stats {
 typedef struct tagc_comm_stats {
   tagc_comm_op_stats op[TAGC_COMM_OP_COUNT];
 } tagc_comm_stats;
+
+/* The timeout in seconds an operation of comm moving wire_bytes (this rank's busier
+ * direction) with base timeout timeout_s (<= 0: the config's default) would get now; see
+ * Timeouts above. comm must not be NULL. Any thread. */
+double tagc_comm_timeout_for(const tagc_comm *comm, double timeout_s, uint64_t wire_bytes);
+
+/* The link rate measured for backend in this process (bytes per second, see Timeouts), or 0
+ * before the first measured exchange (or for an unknown backend). Any thread. */
+double tagc_comm_link_rate(tagc_comm_backend backend);
 
 /* Short name of an operation kind ("allgather", "reduce_scatter", ...). */
 const char *tagc_comm_opkind_name(tagc_comm_opkind kind);

@@ -94,6 +94,11 @@ int harness_run(int world, rank_fn fn, void *arg, double limit_s) {
 
 tagc_comm *harness_comm(int rank, int world, const char *dir, const char *tag,
                         double timeout_s) {
+  return harness_comm_at(rank, world, dir, tag, timeout_s, NULL);
+}
+
+tagc_comm *harness_comm_at(int rank, int world, const char *dir, const char *tag,
+                           double timeout_s, const char *host) {
   tagc_store *store = NULL;
   if (tagc_store_file_new(dir, &store) != TAGC_OK) {
     fprintf(stderr, "rank %d: store: %s\n", rank, tagc_last_error());
@@ -108,9 +113,28 @@ tagc_comm *harness_comm(int rank, int world, const char *dir, const char *tag,
   cfg.store = store;
   cfg.prefix = prefix;
   cfg.timeout_s = timeout_s;
+  cfg.host = host;
   tagc_comm *comm = NULL;
   if (tagc_comm_create(&cfg, &comm) != TAGC_OK)
     fprintf(stderr, "rank %d: comm create: %s\n", rank, tagc_last_error());
   tagc_store_free(store);
   return comm;
+}
+
+void harness_mark(const char *dir, const char *key) {
+  tagc_store *s = NULL;
+  if (tagc_store_file_new(dir, &s) == TAGC_OK)
+    tagc_store_set(s, key, "1", 1);
+  tagc_store_free(s);
+}
+
+int harness_wait_mark(const char *dir, const char *key, double timeout_s) {
+  tagc_store *s = NULL;
+  void *v = NULL;
+  size_t len;
+  int ok = tagc_store_file_new(dir, &s) == TAGC_OK &&
+           tagc_store_get(s, key, timeout_s, &v, &len) == TAGC_OK;
+  free(v);
+  tagc_store_free(s);
+  return ok;
 }

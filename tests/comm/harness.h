@@ -38,4 +38,13 @@ int harness_run(int world, rank_fn fn, void *arg, double limit_s);
 tagc_comm *harness_comm(int rank, int world, const char *dir, const char *tag,
                         double timeout_s);
 
+/* harness_comm listening on and advertising `host` (NULL = 127.0.0.1). */
+tagc_comm *harness_comm_at(int rank, int world, const char *dir, const char *tag,
+                           double timeout_s, const char *host);
+
+/* Test events between ranks through the file store in dir: harness_mark sets key;
+ * harness_wait_mark waits up to timeout_s for it and returns whether it came. */
+void harness_mark(const char *dir, const char *key);
+int harness_wait_mark(const char *dir, const char *key, double timeout_s);
+
 #endif

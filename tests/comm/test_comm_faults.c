@@ -16,25 +16,6 @@
 
 #define SLACK_S 0.5
 
-/* Marks and waits for test events through the ranks' file store. */
-static void mark(const char *dir, const char *key) {
-  tagc_store *s = NULL;
-  if (tagc_store_file_new(dir, &s) == TAGC_OK)
-    tagc_store_set(s, key, "1", 1);
-  tagc_store_free(s);
-}
-
-static int wait_mark(const char *dir, const char *key, double timeout_s) {
-  tagc_store *s = NULL;
-  void *v = NULL;
-  size_t len;
-  int ok = tagc_store_file_new(dir, &s) == TAGC_OK &&
-           tagc_store_get(s, key, timeout_s, &v, &len) == TAGC_OK;
-  free(v);
-  tagc_store_free(s);
-  return ok;
-}
-
 /* Rank 1 never calls the all-reduce: rank 0 times out; later, rank 1's own call fails at
  * once because rank 0 closed its connections. */
 static int timeout_rank(int rank, int world, const char *dir, void *arg) {
@@ -61,9 +42,9 @@ static int timeout_rank(int rank, int world, const char *dir, void *arg) {
     CHECK_EQ_INT(s.op[TAGC_COMM_OP_BARRIER].errors, 1);
     CHECK_EQ_INT(s.op[TAGC_COMM_OP_ALLREDUCE].bytes_sent, 0);
     printf("timeout: rank 0 got %s after %.3f s (timeout 1.0 s)\n", tagc_strerror(st), took);
-    mark(dir, "done/0");
+    harness_mark(dir, "done/0");
   } else {
-    CHECK(wait_mark(dir, "done/0", 10.0));
+    CHECK(harness_wait_mark(dir, "done/0", 10.0));
     double t0 = tagc_now();
     CHECK_EQ_INT(tagc_comm_barrier(c, 5.0), TAGC_EPEER);
     CHECK_MSG(tagc_now() - t0 < 1.0, "late caller failed after %.3f s", tagc_now() - t0);
@@ -84,7 +65,7 @@ static int kill_blocked_rank(int rank, int world, const char *dir, void *arg) {
   if (!c)
     return test_failed_;
   if (rank == world - 1) {
-    mark(dir, "victim-ready");
+    harness_mark(dir, "victim-ready");
     for (;;)
       tagc_sleep(1.0);
   }
@@ -124,7 +105,7 @@ static int kill_loop_rank(int rank, int world, const char *dir, void *arg) {
   size_t n = 1 << 20;
   float *x = calloc(n, sizeof(float));
   if (rank == 0)
-    mark(dir, "loop-running");
+    harness_mark(dir, "loop-running");
   tagc_status st = TAGC_OK;
   double took = 0, limit = tagc_now() + 30.0, timeout = 3.0;
   int iters = 0;
@@ -182,9 +163,9 @@ static int abort_rank(int rank, int world, const char *dir, void *arg) {
     CHECK_EQ_INT(tagc_comm_failed_peer(c), -1);
     CHECK_EQ_INT(tagc_comm_barrier(c, 5.0), TAGC_EABORTED);
     printf("abort: pending broadcast returned %.4f s after abort()\n", returned - a.when);
-    mark(dir, "aborted");
+    harness_mark(dir, "aborted");
   } else {
-    CHECK(wait_mark(dir, "aborted", 10.0));
+    CHECK(harness_wait_mark(dir, "aborted", 10.0));
     double t0 = tagc_now();
     CHECK_EQ_INT(tagc_comm_broadcast(c, buf, sizeof buf, 1, 5.0), TAGC_EPEER);
     CHECK_MSG(tagc_now() - t0 < 1.0, "peer of aborted rank failed after %.3f s",
@@ -232,7 +213,7 @@ static int create_timeout_rank(int rank, int world, const char *dir, void *arg) 
 static void test_kill(rank_fn fn, int world, const char *ready_key, double delay) {
   harness h;
   CHECK_OK(harness_start(&h, world, fn, NULL));
-  int ready = wait_mark(h.dir, ready_key, 20.0);
+  int ready = harness_wait_mark(h.dir, ready_key, 20.0);
   CHECK(ready);
   tagc_sleep(delay);
   harness_kill(&h, fn == kill_blocked_rank ? world - 1 : 1);
