@@ -9,12 +9,14 @@
 #include "common/log.h"
 #include "common/timeutil.h"
 #include "kernels/tagc_kernels.h"
+#include "worker/device.h"
 
 #define BLOCK 1024 /* shard padding: the compression kernels' block */
 #define ROLLING_SLOTS 3 /* unit parameter buffers when resharding: in use, prefetched, spare */
 #define QUEUE 256
 #define MIN_RHO 1.25    /* below this a sketch costs about as much as a dense bf16 shard */
 #define PROBE_EVERY 16  /* steps between density probes of a segment sent dense */
+#define MARK_SLOT 2048  /* device marks: unit u's gradient is mark u, slot s's release MARK_SLOT + s */
 
 /* Slots of the per-step scalars summed over ranks. */
 enum {
@@ -31,9 +33,11 @@ typedef struct segment {
   int unit;
   size_t off, len, S; /* arena offset, elements, shard size */
   tagc_role_policy pol;
+  /* device memory (worker/device.h) from here to `residual` */
   float *p, *m, *v, *g; /* this rank's shard (S each): params, moments, reduced gradient */
   /* tagc segments only */
   float *residual;      /* [W][S]: error feedback of this rank's local gradient */
+  uint32_t *block_rows; /* device copy of lay.block_rows */
   tagc_layout lay;      /* sketch geometry at rho_used */
   double rho_used;      /* rho of the current layout (0 = none built yet) */
   int64_t global_bits;  /* this step: bits set in this rank's ORed bitmap shard */
@@ -43,13 +47,14 @@ typedef struct segment {
   int dense;            /* this step: sent dense (rho too small for the sketch to pay) */
 } segment;
 
-/* Scratch of the communication thread for tagc segments, grown on demand. */
+/* Scratch of the communication thread for tagc segments, grown on demand (device memory). */
 typedef struct tagc_scratch {
   float *kept;
   uint64_t *bitmap, *global_bitmap;
   float *sketch, *my_sketch;
   void *ws;
-  size_t kept_cap, bitmap_cap, global_cap, sketch_cap, my_sketch_cap, ws_cap; /* bytes */
+  void *stats; /* sparsify stats [W], then decode stats, then the lane maximum */
+  size_t kept_cap, bitmap_cap, global_cap, sketch_cap, my_sketch_cap, ws_cap, stats_cap; /* bytes */
 } tagc_scratch;
 
 typedef enum task_kind { TASK_GATHER, TASK_REDUCE } task_kind;
@@ -63,13 +68,18 @@ typedef struct task {
 struct tagc_engine {
   tagc_engine_config cfg;
   const tagc_model_layout *L;
+  tagc_device *dev;   /* cfg.device, or the CPU opened by the engine (own_dev) */
+  int own_dev;
   int rank, world;
   segment *segs;
   int n_segs;
   int *unit_first_seg, *unit_n_segs;
 
+  /* device memory: */
   float *grads;   /* full local gradient arena (accumulated over micro-batches) */
   float *staging; /* W * max S floats, used by the communication thread only */
+  void *xfer;     /* per-step scalars of all ranks for the scalar all-gathers */
+  size_t xfer_bytes;
   int n_slots;         /* ROLLING_SLOTS, or one per unit without resharding */
   float **slot_buf;
   int *slot_unit;
@@ -77,10 +87,11 @@ struct tagc_engine {
   size_t max_unit;
   uint16_t *gather16;  /* bf16 all-gather: [W][max S] received, then [max S] sent */
 
-  tagc_model_acts *acts;
-  uint8_t *tokens, *targets;
+  tagc_device_model *model;
+  uint8_t *tokens, *targets; /* host */
   tagc_unit_hooks hooks;
   int dir;            /* +1 forward, -1 backward */
+  tagc_status mark_status; /* first failure to record a device mark in a pass */
   int reduce_on_done; /* last micro-batch: hand gradients to the comm thread */
 
   /* communication thread and its FIFO of tasks */
@@ -102,6 +113,9 @@ struct tagc_engine {
   char **seg_names;    /* checkpoint unit names (point into segs[i].name) */
   int64_t *seg_numel;
   double *sums;        /* per-step scalars summed over ranks: see tagc_engine_step */
+  const float **sq_x;  /* per segment: reduced gradient shard, its length, its sum of squares */
+  size_t *sq_n;
+  double *sq;
 };
 
 /* ---------- segments ---------- */
@@ -141,29 +155,32 @@ static tagc_status build_segments(tagc_engine *e) {
   for (int i = 0; i < e->n_segs; i++) {
     segment *s = &e->segs[i];
     s->S = e->world == 1 ? s->len : round_up((s->len + (size_t)e->world - 1) / (size_t)e->world, BLOCK);
-    float *block = calloc(4 * s->S, sizeof(float));
-    if (!block)
-      return tagc_errorf(TAGC_ENOMEM, "shard of %zu elements", s->S);
+    float *block;
+    TAGC_CHECK(tagc_device_alloc(e->dev, 4 * s->S * sizeof(float), (void **)&block));
     s->p = block;
     s->m = block + s->S;
     s->v = block + 2 * s->S;
     s->g = block + 3 * s->S;
     if (s->S * (size_t)e->world > max_padded)
       max_padded = s->S * (size_t)e->world;
-    if (s->pol.kind == TAGC_POLICY_TAGC && e->world > 1) {
-      s->residual = calloc(s->S * (size_t)e->world, sizeof(float));
-      if (!s->residual)
-        return tagc_errorf(TAGC_ENOMEM, "residual of %zu elements", s->S * (size_t)e->world);
-    }
+    if (s->pol.kind == TAGC_POLICY_TAGC && e->world > 1)
+      TAGC_CHECK(tagc_device_alloc(e->dev, s->S * (size_t)e->world * sizeof(float), (void **)&s->residual));
   }
-  e->staging = malloc(max_padded * sizeof(float));
-  if (e->cfg.gather_bf16 && !(e->gather16 = malloc((max_padded + max_padded / (size_t)e->world) * sizeof(uint16_t))))
-    return tagc_errorf(TAGC_ENOMEM, "bf16 gather buffer");
-  e->sums = malloc((size_t)(SUM_SEG0 + 2 * e->n_segs) * sizeof(double));
+  TAGC_CHECK(tagc_device_alloc(e->dev, max_padded * sizeof(float), (void **)&e->staging));
+  if (e->cfg.gather_bf16)
+    TAGC_CHECK(tagc_device_alloc(e->dev, (max_padded + max_padded / (size_t)e->world) * sizeof(uint16_t),
+                                 (void **)&e->gather16));
+  size_t n_sums = (size_t)(SUM_SEG0 + 2 * e->n_segs);
+  e->xfer_bytes = n_sums * ((size_t)e->world + 1) * sizeof(double);
+  TAGC_CHECK(tagc_device_alloc(e->dev, e->xfer_bytes, &e->xfer));
+  e->sums = malloc(n_sums * sizeof(double));
   e->seg_names = malloc((size_t)e->n_segs * sizeof(char *));
   e->seg_numel = malloc((size_t)e->n_segs * sizeof(int64_t));
-  if (!e->staging || !e->sums || !e->seg_names || !e->seg_numel)
-    return tagc_errorf(TAGC_ENOMEM, "staging buffer of %zu floats", max_padded);
+  e->sq_x = malloc((size_t)e->n_segs * sizeof *e->sq_x);
+  e->sq_n = malloc((size_t)e->n_segs * sizeof *e->sq_n);
+  e->sq = malloc((size_t)e->n_segs * sizeof *e->sq);
+  if (!e->sums || !e->seg_names || !e->seg_numel || !e->sq_x || !e->sq_n || !e->sq)
+    return tagc_errorf(TAGC_ENOMEM, "engine tables");
   for (int i = 0; i < e->n_segs; i++) {
     e->seg_names[i] = e->segs[i].name;
     e->seg_numel[i] = (int64_t)e->segs[i].len;
@@ -185,57 +202,72 @@ static size_t shard_range(const tagc_engine *e, const segment *s, size_t *n) {
 
 /* ---------- communication tasks (run on the comm thread, or inline when world == 1) ---------- */
 
+/* The lane of the communication tasks: the comm thread's own, or the compute lane when tasks
+ * run inline (world size 1). */
+static tagc_lane task_lane(const tagc_engine *e) {
+  return e->thread_started ? TAGC_LANE_COMM : TAGC_LANE_COMPUTE;
+}
+
 /* Gathers unit's full parameters into dst; bf16 on the wire when configured and `for_compute`
- * (dumps and checkpoint tools always get the exact fp32 values). */
+ * (dumps and checkpoint tools always get the exact fp32 values). Inputs of a collective are
+ * made ready (lane synchronised) before it is called. */
 static tagc_status gather_unit(tagc_engine *e, int unit, float *dst, int for_compute) {
   const tagc_unit_info *ui = &e->L->units[unit];
+  tagc_lane lane = task_lane(e);
+  tagc_kernel_ctx ctx = tagc_device_kernel_ctx(e->dev, lane, NULL, NULL, 0);
   for (int i = e->unit_first_seg[unit]; i < e->unit_first_seg[unit] + e->unit_n_segs[unit]; i++) {
     segment *s = &e->segs[i];
     float *out = dst + (s->off - ui->offset);
     if (e->world == 1) {
-      memcpy(out, s->p, s->len * sizeof(float));
+      TAGC_CHECK(tagc_device_copy(e->dev, lane, out, s->p, s->len * sizeof(float), TAGC_COPY_D2D));
       continue;
     }
     if (e->cfg.gather_bf16 && for_compute) {
       uint16_t *recv = e->gather16, *send = e->gather16 + (size_t)e->world * s->S;
-      TAGC_CHECK(tagc_bf16_encode_cpu(s->p, send, (int64_t)s->S));
+      TAGC_CHECK(tagc_kernels_bf16_encode(&ctx, s->p, send, (int64_t)s->S));
+      TAGC_CHECK(tagc_device_sync(e->dev, lane));
       TAGC_CHECK(tagc_comm_allgather(e->cfg.comm, send, recv, s->S * sizeof(uint16_t), e->cfg.op_timeout_s));
-      TAGC_CHECK(tagc_bf16_decode_cpu(recv, out, (int64_t)s->len));
+      TAGC_CHECK(tagc_kernels_bf16_decode(&ctx, recv, out, (int64_t)s->len));
       continue;
     }
     int direct = s->S * (size_t)e->world == s->len;
     float *recv = direct ? out : e->staging;
     TAGC_CHECK(tagc_comm_allgather(e->cfg.comm, s->p, recv, s->S * sizeof(float), e->cfg.op_timeout_s));
     if (!direct)
-      memcpy(out, recv, s->len * sizeof(float));
+      TAGC_CHECK(tagc_device_copy(e->dev, lane, out, recv, s->len * sizeof(float), TAGC_COPY_D2D));
   }
   return TAGC_OK;
 }
 
 /* The segment's gradient as W shards of S floats: grad itself, or a zero-padded copy in the
  * staging buffer when len < W*S. */
-static const float *padded(tagc_engine *e, const segment *s, const float *grad) {
+static tagc_status padded(tagc_engine *e, const segment *s, const float *grad, const float **out) {
   size_t n = s->S * (size_t)e->world;
+  *out = grad;
   if (n == s->len)
-    return grad;
-  memcpy(e->staging, grad, s->len * sizeof(float));
-  memset(e->staging + s->len, 0, (n - s->len) * sizeof(float));
-  return e->staging;
+    return TAGC_OK;
+  tagc_lane lane = task_lane(e);
+  TAGC_CHECK(tagc_device_copy(e->dev, lane, e->staging, grad, s->len * sizeof(float), TAGC_COPY_D2D));
+  TAGC_CHECK(tagc_device_zero(e->dev, lane, e->staging + s->len, (n - s->len) * sizeof(float)));
+  *out = e->staging;
+  return TAGC_OK;
 }
 
 /* Dense reduce-scatter of the segment's W*S floats (grad is already padded). */
 static tagc_status reduce_dense(tagc_engine *e, segment *s, const float *grad, tagc_wire wire) {
+  TAGC_CHECK(tagc_device_sync(e->dev, task_lane(e)));
   return tagc_comm_reduce_scatter(e->cfg.comm, grad, s->g, s->S, TAGC_DTYPE_F32, TAGC_REDOP_SUM,
                                   wire, e->cfg.op_timeout_s);
 }
 
-static tagc_status grow(void **buf, size_t *cap, size_t bytes) {
+/* Device scratch of at least `bytes` (contents not kept when it grows). */
+static tagc_status grow(tagc_engine *e, void **buf, size_t *cap, size_t bytes) {
   if (bytes <= *cap)
     return TAGC_OK;
-  void *p = realloc(*buf, bytes);
-  if (!p)
-    return tagc_errorf(TAGC_ENOMEM, "compression scratch of %zu bytes", bytes);
-  *buf = p;
+  tagc_device_free(e->dev, *buf);
+  *buf = NULL;
+  *cap = 0;
+  TAGC_CHECK(tagc_device_alloc(e->dev, bytes, buf));
   *cap = bytes;
   return TAGC_OK;
 }
@@ -264,8 +296,9 @@ static tagc_status choose_rho(const tagc_engine *e, const segment *s, double *rh
   return TAGC_OK;
 }
 
-/* Test hook: error-feedback mass of one sparsify call. `in` is the sum of raw gradient and old
- * residual; what was kept (and so sent) plus the new residual must sum to the same. */
+/* Test hook (CPU only: reads the buffers on the host): error-feedback mass of one sparsify
+ * call. `in` is the sum of raw gradient and old residual; what was kept (and so sent) plus
+ * the new residual must sum to the same. */
 static void record_feedback(tagc_engine *e, const segment *s, double in, double abs_in) {
   const tagc_layout *l = &s->lay;
   double out = 0;
@@ -280,72 +313,86 @@ static void record_feedback(tagc_engine *e, const segment *s, double in, double 
   e->feedback[2] += abs_in;
 }
 
+/* Builds the sketch layout of segment s at rho (and its device copy of the block rows). */
+static tagc_status set_layout(tagc_engine *e, segment *s, double rho) {
+  tagc_layout_free(&s->lay);
+  tagc_device_free(e->dev, s->block_rows);
+  s->block_rows = NULL;
+  s->rho_used = 0;
+  TAGC_CHECK(tagc_layout_init(&s->lay, e->world, (int64_t)s->S, rho, 0x7a6cu + (uint32_t)s->unit));
+  size_t bytes = (size_t)s->lay.blocks * 3 * sizeof(uint32_t);
+  TAGC_CHECK(tagc_device_alloc(e->dev, bytes, (void **)&s->block_rows));
+  TAGC_CHECK(tagc_device_copy(e->dev, task_lane(e), s->block_rows, s->lay.block_rows, bytes,
+                              TAGC_COPY_H2D));
+  s->rho_used = rho;
+  return TAGC_OK;
+}
+
 /* One tagc segment: sparsify with error feedback, OR the bitmaps to their owners, encode the
  * W destination sketches, reduce-scatter them, decode this rank's shard. */
 static tagc_status reduce_tagc(tagc_engine *e, segment *s, const float *grad) {
   size_t W = (size_t)e->world, n = s->S * W;
   tagc_scratch *sc = &e->scratch;
-  grad = padded(e, s, grad); /* the kernels read grad as [W][S] */
+  tagc_lane lane = task_lane(e);
+  TAGC_CHECK(padded(e, s, grad, &grad)); /* the kernels read grad as [W][S] */
   double rho;
   TAGC_CHECK(choose_rho(e, s, &rho));
   s->dense = rho == 0;
   if (s->dense) { /* send v = grad + residual dense; nothing is left behind */
-    float *v = (float *)grad == e->staging ? e->staging : memcpy(e->staging, grad, n * sizeof(float));
-    for (size_t i = 0; i < n; i++) {
-      v[i] += s->residual[i];
-      s->residual[i] = 0;
-    }
+    if (grad != e->staging)
+      TAGC_CHECK(tagc_device_copy(e->dev, lane, e->staging, grad, n * sizeof(float), TAGC_COPY_D2D));
+    TAGC_CHECK(tagc_device_add(e->dev, lane, e->staging, s->residual, n));
+    TAGC_CHECK(tagc_device_zero(e->dev, lane, s->residual, n * sizeof(float)));
     s->estimated = 0;
     s->global_bits = -1; /* not measured */
-    return reduce_dense(e, s, v, e->cfg.policy.sketch_bf16 ? TAGC_WIRE_BF16 : TAGC_WIRE_NATIVE);
+    return reduce_dense(e, s, e->staging, e->cfg.policy.sketch_bf16 ? TAGC_WIRE_BF16 : TAGC_WIRE_NATIVE);
   }
-  if (rho != s->rho_used) {
-    tagc_layout_free(&s->lay);
-    TAGC_CHECK(tagc_layout_init(&s->lay, e->world, (int64_t)s->S, rho, 0x7a6cu + (uint32_t)s->unit));
-    s->rho_used = rho;
-  }
+  if (rho != s->rho_used)
+    TAGC_CHECK(set_layout(e, s, rho));
   const tagc_layout *l = &s->lay;
   size_t words = (size_t)l->bitmap_words, cells = (size_t)l->sketch_cells;
-  TAGC_CHECK(grow((void **)&sc->kept, &sc->kept_cap, n * sizeof(float)));
-  TAGC_CHECK(grow((void **)&sc->bitmap, &sc->bitmap_cap, W * words * sizeof(uint64_t)));
-  TAGC_CHECK(grow((void **)&sc->global_bitmap, &sc->global_cap, words * sizeof(uint64_t)));
-  TAGC_CHECK(grow((void **)&sc->sketch, &sc->sketch_cap, W * cells * sizeof(float)));
-  TAGC_CHECK(grow((void **)&sc->my_sketch, &sc->my_sketch_cap, cells * sizeof(float)));
-  size_t ws = tagc_kernels_workspace_bytes(TAGC_DEVICE_CPU, l, 1);
-  TAGC_CHECK(grow(&sc->ws, &sc->ws_cap, ws));
-  tagc_kernel_ctx ctx = {TAGC_DEVICE_CPU, NULL, NULL, sc->ws, sc->ws_cap, 1};
+  size_t stats_bytes = W * sizeof(tagc_sparsify_stats) + sizeof(tagc_decode_stats) + sizeof(int64_t);
+  TAGC_CHECK(grow(e, (void **)&sc->kept, &sc->kept_cap, n * sizeof(float)));
+  TAGC_CHECK(grow(e, (void **)&sc->bitmap, &sc->bitmap_cap, W * words * sizeof(uint64_t)));
+  TAGC_CHECK(grow(e, (void **)&sc->global_bitmap, &sc->global_cap, words * sizeof(uint64_t)));
+  TAGC_CHECK(grow(e, (void **)&sc->sketch, &sc->sketch_cap, W * cells * sizeof(float)));
+  TAGC_CHECK(grow(e, (void **)&sc->my_sketch, &sc->my_sketch_cap, cells * sizeof(float)));
+  TAGC_CHECK(grow(e, &sc->stats, &sc->stats_cap, stats_bytes));
+  size_t ws = tagc_kernels_workspace_bytes(tagc_device_is_cuda(e->dev) ? TAGC_DEVICE_CUDA : TAGC_DEVICE_CPU, l, 1);
+  TAGC_CHECK(grow(e, &sc->ws, &sc->ws_cap, ws));
+  tagc_kernel_ctx ctx = tagc_device_kernel_ctx(e->dev, lane, s->block_rows, sc->ws, sc->ws_cap);
+  tagc_sparsify_stats *ss = sc->stats;
+  tagc_decode_stats *ds_dev = (tagc_decode_stats *)(ss + W);
+  int64_t *lane_max_dev = (int64_t *)(ds_dev + 1);
 
-  tagc_sparsify_stats sstats[64];
-  tagc_sparsify_stats *ss = W <= 64 ? sstats : malloc(W * sizeof *ss);
-  if (!ss)
-    return tagc_errorf(TAGC_ENOMEM, "sparsify stats");
   double in = 0, abs_in = 0;
   if (e->cfg.check_feedback)
     for (size_t i = 0; i < n; i++) {
       in += (double)grad[i] + (double)s->residual[i];
       abs_in += fabs((double)grad[i]) + fabs((double)s->residual[i]);
     }
-  tagc_status st = tagc_kernels_sparsify(&ctx, l, (float)s->pol.density, grad, s->residual,
-                                         sc->kept, sc->bitmap, ss);
-  if (ss != sstats)
-    free(ss);
-  TAGC_CHECK(st);
+  TAGC_CHECK(tagc_kernels_sparsify(&ctx, l, (float)s->pol.density, grad, s->residual, sc->kept,
+                                   sc->bitmap, ss));
   if (e->cfg.check_feedback)
     record_feedback(e, s, in, abs_in);
+  TAGC_CHECK(tagc_device_sync(e->dev, lane));
   TAGC_CHECK(tagc_comm_reduce_scatter(e->cfg.comm, sc->bitmap, sc->global_bitmap, words,
                                       TAGC_DTYPE_U64, TAGC_REDOP_BOR, TAGC_WIRE_NATIVE,
                                       e->cfg.op_timeout_s));
   TAGC_CHECK(tagc_kernels_encode(&ctx, l, sc->kept, sc->bitmap, sc->sketch));
+  TAGC_CHECK(tagc_device_sync(e->dev, lane));
   TAGC_CHECK(tagc_comm_reduce_scatter(e->cfg.comm, sc->sketch, sc->my_sketch, cells,
                                       TAGC_DTYPE_F32, TAGC_REDOP_SUM,
                                       e->cfg.policy.sketch_bf16 ? TAGC_WIRE_BF16 : TAGC_WIRE_NATIVE,
                                       e->cfg.op_timeout_s));
+  TAGC_CHECK(tagc_kernels_decode(&ctx, l, sc->my_sketch, sc->global_bitmap, s->g, ds_dev));
+  TAGC_CHECK(tagc_kernels_lane_max(&ctx, sc->global_bitmap, l->blocks, lane_max_dev));
   tagc_decode_stats ds;
-  TAGC_CHECK(tagc_kernels_decode(&ctx, l, sc->my_sketch, sc->global_bitmap, s->g, &ds));
+  int64_t lane_max;
+  TAGC_CHECK(tagc_device_copy(e->dev, lane, &ds, ds_dev, sizeof ds, TAGC_COPY_D2H));
+  TAGC_CHECK(tagc_device_copy(e->dev, lane, &lane_max, lane_max_dev, sizeof lane_max, TAGC_COPY_D2H));
   s->global_bits = ds.nonzero;
   s->estimated = ds.estimated;
-  int64_t lane_max;
-  TAGC_CHECK(tagc_kernels_lane_max(&ctx, sc->global_bitmap, l->blocks, &lane_max));
   s->lane_density = (double)lane_max / (double)l->blocks;
   return TAGC_OK;
 }
@@ -353,27 +400,35 @@ static tagc_status reduce_tagc(tagc_engine *e, segment *s, const float *grad) {
 static tagc_status reduce_segment(tagc_engine *e, segment *s) {
   const float *grad = e->grads + s->off;
   if (e->world == 1) { /* nothing to send; a residual loaded from a checkpoint is folded in */
-    memcpy(s->g, grad, s->len * sizeof(float));
+    tagc_lane lane = task_lane(e);
+    TAGC_CHECK(tagc_device_copy(e->dev, lane, s->g, grad, s->len * sizeof(float), TAGC_COPY_D2D));
     if (s->residual) {
-      for (size_t i = 0; i < s->len; i++)
-        s->g[i] += s->residual[i];
-      free(s->residual);
+      TAGC_CHECK(tagc_device_add(e->dev, lane, s->g, s->residual, s->len));
+      tagc_device_free(e->dev, s->residual);
       s->residual = NULL;
     }
     return TAGC_OK;
   }
   if (s->pol.kind == TAGC_POLICY_TAGC)
     return reduce_tagc(e, s, grad);
-  return reduce_dense(e, s, padded(e, s, grad),
-                      s->pol.kind == TAGC_POLICY_BF16 ? TAGC_WIRE_BF16 : TAGC_WIRE_NATIVE);
+  TAGC_CHECK(padded(e, s, grad, &grad));
+  return reduce_dense(e, s, grad, s->pol.kind == TAGC_POLICY_BF16 ? TAGC_WIRE_BF16 : TAGC_WIRE_NATIVE);
 }
 
+/* A task on the comm thread first waits for the compute lane's work it depends on (the unit's
+ * backward, or the last reader of the slot it overwrites) and leaves its own lane idle, so
+ * its results are ready for the compute lane when the task counts as completed. */
 static tagc_status run_task(tagc_engine *e, const task *t) {
-  if (t->kind == TASK_GATHER)
-    return gather_unit(e, t->unit, e->slot_buf[t->slot], 1);
-  for (int i = e->unit_first_seg[t->unit]; i < e->unit_first_seg[t->unit] + e->unit_n_segs[t->unit]; i++)
-    TAGC_CHECK(reduce_segment(e, &e->segs[i]));
-  return TAGC_OK;
+  int threaded = e->thread_started;
+  if (threaded)
+    TAGC_CHECK(tagc_device_wait_mark(e->dev, t->kind == TASK_GATHER ? MARK_SLOT + t->slot : t->unit));
+  if (t->kind == TASK_GATHER) {
+    TAGC_CHECK(gather_unit(e, t->unit, e->slot_buf[t->slot], 1));
+  } else {
+    for (int i = e->unit_first_seg[t->unit]; i < e->unit_first_seg[t->unit] + e->unit_n_segs[t->unit]; i++)
+      TAGC_CHECK(reduce_segment(e, &e->segs[i]));
+  }
+  return threaded ? tagc_device_sync(e->dev, TAGC_LANE_COMM) : TAGC_OK;
 }
 
 static void *comm_thread(void *arg) {
@@ -489,13 +544,25 @@ static const float *hook_params(void *ctx, int unit) {
   return e->slot_buf[s];
 }
 
+/* Orders the comm lane after the compute lane's work so far (see run_task). A failure is
+ * kept for the end of the pass (hooks that release return nothing). */
+static void mark(tagc_engine *e, int id) {
+  if (!e->thread_started)
+    return; /* tasks run inline on the compute lane */
+  tagc_status st = tagc_device_mark(e->dev, TAGC_LANE_COMPUTE, id);
+  if (st != TAGC_OK && e->mark_status == TAGC_OK)
+    e->mark_status = st;
+}
+
 static void hook_release(void *ctx, int unit) {
   tagc_engine *e = ctx;
   if (!e->cfg.reshard_after_forward)
     return; /* every unit stays gathered until the step ends */
   int s = slot_of(e, unit);
-  if (s >= 0)
+  if (s >= 0) {
+    mark(e, MARK_SLOT + s);
     e->slot_unit[s] = -1;
+  }
 }
 
 static float *hook_grads(void *ctx, int unit) {
@@ -505,8 +572,10 @@ static float *hook_grads(void *ctx, int unit) {
 
 static tagc_status hook_backward_done(void *ctx, int unit) {
   tagc_engine *e = ctx;
-  if (e->reduce_on_done)
+  if (e->reduce_on_done) {
+    mark(e, unit);
     submit(e, TASK_REDUCE, unit, -1);
+  }
   return TAGC_OK;
 }
 
@@ -517,13 +586,15 @@ static tagc_status init_params(tagc_engine *e) {
   if (!full)
     return tagc_errorf(TAGC_ENOMEM, "initial parameters (%zu floats)", e->L->n_params);
   tagc_model_init_params(e->L, e->cfg.seed, full);
-  for (int i = 0; i < e->n_segs; i++) {
+  tagc_status st = TAGC_OK;
+  for (int i = 0; st == TAGC_OK && i < e->n_segs; i++) {
     segment *s = &e->segs[i];
     size_t n, lo = shard_range(e, s, &n);
-    memcpy(s->p, full + s->off + lo, n * sizeof(float));
+    st = tagc_device_copy(e->dev, TAGC_LANE_COMPUTE, s->p, full + s->off + lo, n * sizeof(float),
+                          TAGC_COPY_H2D);
   }
   free(full);
-  return TAGC_OK;
+  return st;
 }
 
 tagc_status tagc_engine_new(const tagc_engine_config *cfg, tagc_engine **out) {
@@ -538,17 +609,31 @@ tagc_status tagc_engine_new(const tagc_engine_config *cfg, tagc_engine **out) {
   e->rank = cfg->comm ? tagc_comm_rank(cfg->comm) : 0;
   e->world = cfg->comm ? tagc_comm_world_size(cfg->comm) : 1;
   tagc_status st;
+  e->dev = cfg->device;
+  if (!e->dev) {
+    TAGC_CHECK_GOTO(tagc_device_open("cpu", TAGC_DEVICE_FP32, &e->dev), st, fail);
+    e->own_dev = 1;
+  }
+  if (tagc_device_is_cuda(e->dev) && cfg->check_feedback) {
+    st = tagc_errorf(TAGC_EUNSUPPORTED, "the error-feedback check reads buffers on the host: CPU only");
+    goto fail;
+  }
+  if (e->L->n_units >= MARK_SLOT || MARK_SLOT + e->L->n_units > TAGC_DEVICE_MARKS) {
+    st = tagc_errorf(TAGC_EINVAL, "engine: %d units is more than the %d device marks allow",
+                     e->L->n_units, MARK_SLOT);
+    goto fail;
+  }
   if (cfg->batch < e->world) {
     st = tagc_errorf(TAGC_EINVAL, "global batch %lld is smaller than the world size %d",
                      (long long)cfg->batch, e->world);
     goto fail;
   }
   TAGC_CHECK_GOTO(build_segments(e), st, fail);
-  e->grads = calloc(e->L->n_params, sizeof(float));
+  TAGC_CHECK_GOTO(tagc_device_alloc(e->dev, e->L->n_params * sizeof(float), (void **)&e->grads), st, fail);
   e->tokens = malloc((size_t)cfg->micro_batch * (size_t)e->L->cfg.ctx);
   e->targets = malloc((size_t)cfg->micro_batch * (size_t)e->L->cfg.ctx);
-  if (!e->grads || !e->tokens || !e->targets) {
-    st = tagc_errorf(TAGC_ENOMEM, "gradient arena of %zu floats", e->L->n_params);
+  if (!e->tokens || !e->targets) {
+    st = tagc_errorf(TAGC_ENOMEM, "token buffers");
     goto fail;
   }
   e->n_slots = cfg->reshard_after_forward ? ROLLING_SLOTS : e->L->n_units;
@@ -561,13 +646,9 @@ tagc_status tagc_engine_new(const tagc_engine_config *cfg, tagc_engine **out) {
   }
   for (int s = 0; s < e->n_slots; s++) {
     e->slot_unit[s] = -1;
-    e->slot_buf[s] = malloc(e->max_unit * sizeof(float));
-    if (!e->slot_buf[s]) {
-      st = tagc_errorf(TAGC_ENOMEM, "unit parameter buffer of %zu floats", e->max_unit);
-      goto fail;
-    }
+    TAGC_CHECK_GOTO(tagc_device_alloc(e->dev, e->max_unit * sizeof(float), (void **)&e->slot_buf[s]), st, fail);
   }
-  TAGC_CHECK_GOTO(tagc_model_acts_new(e->L, cfg->micro_batch, &e->acts), st, fail);
+  TAGC_CHECK_GOTO(tagc_device_model_new(e->dev, e->L, cfg->micro_batch, &e->model), st, fail);
   TAGC_CHECK_GOTO(init_params(e), st, fail);
   e->hooks = (tagc_unit_hooks){e, hook_params, hook_grads, hook_backward_done, hook_release, TAGC_OK};
   pthread_mutex_init(&e->mu, NULL);
@@ -598,30 +679,35 @@ void tagc_engine_free(tagc_engine *e) {
     pthread_mutex_destroy(&e->mu);
     pthread_cond_destroy(&e->cv);
   }
-  for (int i = 0; e->segs && i < e->n_segs; i++) {
-    free(e->segs[i].p);
-    free(e->segs[i].residual);
-    tagc_layout_free(&e->segs[i].lay);
+  tagc_device *d = e->dev;
+  if (d) {
+    for (int i = 0; e->segs && i < e->n_segs; i++) {
+      tagc_device_free(d, e->segs[i].p);
+      tagc_device_free(d, e->segs[i].residual);
+      tagc_device_free(d, e->segs[i].block_rows);
+      tagc_layout_free(&e->segs[i].lay);
+    }
+    void *bufs[] = {e->scratch.kept, e->scratch.bitmap, e->scratch.global_bitmap, e->scratch.sketch,
+                    e->scratch.my_sketch, e->scratch.ws, e->scratch.stats, e->gather16, e->grads,
+                    e->staging, e->xfer};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
+      tagc_device_free(d, bufs[i]);
+    for (int s = 0; e->slot_buf && s < e->n_slots; s++)
+      tagc_device_free(d, e->slot_buf[s]);
+    tagc_device_model_free(e->model);
+    if (e->own_dev)
+      tagc_device_close(d);
   }
-  free(e->scratch.kept);
-  free(e->scratch.bitmap);
-  free(e->scratch.global_bitmap);
-  free(e->scratch.sketch);
-  free(e->scratch.my_sketch);
-  free(e->scratch.ws);
-  for (int s = 0; e->slot_buf && s < e->n_slots; s++)
-    free(e->slot_buf[s]);
   free(e->slot_buf);
   free(e->slot_unit);
   free(e->slot_task);
-  free(e->gather16);
-  tagc_model_acts_free(e->acts);
   free(e->segs);
   free(e->unit_first_seg);
   free(e->unit_n_segs);
-  free(e->grads);
-  free(e->staging);
   free(e->sums);
+  free(e->sq_x);
+  free(e->sq_n);
+  free(e->sq);
   free(e->seg_names);
   free(e->seg_numel);
   free(e->tokens);
@@ -631,6 +717,17 @@ void tagc_engine_free(tagc_engine *e) {
 
 /* ---------- step ---------- */
 
+/* All-gather of `bytes` host bytes per rank through the device staging buffer (NCCL works on
+ * device memory). Collective; the comm thread must be idle. */
+static tagc_status all_gather_host(tagc_engine *e, const void *send, void *recv, size_t bytes) {
+  if (bytes * ((size_t)e->world + 1) > e->xfer_bytes)
+    return tagc_errorf(TAGC_EINTERNAL, "scalar all-gather of %zu bytes exceeds its buffer", bytes);
+  char *dsend = e->xfer, *drecv = dsend + bytes;
+  TAGC_CHECK(tagc_device_copy(e->dev, TAGC_LANE_COMPUTE, dsend, send, bytes, TAGC_COPY_H2D));
+  TAGC_CHECK(tagc_comm_allgather(e->cfg.comm, dsend, drecv, bytes, e->cfg.op_timeout_s));
+  return tagc_device_copy(e->dev, TAGC_LANE_COMPUTE, recv, drecv, bytes * (size_t)e->world, TAGC_COPY_D2H);
+}
+
 /* Reduces n doubles over ranks (one all-gather): the first n_sum are summed in rank order
  * (identical bits everywhere), the rest take their maximum. */
 static tagc_status reduce_over_ranks(tagc_engine *e, double *vals, int n, int n_sum) {
@@ -639,7 +736,7 @@ static tagc_status reduce_over_ranks(tagc_engine *e, double *vals, int n, int n_
   double *buf = malloc((size_t)e->world * (size_t)n * sizeof(double));
   if (!buf)
     return tagc_errorf(TAGC_ENOMEM, "scalar all-gather");
-  tagc_status st = tagc_comm_allgather(e->cfg.comm, vals, buf, (size_t)n * sizeof(double), e->cfg.op_timeout_s);
+  tagc_status st = all_gather_host(e, vals, buf, (size_t)n * sizeof(double));
   if (st == TAGC_OK) {
     for (int k = 0; k < n; k++) {
       double acc = k < n_sum ? 0 : buf[k];
@@ -663,14 +760,15 @@ static void reset_slots(tagc_engine *e) {
 /* Forward (and backward when train) over the micro-batch in e->tokens / e->targets. */
 static tagc_status pass(tagc_engine *e, int count, int train, int last_micro, float scale, double *loss_sum) {
   e->dir = 1;
-  TAGC_CHECK(tagc_model_forward(e->L, e->acts, &e->hooks, e->tokens, e->targets, count, loss_sum));
+  e->mark_status = TAGC_OK;
+  TAGC_CHECK(tagc_device_model_forward(e->model, &e->hooks, e->tokens, e->targets, count, loss_sum));
   if (!train)
-    return TAGC_OK;
+    return e->mark_status;
   e->dir = -1;
   e->reduce_on_done = last_micro;
-  tagc_status st = tagc_model_backward(e->L, e->acts, &e->hooks, scale);
+  tagc_status st = tagc_device_model_backward(e->model, &e->hooks, scale);
   e->reduce_on_done = 0;
-  return st;
+  return st != TAGC_OK ? st : e->mark_status;
 }
 
 /* Records the global density of each tagc segment (all ranks see the same sums, so they
@@ -680,6 +778,7 @@ static tagc_status pass(tagc_engine *e, int count, int train, int last_micro, fl
 static tagc_status empty_pass(tagc_engine *e, int train, int last_micro) {
   int n = e->L->n_units;
   e->dir = 1;
+  e->mark_status = TAGC_OK;
   for (int u = 0; u < n; u++) {
     if (!hook_params(e, u))
       return e->hooks.status;
@@ -698,7 +797,7 @@ static tagc_status empty_pass(tagc_engine *e, int train, int last_micro) {
     hook_backward_done(e, u);
   }
   e->reduce_on_done = 0;
-  return TAGC_OK;
+  return e->mark_status;
 }
 
 /* Largest value of v over the ranks (collective; the comm thread must be idle). */
@@ -709,7 +808,7 @@ static tagc_status max_over_ranks(tagc_engine *e, int64_t v, int64_t *out) {
   int64_t *all = malloc((size_t)e->world * sizeof *all);
   if (!all)
     return tagc_errorf(TAGC_ENOMEM, "all-gather of %d values", e->world);
-  tagc_status st = tagc_comm_allgather(e->cfg.comm, &v, all, sizeof v, e->cfg.op_timeout_s);
+  tagc_status st = all_gather_host(e, &v, all, sizeof v);
   for (int r = 0; st == TAGC_OK && r < e->world; r++)
     if (all[r] > *out)
       *out = all[r];
@@ -806,7 +905,7 @@ tagc_status tagc_engine_step(tagc_engine *e, const tagc_corpus *corpus, int64_t 
   pthread_mutex_unlock(&e->mu);
 
   reset_slots(e);
-  memset(e->grads, 0, e->L->n_params * sizeof(float));
+  TAGC_CHECK(tagc_device_zero(e->dev, TAGC_LANE_COMPUTE, e->grads, e->L->n_params * sizeof(float)));
   e->step_now = step;
   double *sums = e->sums;
   memset(sums, 0, (size_t)(SUM_SEG0 + 2 * e->n_segs) * sizeof(double));
@@ -824,8 +923,13 @@ tagc_status tagc_engine_step(tagc_engine *e, const tagc_corpus *corpus, int64_t 
   sums[SUM_FB_ABS] = e->feedback[2];
   memset(e->feedback, 0, sizeof e->feedback);
   for (int i = 0; i < e->n_segs; i++) {
+    e->sq_x[i] = e->segs[i].g;
+    e->sq_n[i] = e->segs[i].S;
+  }
+  TAGC_CHECK(tagc_device_sumsq_many(e->dev, e->sq_x, e->sq_n, e->n_segs, e->sq));
+  for (int i = 0; i < e->n_segs; i++) {
     segment *s = &e->segs[i];
-    sums[SUM_SQ] += tagc_sumsq(s->g, s->S);
+    sums[SUM_SQ] += e->sq[i];
     if (s->residual) {
       sums[SUM_ESTIMATED] += (double)s->estimated;
       sums[SUM_SEG0 + i] = (double)s->global_bits;
@@ -846,10 +950,10 @@ tagc_status tagc_engine_step(tagc_engine *e, const tagc_corpus *corpus, int64_t 
   for (int i = 0; i < e->n_segs; i++) {
     segment *s = &e->segs[i];
     size_t n, off = shard_range(e, s, &n);
-    if (n)
-      TAGC_CHECK(tagc_adamw_update_range(e->L, s->off + off, n, s->p, s->g, s->m, s->v, &e->cfg.adam,
-                                         step + 1, (float)stats->lr, clip));
+    TAGC_CHECK(tagc_device_adamw(e->dev, e->L, s->off + off, n, s->p, s->g, s->m, s->v,
+                                 &e->cfg.adam, step + 1, (float)stats->lr, clip));
   }
+  TAGC_CHECK(tagc_device_sync(e->dev, TAGC_LANE_COMPUTE)); /* the next gathers read the shards */
   if (e->cfg.comm) {
     tagc_comm_stats_get(e->cfg.comm, &c1);
     for (int k = 0; k < TAGC_COMM_OP_COUNT; k++) {
@@ -883,8 +987,12 @@ tagc_status tagc_engine_eval(tagc_engine *e, const tagc_corpus *corpus, int64_t 
 
 tagc_status tagc_engine_gather_params(tagc_engine *e, float *out) {
   TAGC_CHECK(drain(e));
-  for (int u = 0; u < e->L->n_units; u++)
-    TAGC_CHECK(gather_unit(e, u, out + e->L->units[u].offset, 0));
+  reset_slots(e); /* slot 0 is the device buffer of each gathered unit in turn */
+  for (int u = 0; u < e->L->n_units; u++) {
+    TAGC_CHECK(gather_unit(e, u, e->slot_buf[0], 0));
+    TAGC_CHECK(tagc_device_copy(e->dev, task_lane(e), out + e->L->units[u].offset, e->slot_buf[0],
+                                e->L->units[u].numel * sizeof(float), TAGC_COPY_D2H));
+  }
   return TAGC_OK;
 }
 
@@ -922,9 +1030,8 @@ static tagc_status canonicalise_residual(tagc_engine *e, segment *s) {
   float *mine = s->residual + (size_t)e->rank * s->S;
   TAGC_CHECK(tagc_comm_reduce_scatter(e->cfg.comm, s->residual, e->staging, s->S, TAGC_DTYPE_F32,
                                       TAGC_REDOP_SUM, TAGC_WIRE_NATIVE, e->cfg.op_timeout_s));
-  memset(s->residual, 0, n * sizeof(float));
-  memcpy(mine, e->staging, s->S * sizeof(float));
-  return TAGC_OK;
+  TAGC_CHECK(tagc_device_zero(e->dev, TAGC_LANE_COMPUTE, s->residual, n * sizeof(float)));
+  return tagc_device_copy(e->dev, TAGC_LANE_COMPUTE, mine, e->staging, s->S * sizeof(float), TAGC_COPY_D2D);
 }
 
 tagc_status tagc_engine_snapshot(tagc_engine *e, float *const *views) {
@@ -942,7 +1049,7 @@ tagc_status tagc_engine_snapshot(tagc_engine *e, float *const *views) {
       if (!n)
         continue;
       if (src[k])
-        memcpy(v[k], src[k], n * sizeof(float));
+        TAGC_CHECK(tagc_device_copy(e->dev, TAGC_LANE_COMPUTE, v[k], src[k], n * sizeof(float), TAGC_COPY_D2H));
       else
         memset(v[k], 0, n * sizeof(float));
     }
@@ -950,31 +1057,50 @@ tagc_status tagc_engine_snapshot(tagc_engine *e, float *const *views) {
   return TAGC_OK;
 }
 
+/* Reads stream k of segment s's range [lo, hi) into the device buffer dst through host. */
+static tagc_status load_stream(tagc_engine *e, tagc_ckpt_reader *rd, int u, int stream,
+                               const segment *s, float *dst, float *host) {
+  int64_t lo = (int64_t)((size_t)e->rank * s->S), hi = lo + (int64_t)s->S;
+  TAGC_CHECK(tagc_ckpt_read(rd, u, stream, lo, hi, host));
+  return tagc_device_copy(e->dev, TAGC_LANE_COMPUTE, dst, host, s->S * sizeof(float), TAGC_COPY_H2D);
+}
+
+static tagc_status load_segment(tagc_engine *e, tagc_ckpt_reader *rd, const int *streams,
+                                segment *s, float *host) {
+  int u = tagc_ckpt_reader_unit_index(rd, s->name);
+  if (u < 0 || tagc_ckpt_reader_unit_numel(rd, u) != (int64_t)s->len)
+    return tagc_errorf(TAGC_ECORRUPT, "%s: unit %s is missing or has another size: the "
+                       "checkpoint is of another model or compression policy",
+                       tagc_ckpt_reader_path(rd), s->name);
+  float *dst[3] = {s->p, s->m, s->v};
+  for (int k = 0; k < 3; k++)
+    TAGC_CHECK(load_stream(e, rd, u, streams[k], s, dst[k], host));
+  if (s->pol.kind != TAGC_POLICY_TAGC)
+    return TAGC_OK;
+  /* at world size 1 the residual is folded into the first step */
+  size_t n = s->S * (size_t)e->world;
+  if (!s->residual)
+    TAGC_CHECK(tagc_device_alloc(e->dev, n * sizeof(float), (void **)&s->residual));
+  TAGC_CHECK(tagc_device_zero(e->dev, TAGC_LANE_COMPUTE, s->residual, n * sizeof(float)));
+  return load_stream(e, rd, u, streams[3], s, s->residual + (size_t)e->rank * s->S, host);
+}
+
 tagc_status tagc_engine_load(tagc_engine *e, tagc_ckpt_reader *rd) {
   int streams[TAGC_ENGINE_STREAMS];
   for (int k = 0; k < TAGC_ENGINE_STREAMS; k++)
     if ((streams[k] = tagc_ckpt_reader_stream_index(rd, stream_names[k])) < 0)
       return tagc_errorf(TAGC_ECORRUPT, "%s: no '%s' stream", tagc_ckpt_reader_path(rd), stream_names[k]);
-  for (int i = 0; i < e->n_segs; i++) {
-    segment *s = &e->segs[i];
-    int u = tagc_ckpt_reader_unit_index(rd, s->name);
-    if (u < 0 || tagc_ckpt_reader_unit_numel(rd, u) != (int64_t)s->len)
-      return tagc_errorf(TAGC_ECORRUPT, "%s: unit %s is missing or has another size: the "
-                         "checkpoint is of another model or compression policy",
-                         tagc_ckpt_reader_path(rd), s->name);
-    int64_t lo = (int64_t)((size_t)e->rank * s->S), hi = lo + (int64_t)s->S;
-    float *dst[3] = {s->p, s->m, s->v};
-    for (int k = 0; k < 3; k++)
-      TAGC_CHECK(tagc_ckpt_read(rd, u, streams[k], lo, hi, dst[k]));
-    if (s->pol.kind == TAGC_POLICY_TAGC) { /* at world size 1 folded into the first step */
-      size_t n = s->S * (size_t)e->world;
-      if (!s->residual && !(s->residual = calloc(n, sizeof(float))))
-        return tagc_errorf(TAGC_ENOMEM, "residual of %zu elements", n);
-      memset(s->residual, 0, n * sizeof(float));
-      TAGC_CHECK(tagc_ckpt_read(rd, u, streams[3], lo, hi, s->residual + (size_t)e->rank * s->S));
-    }
-  }
-  return TAGC_OK;
+  size_t max_s = 0;
+  for (int i = 0; i < e->n_segs; i++)
+    max_s = e->segs[i].S > max_s ? e->segs[i].S : max_s;
+  float *host = malloc(max_s * sizeof(float)); /* the reader fills host memory */
+  if (!host)
+    return tagc_errorf(TAGC_ENOMEM, "checkpoint read buffer of %zu floats", max_s);
+  tagc_status st = TAGC_OK;
+  for (int i = 0; st == TAGC_OK && i < e->n_segs; i++)
+    st = load_segment(e, rd, streams, &e->segs[i], host);
+  free(host);
+  return st;
 }
 
 json_t *tagc_engine_compression_state(const tagc_engine *e) {

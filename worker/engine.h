@@ -17,6 +17,16 @@
  * With world size 1 (comm NULL) the same code runs without communication: every policy is
  * then "none", and the engine is the single-process trainer.
  *
+ * Device: the same code runs on the CPU or on one CUDA device (worker/device.h): shards,
+ * moments, residuals, the gradient arena and the gathered unit parameters are then device
+ * memory, the model, AdamW and the compression kernels run on the device, and the
+ * communicator must be NCCL on that device. The compute thread enqueues a unit's backward on
+ * the compute stream and records a mark; the communication thread waits for that mark (the
+ * compute thread never blocks for it), runs the unit's compression kernels on its own stream
+ * and the reduce-scatter on the communicator's, so a unit's reduce-scatter overlaps the
+ * backward of the units before it. The host synchronises with the compute stream once per
+ * step (the loss and the gradient norm).
+ *
  * Threading: one caller thread; the engine owns one communication thread when comm != NULL. */
 #ifndef TAGC_WORKER_ENGINE_H
 #define TAGC_WORKER_ENGINE_H
@@ -31,12 +41,14 @@
 #include "common/status.h"
 #include "worker/adamw.h"
 #include "worker/data.h"
+#include "worker/device.h"
 #include "worker/model.h"
 #include "worker/policy.h"
 
 typedef struct tagc_engine_config {
   const tagc_model_layout *layout; /* borrowed; outlives the engine */
   tagc_comm *comm;                 /* borrowed; NULL for world size 1 */
+  tagc_device *device;             /* borrowed; NULL = the CPU (the engine opens its own) */
   tagc_compress_policy policy;
   tagc_adamw_config adam;
   int64_t batch;                   /* global batch in sequences */
@@ -73,7 +85,9 @@ typedef struct tagc_step_stats {
 } tagc_step_stats;
 
 /* Creates the engine: layout of segments, shards, buffers, and the parameters initialised
- * from cfg->seed (every rank computes the same full init and keeps its shard). */
+ * from cfg->seed (every rank computes the same full init and keeps its shard). Errors:
+ * TAGC_EINVAL, TAGC_ENOMEM (host or device memory: the caller's OOM path),
+ * TAGC_EUNSUPPORTED (check_feedback on a CUDA device). */
 tagc_status tagc_engine_new(const tagc_engine_config *cfg, tagc_engine **out);
 
 /* Stops the communication thread and frees everything; NULL is fine. Aborts nothing: call
