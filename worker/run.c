@@ -24,6 +24,7 @@
 #include "worker/data.h"
 #include "worker/engine.h"
 #include "worker/fault.h"
+#include "worker/metrics_http.h"
 #include "worker/model.h"
 
 /* Running totals over the whole process (all generations), for summary.json. */
@@ -37,7 +38,8 @@ typedef struct totals {
 /* Recovery accounting: one failure at a time. */
 typedef struct recovery {
   int failures, recoveries;
-  double max_recovery_s, pending_since; /* pending_since > 0: a failure awaits its first step */
+  double max_recovery_s, last_recovery_s;
+  double pending_since; /* > 0: a failure awaits its first step */
   int64_t steps_lost, failed_at_step;
   char pending_kind[16];
 } recovery;
@@ -57,12 +59,15 @@ struct tagc_run {
   double t0, last_print, last_progress, last_chaos;
   char chaos_seen[256];
   double loss, val;
+  tagc_metrics_http *http; /* --metrics-addr, else NULL */
+  tagc_worker_sample sample;
 
   /* the current generation */
   int64_t gen;
   int rank, world;
   pthread_mutex_t comm_mu; /* guards comm against tagc_run_abort from other threads */
   tagc_comm *comm;
+  int boot_peer; /* the rank the communicator's bootstrap could not reach, or -1 */
   int aborted;
   tagc_engine *engine;
   tagc_ckpt_range *ranges;
@@ -95,6 +100,12 @@ tagc_status tagc_run_new(const tagc_train_config *cfg, tagc_run **out) {
   TAGC_CHECK_GOTO(tagc_policy_parse(cfg->compress, &r->policy), st, fail);
   const char *fault = cfg->fault && *cfg->fault ? cfg->fault : getenv("TAGC_FAULT");
   TAGC_CHECK_GOTO(tagc_faults_parse(fault, &r->faults), st, fail);
+  if (cfg->metrics_addr && *cfg->metrics_addr) {
+    TAGC_CHECK_GOTO(tagc_metrics_http_start(cfg->metrics_addr, &r->http), st, fail);
+    LOG_INFO("train", "serving /metrics and /healthz on port %d (--metrics-addr %s)",
+             tagc_metrics_http_port(r->http), cfg->metrics_addr);
+    r->sample = (tagc_worker_sample){.loss = NAN, .rank = -1};
+  }
   r->threads = cfg->threads ? (int)cfg->threads : omp_get_num_procs();
   omp_set_num_threads(r->threads); /* the model runs the BLAS single-threaded inside OpenMP */
   TAGC_CHECK_GOTO(tagc_corpus_load(cfg->corpus, (size_t)cfg->ctx + 1, &r->corpus), st, fail);
@@ -118,6 +129,7 @@ fail:
 void tagc_run_free(tagc_run *r) {
   if (!r)
     return;
+  tagc_metrics_http_stop(r->http);
   tagc_corpus_free(&r->corpus);
   free(r->tt.step_s);
   if (r->metrics)
@@ -310,7 +322,7 @@ static tagc_status connect(tagc_run *t, const tagc_gen_spec *g) {
   cc.timeout_s = t->cfg->op_timeout;
   cc.host = t->cfg->host;
   tagc_comm *comm;
-  TAGC_CHECK(tagc_comm_create(&cc, &comm));
+  TAGC_CHECK(tagc_comm_create_ex(&cc, &comm, &t->boot_peer));
   pthread_mutex_lock(&t->comm_mu);
   t->comm = comm;
   if (t->aborted) /* a newer generation was announced while we connected */
@@ -333,6 +345,7 @@ static tagc_status gen_begin(tagc_run *t, const tagc_gen_spec *g) {
   t->rank = g->rank;
   t->world = g->world;
   t->start_step = 0;
+  t->boot_peer = -1;
   TAGC_CHECK(connect(t, g));
   int64_t local = (cfg->batch * (g->rank + 1)) / g->world - (cfg->batch * g->rank) / g->world;
   int micro = g->micro_batch ? g->micro_batch : (int)cfg->micro_batch;
@@ -637,7 +650,7 @@ static void fail_generation(tagc_run *t, tagc_status st, int64_t step, tagc_gen_
     res->kind = kind_of(st);
   res->step = step;
   pthread_mutex_lock(&t->comm_mu);
-  res->suspected_rank = t->comm ? tagc_comm_failed_peer(t->comm) : -1;
+  res->suspected_rank = t->comm ? tagc_comm_failed_peer(t->comm) : t->boot_peer;
   pthread_mutex_unlock(&t->comm_mu);
   snprintf(res->detail, sizeof res->detail, "%s", tagc_last_error());
   if (t->rec.pending_since <= 0) {
@@ -658,12 +671,40 @@ static void note_recovery(tagc_run *t, int64_t step) {
   int64_t lost = t->rec.failed_at_step - t->start_step;
   t->rec.recoveries++;
   t->rec.steps_lost += lost > 0 ? lost : 0;
+  t->rec.last_recovery_s = s;
   if (s > t->rec.max_recovery_s)
     t->rec.max_recovery_s = s;
   t->rec.pending_since = 0;
   if (t->rank == 0)
     LOG_WARN("train", "recovered from %s at step %lld in %.2f s with %d workers, %lld steps recomputed",
              t->rec.pending_kind, (long long)(step + 1), s, t->world, (long long)(lost > 0 ? lost : 0));
+}
+
+/* --metrics-addr: the served sample, after a step (ss) or at a generation's start or end. */
+static void publish_metrics(tagc_run *t, int64_t steps_done, const tagc_step_stats *ss) {
+  if (!t->http)
+    return;
+  tagc_worker_sample *m = &t->sample;
+  if (ss) {
+    m->loss = ss->loss;
+    m->step_s = ss->step_s;
+    m->tokens_per_s = (double)t->cfg->batch * (double)t->cfg->ctx / ss->step_s;
+    m->bytes_sent += ss->bytes_sent;
+    m->bytes_recv += ss->bytes_recv;
+  }
+  m->step = steps_done;
+  m->failures = t->rec.failures;
+  m->recoveries = t->rec.recoveries;
+  m->steps_lost = t->rec.steps_lost;
+  m->max_recovery_s = t->rec.max_recovery_s;
+  m->last_recovery_s = t->rec.last_recovery_s;
+  m->recovering = t->rec.pending_since > 0;
+  m->generation = t->gen;
+  m->world_size = t->world;
+  m->rank = t->rank;
+  if (t->comm)
+    m->link_rate = tagc_comm_link_rate(tagc_comm_backend_of(t->comm));
+  tagc_metrics_http_publish(t->http, m);
 }
 
 /* ---------- the training loop of one generation ---------- */
@@ -673,6 +714,7 @@ static tagc_status train(tagc_run *t, tagc_gen_result *res) {
   int64_t end = cfg->stop_at > t->start_step && cfg->stop_at < cfg->steps ? cfg->stop_at : cfg->steps;
   t->end_step = end;
   int64_t step = t->start_step;
+  publish_metrics(t, step, NULL);
   for (; step < end; step++) {
     tagc_step_stats ss;
     poll_chaos(t, step);
@@ -693,6 +735,7 @@ static tagc_status train(tagc_run *t, tagc_gen_result *res) {
       st = save_checkpoint(t, step + 1);
     t->loss = ss.loss;
     accumulate(t, &ss);
+    publish_metrics(t, step + 1, &ss);
     double val = NAN;
     if (st == TAGC_OK && (last || (cfg->eval_every && (step + 1) % cfg->eval_every == 0))) {
       st = tagc_engine_eval(t->engine, &t->corpus, cfg->eval_windows, &val);
@@ -760,5 +803,6 @@ tagc_status tagc_run_generation(tagc_run *r, const tagc_gen_spec *g, tagc_gen_re
     st = TAGC_OK;
   }
   gen_end(r);
+  publish_metrics(r, res->step, NULL);
   return st;
 }

@@ -81,7 +81,11 @@ static const tagc_opt train_opts[] = {
     {"host", TAGC_OPT_STRING, OFF(host), "127.0.0.1", 0, -1, NULL,
      "address this worker listens on and advertises to its peers"},
     {"op-timeout", TAGC_OPT_DOUBLE, OFF(op_timeout), "60", 0.1, 86400, NULL,
-     "seconds a collective may take before the worker treats it as failed"},
+     "base seconds a collective may take before the worker treats it as failed; large "
+     "collectives get 3x their transfer time at the measured link rate on top"},
+    {"metrics-addr", TAGC_OPT_STRING, OFF(metrics_addr), "", 0, -1, NULL,
+     "serve /metrics (Prometheus) and /healthz on HOST:PORT (port 0 = any free one; "
+     "empty = off)"},
 };
 
 const tagc_opt_program tagc_train_program = {

@@ -52,6 +52,7 @@ typedef struct tagc_train_config {
   char *job;
   char *worker_id;
   double lease_ttl;
+  char *metrics_addr; /* HOST:PORT of /metrics and /healthz ("" = off) */
 } tagc_train_config;
 
 /* The option table of tagc-worker (and of tagctl run, which forwards to it). */

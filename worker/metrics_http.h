@@ -1,0 +1,60 @@
+/* A worker's own HTTP endpoints (--metrics-addr): /metrics in the Prometheus text format and
+ * /healthz, over coordinator/http.h.
+ *
+ * The training loop owns a tagc_worker_sample and hands a copy to the server whenever it
+ * changes (after a step, at a generation's start and end); the server keeps the copy under a
+ * mutex and renders each scrape from it, so a scrape never waits on training and never reads
+ * a half-updated sample. Metrics (all prefixed tagc_worker_):
+ *   step, loss, step_seconds, tokens_per_second         the last completed step
+ *   bytes_sent_total, bytes_received_total               collective payload over the process
+ *   failures_total, recoveries_total, steps_lost_total   recovery accounting (as summary.json)
+ *   max_recovery_seconds, last_recovery_seconds          failure -> first completed step
+ *   recovering                                           1 while a failure awaits recovery
+ *   generation, world_size, rank                         the current (or last) generation
+ *   link_rate_bytes_per_second                           the comm layer's measured link rate
+ *   uptime_seconds                                       since the server started
+ * /healthz answers 200 "ok" with the generation and rank while the process runs. */
+#ifndef TAGC_WORKER_METRICS_HTTP_H
+#define TAGC_WORKER_METRICS_HTTP_H
+
+#include <stdint.h>
+
+#include "common/status.h"
+
+typedef struct tagc_worker_sample {
+  int64_t step;         /* steps completed (the next step's index) */
+  double loss;          /* NaN before the first step */
+  double step_s;
+  double tokens_per_s;
+  uint64_t bytes_sent;  /* totals over the process */
+  uint64_t bytes_recv;
+  int64_t failures, recoveries, steps_lost;
+  double max_recovery_s, last_recovery_s;
+  int recovering;       /* a failure awaits its first completed step */
+  int64_t generation;
+  int world_size, rank; /* rank -1 while in no generation */
+  double link_rate;     /* bytes/s, 0 before the first measurement */
+} tagc_worker_sample;
+
+typedef struct tagc_metrics_http tagc_metrics_http;
+
+/* Renders s as Prometheus text (version 0.0.4), uptime_s included. Returns a new string
+ * (caller frees) or NULL when out of memory. Pure. */
+char *tagc_metrics_text(const tagc_worker_sample *s, double uptime_s);
+
+/* Starts serving on addr ("HOST:PORT", IPv4, port 0 = a free one). The first sample is all
+ * zeros with a NaN loss and rank -1. Errors: TAGC_EINVAL (bad address; one-line detail
+ * naming --metrics-addr), TAGC_EIO (cannot listen), TAGC_ENOMEM. */
+tagc_status tagc_metrics_http_start(const char *addr, tagc_metrics_http **out);
+
+/* The port the server listens on. */
+int tagc_metrics_http_port(const tagc_metrics_http *m);
+
+/* Replaces the served sample with a copy of *s. Any thread; does not block on scrapes for
+ * longer than copying a sample. */
+void tagc_metrics_http_publish(tagc_metrics_http *m, const tagc_worker_sample *s);
+
+/* Stops serving (waits for a scrape in progress) and frees; NULL is a no-op. */
+void tagc_metrics_http_stop(tagc_metrics_http *m);
+
+#endif
