@@ -184,7 +184,7 @@ static tagc_status parse_spec(const char *spec, const tagc_device_ops **ops, int
   } else if (spec[4]) {
     return tagc_errorf(TAGC_EINVAL, "device '%s': expected cpu, cuda or cuda:N", spec);
   }
-#ifdef TAGC_DEVICE_CUDA
+#ifdef TAGC_HAVE_DEVICE_CUDA
   *ops = &tagc_device_cuda_ops;
   return TAGC_OK;
 #else
@@ -195,7 +195,7 @@ static tagc_status parse_spec(const char *spec, const tagc_device_ops **ops, int
 
 tagc_status tagc_device_open(const char *spec, tagc_device_compute compute, tagc_device **out) {
   *out = NULL;
-  const tagc_device_ops *ops;
+  const tagc_device_ops *ops = NULL;
   int index;
   TAGC_CHECK(parse_spec(spec, &ops, &index));
   if (compute != TAGC_DEVICE_FP32 && compute != TAGC_DEVICE_BF16)
