@@ -20,6 +20,7 @@
 #include "common/json.h"
 #include "common/timeutil.h"
 #include "coordinator/etcd.h"
+#include "coordinator/http.h"
 #include "coordinator/keys.h"
 #include "worker/fault.h"
 #include "common/log.h"
@@ -79,8 +80,10 @@ static tagc_status self_dir(char *buf, size_t cap) {
 static tagc_status write_job(const run_config *rc, char *path, size_t cap) {
   snprintf(path, cap, "%s/job.json", rc->train.out);
   json_t *job = tagc_opts_to_json(&tagc_train_program, &rc->train);
-  if (job) /* --fault arms one worker only (its command line): see spawn_worker */
+  if (job) { /* --fault and --metrics-addr are per worker (its command line): see spawn_worker */
     json_object_set_new(job, "fault", json_string(""));
+    json_object_set_new(job, "metrics_addr", json_string(""));
+  }
   if (!job)
     return tagc_errorf(TAGC_ENOMEM, "job config");
   tagc_status st = tagc_json_write_file(path, job);
@@ -135,6 +138,26 @@ static pid_t spawn(const char *path, char *const *argv, const char *log) {
   _exit(127);
 }
 
+/* --metrics-addr HOST:PORT serves worker r's /metrics on HOST:PORT+r (port 0: a free one
+ * each). TAGC_EINVAL with a one-line detail when the address is bad or the ports run out. */
+static tagc_status metrics_addr_of(const run_config *rc, int rank, char *buf, size_t cap) {
+  char *host;
+  int port;
+  if (tagc_http_parse_addr(rc->train.metrics_addr, &host, &port) != TAGC_OK) {
+    char detail[256];
+    snprintf(detail, sizeof detail, "%s", tagc_last_error());
+    return tagc_errorf(TAGC_EINVAL, "--metrics-addr: %s", detail);
+  }
+  tagc_status st = TAGC_OK;
+  if (port && port + rc->workers - 1 > 65535)
+    st = tagc_errorf(TAGC_EINVAL, "--metrics-addr: ports %d..%lld for %lld workers pass 65535",
+                     port, (long long)(port + rc->workers - 1), (long long)rc->workers);
+  else
+    snprintf(buf, cap, "%s:%d", host, port ? port + rank : 0);
+  free(host);
+  return st;
+}
+
 /* Starts worker `rank` of n: static rendezvous in rdzv, or elastic through etcd (rdzv NULL). */
 static pid_t spawn_worker(const char *worker, const char *job, int rank, int n, const char *rdzv,
                           const run_config *rc) {
@@ -156,6 +179,9 @@ static pid_t spawn_worker(const char *worker, const char *job, int rank, int n, 
   int fault_rank = rc->fault_rank >= 0 ? (int)rc->fault_rank : n - 1;
   if (rc->train.fault && *rc->train.fault && rank == fault_rank)
     argv[a++] = "--fault", argv[a++] = rc->train.fault;
+  char maddr[300];
+  if (*rc->train.metrics_addr && metrics_addr_of(rc, rank, maddr, sizeof maddr) == TAGC_OK)
+    argv[a++] = "--metrics-addr", argv[a++] = maddr;
   argv[a] = NULL;
   return spawn(worker, argv, NULL);
 }
@@ -328,6 +354,11 @@ static int cmd_run(int argc, char **argv) {
     goto done;
   }
   if ((st = tagc_log_configure(rc.train.log, TAGC_LOG_AUTO)) != TAGC_OK) {
+    fprintf(stderr, "tagctl run: %s\n", tagc_last_error());
+    goto done;
+  }
+  char maddr[300];
+  if (*rc.train.metrics_addr && (st = metrics_addr_of(&rc, 0, maddr, sizeof maddr)) != TAGC_OK) {
     fprintf(stderr, "tagctl run: %s\n", tagc_last_error());
     goto done;
   }

@@ -51,6 +51,7 @@ for prog in "$worker" "$tagctl run"; do
   expect "unknown key 'stepz'" $prog $out --config "$tmp/typo.json"
   expect "wrong JSON type" $prog $out --config "$tmp/type.json"
   expect "no such file" $prog $out --config "$tmp/none.json"
+  expect "--metrics-addr: HTTP address 'nonsense'" $prog $out --metrics-addr nonsense
 done
 expect "unknown command" "$tagctl" frobnicate
 echo "$pass passed, $fail failed"
