@@ -56,6 +56,13 @@ static tagc_status validate_config(const tagc_comm_config *cfg) {
 }
 
 tagc_status tagc_comm_create(const tagc_comm_config *cfg, tagc_comm **out) {
+  return tagc_comm_create_ex(cfg, out, NULL);
+}
+
+tagc_status tagc_comm_create_ex(const tagc_comm_config *cfg, tagc_comm **out, int *failed_peer) {
+  int peer = -1;
+  if (failed_peer)
+    *failed_peer = -1;
   if (!out)
     return tagc_errorf(TAGC_EINVAL, "comm create: NULL output");
   TAGC_CHECK(validate_config(cfg));
@@ -63,8 +70,11 @@ tagc_status tagc_comm_create(const tagc_comm_config *cfg, tagc_comm **out) {
   if (!c)
     return tagc_errorf(TAGC_ENOMEM, "comm create: out of memory");
   double t0 = tagc_now();
-  tagc_status st = cfg->backend == TAGC_COMM_GLOO ? comm_gloo_create(cfg, &c->ops, &c->impl)
-                                                  : comm_nccl_create(cfg, &c->ops, &c->impl);
+  tagc_status st = cfg->backend == TAGC_COMM_GLOO
+                       ? comm_gloo_create(cfg, &c->ops, &c->impl, &peer)
+                       : comm_nccl_create(cfg, &c->ops, &c->impl);
+  if (failed_peer)
+    *failed_peer = peer;
   if (st != TAGC_OK) {
     free(c);
     return st;

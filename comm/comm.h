@@ -121,7 +121,8 @@ void tagc_comm_config_init(tagc_comm_config *cfg);
  * size and backend. Blocks until all ranks connected or the timeout passed (Gloo: the address
  * exchange and the TCP connects each have config.timeout_s, so a failing create returns
  * within about twice that).
- * Gloo: each rank publishes its address under <prefix>/... and connects a full mesh; the
+ * Gloo: each rank publishes the address of its end of the pair with each peer p under
+ * <prefix>/<rank>/<p> and connects all pairs at once; the
  * process's SIGPIPE disposition is set to SIG_IGN if it was SIG_DFL (a closed peer must not
  * kill the process). NCCL: rank 0 publishes a fresh unique id (base64) under <prefix>/ncclid;
  * init is non-blocking and polled against the timeout.
@@ -129,6 +130,15 @@ void tagc_comm_config_init(tagc_comm_config *cfg);
  * built), TAGC_ETIMEDOUT (peers missing), TAGC_EPEER / TAGC_EIO (connection or device
  * failure), TAGC_ENOMEM. On success *out is a new communicator (tagc_comm_destroy). */
 tagc_status tagc_comm_create(const tagc_comm_config *cfg, tagc_comm **out);
+
+/* tagc_comm_create() that also tells whom to blame when it fails: *failed_peer (when not
+ * NULL) is set to the rank this rank could not reach — its address did not appear in the
+ * store within the timeout, or the connection to it timed out or failed — and to -1 on
+ * success or when no peer is known (bad config, store or local errors, NCCL). Gloo connects
+ * to all peers at once and names the lowest rank that failed, so in a partition the ranks
+ * of each side name a rank of the other side. Errors, blocking and ownership as for
+ * tagc_comm_create(). */
+tagc_status tagc_comm_create_ex(const tagc_comm_config *cfg, tagc_comm **out, int *failed_peer);
 
 /* Closes connections and frees the communicator; NULL is a no-op. Does not block on peers.
  * Must not be called while an operation runs on another thread (abort and wait for it). */

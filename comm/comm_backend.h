@@ -51,9 +51,10 @@ typedef struct comm_backend_ops {
 } comm_backend_ops;
 
 /* Backend constructors: connect per cfg (validated by the caller) and return the backend's
- * ops and state. Errors as for tagc_comm_create(). */
+ * ops and state. Errors as for tagc_comm_create(). Gloo also sets *failed_peer (never NULL)
+ * to the rank it could not reach, or -1; NCCL's init names no peer. */
 tagc_status comm_gloo_create(const tagc_comm_config *cfg, const comm_backend_ops **ops,
-                             void **impl);
+                             void **impl, int *failed_peer);
 tagc_status comm_nccl_create(const tagc_comm_config *cfg, const comm_backend_ops **ops,
                              void **impl);
 

@@ -17,9 +17,19 @@
 // running exchange every kProbeS seconds without blocking (abortWaitRecv, then waitRecv:
 // it throws if the probe has failed, else returns at once) and wakes the exchange when one
 // has.
+//
+// The bootstrap (connect_mesh) replaces Gloo's connectFullMesh, which connects the peers one
+// after the other, waits five times the timeout for each and throws an error that names an
+// address, not a rank. Here every rank publishes the address of its pair with each peer
+// under <prefix>/<rank>/<peer>, reads each peer's address of the pair with it, then connects
+// all pairs at once, each within the timeout, so a failing create says which rank could not
+// be reached — what the planner needs to tell a partitioned worker from its accusers.
 #include <signal.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cstdarg>
+#include <cstdio>
 #include <condition_variable>
 #include <cstdlib>
 #include <cstring>
@@ -31,8 +41,9 @@
 #include <vector>
 
 #include <gloo/context.h>
-#include <gloo/rendezvous/context.h>
-#include <gloo/rendezvous/store.h>
+#include <gloo/transport/context.h>
+#include <gloo/transport/device.h>
+#include <gloo/transport/pair.h>
 #include <gloo/transport/tcp/device.h>
 #include <gloo/transport/unbound_buffer.h>
 
@@ -44,54 +55,16 @@ extern "C" {
 
 namespace {
 
-// gloo::rendezvous::Store over a tagc_store, with every key under the generation prefix.
-class PrefixedStore : public gloo::rendezvous::Store {
+// A Gloo context whose transport context and device are set by connect_mesh().
+class MeshContext : public gloo::Context {
  public:
-  PrefixedStore(tagc_store *store, std::string prefix, double timeout_s)
-      : store_(store), prefix_(std::move(prefix)), timeout_s_(timeout_s) {}
+  MeshContext(int rank, int size) : gloo::Context(rank, size) {}
 
-  void set(const std::string &key, const std::vector<char> &data) override {
-    tagc_status st = tagc_store_set(store_, full(key).c_str(), data.data(), data.size());
-    if (st != TAGC_OK)
-      throw std::runtime_error(std::string("store set: ") + tagc_last_error());
+  void adopt(std::shared_ptr<gloo::transport::Device> device,
+             std::shared_ptr<gloo::transport::Context> transport) {
+    device_ = std::move(device);
+    transportContext_ = std::move(transport);
   }
-
-  std::vector<char> get(const std::string &key) override {
-    void *value = nullptr;
-    size_t len = 0;
-    tagc_status st = tagc_store_get(store_, full(key).c_str(), timeout_s_, &value, &len);
-    if (st != TAGC_OK)
-      throw std::runtime_error(std::string("store get: ") + tagc_last_error());
-    std::vector<char> out(static_cast<char *>(value), static_cast<char *>(value) + len);
-    std::free(value);
-    return out;
-  }
-
-  void wait(const std::vector<std::string> &keys) override {
-    wait(keys, std::chrono::milliseconds(static_cast<long>(timeout_s_ * 1000)));
-  }
-
-  void wait(const std::vector<std::string> &keys,
-            const std::chrono::milliseconds &timeout) override {
-    double deadline = tagc_now() + timeout.count() / 1000.0;
-    for (const auto &key : keys) {
-      void *value = nullptr;
-      size_t len = 0;
-      double left = deadline - tagc_now();
-      tagc_status st = tagc_store_get(store_, full(key).c_str(), left > 0 ? left : 0, &value,
-                                      &len);
-      if (st != TAGC_OK)
-        throw std::runtime_error(std::string("store wait: ") + tagc_last_error());
-      std::free(value);
-    }
-  }
-
- private:
-  std::string full(const std::string &key) const { return prefix_ + "/" + key; }
-
-  tagc_store *store_;
-  std::string prefix_;
-  double timeout_s_;
 };
 
 // Seconds between two health probes of the connections of a running exchange.
@@ -106,7 +79,7 @@ struct Pending {
 
 struct GlooComm {
   std::shared_ptr<gloo::transport::Device> device;
-  std::shared_ptr<gloo::rendezvous::Context> context;
+  std::shared_ptr<MeshContext> context;
   std::vector<char> scratch;
   // probes[p]: zero-byte receive from peer p, posted at create, never completed.
   std::vector<Buffer> probes;
@@ -329,7 +302,7 @@ void free_comm(GlooComm *g) {
   {
     std::lock_guard<std::mutex> guard(g->lock);
     g->stopping = true;
-    if (g->context)
+    if (g->device) /* connected */
       close_locked(g);
   }
   g->wake.notify_all();
@@ -356,35 +329,159 @@ void ignore_sigpipe() {
     signal(SIGPIPE, SIG_IGN);
 }
 
+// Puts "<context>: " before the current error detail (copied first: tagc_errorf writes the
+// buffer tagc_last_error() reads).
+tagc_status with_detail(tagc_status st, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+tagc_status with_detail(tagc_status st, const char *fmt, ...) {
+  std::string detail = tagc_last_error();
+  char context[256];
+  va_list ap;
+  va_start(ap, fmt);
+  std::vsnprintf(context, sizeof context, fmt, ap);
+  va_end(ap);
+  return tagc_errorf(st, "%s: %s", context, detail.c_str());
+}
+
+// Store key of the address that rank `from` publishes for its pair with rank `to`.
+std::string address_key(const tagc_comm_config *cfg, int from, int to) {
+  return std::string(cfg->prefix) + "/" + std::to_string(from) + "/" + std::to_string(to);
+}
+
+// One peer's part of the bootstrap.
+struct PeerLink {
+  std::vector<char> address; // the peer's end of our pair
+  std::string error;         // why the connect failed; empty when it succeeded
+  double seconds = 0;        // time the connect took
+};
+
+// Reads every peer's address for its pair with this rank, waiting until deadline. On
+// failure *peer is the first rank whose address did not come (-1 for a store error).
+tagc_status fetch_addresses(const tagc_comm_config *cfg, double deadline,
+                            std::vector<PeerLink> &links, int *peer) {
+  for (int p = 0; p < cfg->world_size; p++) {
+    if (p == cfg->rank)
+      continue;
+    void *value = nullptr;
+    size_t len = 0;
+    double left = deadline - tagc_now();
+    tagc_status st = tagc_store_get(cfg->store, address_key(cfg, p, cfg->rank).c_str(),
+                                    left > 0 ? left : 0, &value, &len);
+    if (st == TAGC_ETIMEDOUT) {
+      *peer = p;
+      return tagc_errorf(st, "rank %d did not publish its address within %.1f s", p,
+                         cfg->timeout_s);
+    }
+    if (st != TAGC_OK)
+      return with_detail(st, "address of rank %d", p);
+    links[p].address.assign(static_cast<char *>(value), static_cast<char *>(value) + len);
+    std::free(value);
+  }
+  return TAGC_OK;
+}
+
+// Connects every pair at once, one thread each; Gloo waits five times the pair timeout, so
+// the pairs were made with a fifth of cfg->timeout_s. Returns when all connects ended.
+void connect_pairs(const tagc_comm_config *cfg, gloo::transport::Context &transport,
+                   std::vector<PeerLink> &links) {
+  std::vector<std::thread> threads;
+  auto connect_one = [&transport, &links](int p) {
+    double t0 = tagc_now();
+    try {
+      transport.getPair(p)->connect(links[p].address);
+    } catch (const std::exception &e) {
+      links[p].error = e.what();
+    }
+    links[p].seconds = tagc_now() - t0;
+  };
+  try {
+    for (int p = 0; p < cfg->world_size; p++) {
+      if (p != cfg->rank)
+        threads.emplace_back(connect_one, p);
+    }
+  } catch (const std::exception &) {
+    for (auto &t : threads)
+      t.join();
+    throw;
+  }
+  for (auto &t : threads)
+    t.join();
+}
+
+// The bootstrap (see the top of this file): on failure returns TAGC_ETIMEDOUT (a peer's
+// address did not come, or a connect ran out of time) or TAGC_EPEER (a connect was refused
+// or failed), with *peer the lowest rank that could not be reached; other failures (store,
+// local sockets) keep *peer at -1.
+tagc_status connect_mesh(const tagc_comm_config *cfg, MeshContext &ctx, int *peer) {
+  gloo::transport::tcp::attr attr(cfg->host ? cfg->host : "127.0.0.1");
+  auto device = gloo::transport::tcp::CreateDevice(attr);
+  auto transport = device->createContext(cfg->rank, cfg->world_size);
+  auto full = std::chrono::milliseconds(static_cast<long>(cfg->timeout_s * 1000));
+  transport->setTimeout(std::max(std::chrono::milliseconds(1), full / 5));
+  double deadline = tagc_now() + cfg->timeout_s;
+  std::vector<PeerLink> links(cfg->world_size);
+  for (int p = 0; p < cfg->world_size; p++) {
+    if (p == cfg->rank)
+      continue;
+    std::vector<char> mine = transport->createPair(p)->address().bytes();
+    tagc_status st = tagc_store_set(cfg->store, address_key(cfg, cfg->rank, p).c_str(),
+                                    mine.data(), mine.size());
+    if (st != TAGC_OK)
+      return with_detail(st, "publishing the address for rank %d", p);
+  }
+  TAGC_CHECK(fetch_addresses(cfg, deadline, links, peer));
+  connect_pairs(cfg, *transport, links);
+  int failed = 0;
+  for (int p = 0; p < cfg->world_size; p++) {
+    if (links[p].error.empty())
+      continue;
+    if (failed++ == 0)
+      *peer = p;
+  }
+  if (failed) {
+    const PeerLink &l = links[*peer];
+    tagc_status st = l.seconds >= 0.95 * cfg->timeout_s ? TAGC_ETIMEDOUT : TAGC_EPEER;
+    return tagc_errorf(st, "cannot connect to rank %d (%d of %d peers unreachable) after %.1f s: "
+                       "%s", *peer, failed, cfg->world_size - 1, l.seconds, l.error.c_str());
+  }
+  transport->setTimeout(full);
+  ctx.setTimeout(full);
+  ctx.adopt(std::move(device), std::move(transport));
+  return TAGC_OK;
+}
+
 } // namespace
 
 extern "C" tagc_status comm_gloo_create(const tagc_comm_config *cfg,
-                                        const comm_backend_ops **ops, void **impl) {
+                                        const comm_backend_ops **ops, void **impl,
+                                        int *failed_peer) {
+  *failed_peer = -1;
   ignore_sigpipe();
   GlooComm *g = new (std::nothrow) GlooComm();
   if (!g)
     return tagc_errorf(TAGC_ENOMEM, "gloo create: out of memory");
-  double deadline = tagc_now() + cfg->timeout_s;
+  tagc_status st;
   try {
-    gloo::transport::tcp::attr attr(cfg->host ? cfg->host : "127.0.0.1");
-    g->device = gloo::transport::tcp::CreateDevice(attr);
-    g->context = std::make_shared<gloo::rendezvous::Context>(cfg->rank, cfg->world_size);
-    g->context->setTimeout(std::chrono::milliseconds(static_cast<long>(cfg->timeout_s * 1000)));
-    PrefixedStore store(cfg->store, cfg->prefix, cfg->timeout_s);
-    g->context->connectFullMesh(store, g->device);
-    uint64_t probe_slot = static_cast<uint64_t>(g->context->nextSlot());
-    g->probes.resize(cfg->world_size);
-    for (int p = 0; p < cfg->world_size; p++) {
-      if (p == cfg->rank)
-        continue;
-      g->probes[p] = g->context->createUnboundBuffer(nullptr, 0);
-      g->probes[p]->recv(p, probe_slot, 0, 0);
+    g->context = std::make_shared<MeshContext>(cfg->rank, cfg->world_size);
+    st = connect_mesh(cfg, *g->context, failed_peer);
+    if (st == TAGC_OK) {
+      g->device = g->context->getDevice();
+      uint64_t probe_slot = static_cast<uint64_t>(g->context->nextSlot());
+      g->probes.resize(cfg->world_size);
+      for (int p = 0; p < cfg->world_size; p++) {
+        if (p == cfg->rank)
+          continue;
+        g->probes[p] = g->context->createUnboundBuffer(nullptr, 0);
+        g->probes[p]->recv(p, probe_slot, 0, 0);
+      }
+      g->monitor = std::thread(monitor_main, g);
     }
-    g->monitor = std::thread(monitor_main, g);
   } catch (const std::exception &e) {
-    tagc_status st = tagc_now() >= deadline ? TAGC_ETIMEDOUT : TAGC_EPEER;
-    tagc_errorf(st, "gloo create (rank %d of %d, prefix %s): %s", cfg->rank,
-                cfg->world_size, cfg->prefix, e.what());
+    st = tagc_errorf(TAGC_EPEER, "%s", e.what());
+  }
+  if (st != TAGC_OK) {
+    with_detail(st, "gloo create (rank %d of %d, prefix %s)", cfg->rank, cfg->world_size,
+                cfg->prefix);
     free_comm(g);
     return st;
   }
