@@ -60,6 +60,8 @@ struct tagc_run {
   char chaos_seen[256];
   double loss, val;
   tagc_metrics_http *http; /* --metrics-addr, else NULL */
+  tagc_device *device;     /* --device: kept across generations */
+  tagc_device_info dev_info;
   tagc_worker_sample sample;
 
   /* the current generation */
@@ -106,6 +108,13 @@ tagc_status tagc_run_new(const tagc_train_config *cfg, tagc_run **out) {
              tagc_metrics_http_port(r->http), cfg->metrics_addr);
     r->sample = (tagc_worker_sample){.loss = NAN, .rank = -1};
   }
+  TAGC_CHECK_GOTO(tagc_device_open(cfg->device, strcmp(cfg->compute, "bf16") ? TAGC_DEVICE_FP32
+                                                                          : TAGC_DEVICE_BF16,
+                                   &r->device), st, fail);
+  tagc_device_get_info(r->device, &r->dev_info);
+  if (tagc_device_is_cuda(r->device))
+    LOG_INFO("train", "device cuda:%d: %s, %.1f GiB, %s matrix products", r->dev_info.index,
+             r->dev_info.name, (double)r->dev_info.total_bytes / (1 << 30), cfg->compute);
   r->threads = cfg->threads ? (int)cfg->threads : omp_get_num_procs();
   omp_set_num_threads(r->threads); /* the model runs the BLAS single-threaded inside OpenMP */
   TAGC_CHECK_GOTO(tagc_corpus_load(cfg->corpus, (size_t)cfg->ctx + 1, &r->corpus), st, fail);
@@ -131,6 +140,7 @@ void tagc_run_free(tagc_run *r) {
     return;
   tagc_metrics_http_stop(r->http);
   tagc_corpus_free(&r->corpus);
+  tagc_device_close(r->device);
   free(r->tt.step_s);
   if (r->metrics)
     fclose(r->metrics);
@@ -314,7 +324,8 @@ static tagc_status connect(tagc_run *t, const tagc_gen_spec *g) {
   }
   tagc_comm_config cc;
   tagc_comm_config_init(&cc);
-  cc.backend = TAGC_COMM_GLOO;
+  cc.backend = tagc_device_is_cuda(t->device) ? TAGC_COMM_NCCL : TAGC_COMM_GLOO;
+  cc.device = t->dev_info.index;
   cc.rank = g->rank;
   cc.world_size = g->world;
   cc.store = g->store;
@@ -352,6 +363,7 @@ static tagc_status gen_begin(tagc_run *t, const tagc_gen_spec *g) {
   tagc_engine_config ec = {0};
   ec.layout = &t->layout;
   ec.comm = t->comm;
+  ec.device = t->device;
   ec.policy = t->policy;
   ec.adam = (tagc_adamw_config){.lr = (float)cfg->lr,
                                 .min_lr_ratio = (float)cfg->min_lr_ratio,
@@ -455,6 +467,31 @@ static int cmp_double(const void *a, const void *b) {
   return (x > y) - (x < y);
 }
 
+/* Model FLOPs per trained token: 6 per parameter (forward and backward of the products) plus
+ * 12 * layers * width * context for attention (the PaLM paper's estimate). */
+static double flops_per_token(const tagc_model_layout *l) {
+  return 6.0 * (double)l->n_params +
+         12.0 * l->cfg.n_layer * (double)l->cfg.d_model * (double)l->cfg.ctx;
+}
+
+/* Where this worker computed, and its model FLOPs utilisation when the device's peak is
+ * known (the whole job's tokens over all its devices' peaks). */
+static json_t *device_json(const tagc_run *t, double tokens_per_s) {
+  const tagc_device_info *d = &t->dev_info;
+  uint64_t cur, peak;
+  tagc_device_usage(t->device, &cur, &peak);
+  double flops = tokens_per_s * flops_per_token(&t->layout);
+  json_t *j = json_pack("{s:s, s:i, s:s, s:s, s:f, s:I, s:I}", "kind", d->kind, "index", d->index,
+                        "name", d->name, "compute", t->cfg->compute, "model_tflops_per_s",
+                        flops / 1e12, "engine_bytes_peak", (json_int_t)peak, "total_bytes",
+                        (json_int_t)d->total_bytes);
+  if (j)
+    json_object_set_new(j, "mfu", d->peak_tflops > 0
+                                      ? json_real(flops / (d->peak_tflops * 1e12 * t->world))
+                                      : json_null());
+  return j;
+}
+
 static tagc_status write_summary(tagc_run *t, uint32_t params_crc) {
   const tagc_train_config *cfg = t->cfg;
   const totals *tt = &t->tt;
@@ -476,6 +513,7 @@ static tagc_status write_summary(tagc_run *t, uint32_t params_crc) {
   json_object_set_new(s, "steps_this_run", json_integer(tt->steps));
   json_object_set_new(s, "resumed_from", json_integer(t->start_step));
   json_object_set_new(s, "generation", json_integer(t->gen));
+  json_object_set_new(s, "device", device_json(t, tt->tokens / wall));
   json_object_set_new(s, "failures", json_integer(t->rec.failures));
   json_object_set_new(s, "recoveries", json_integer(t->rec.recoveries));
   json_object_set_new(s, "max_recovery_s", json_real(t->rec.max_recovery_s));

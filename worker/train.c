@@ -78,6 +78,11 @@ static const tagc_opt train_opts[] = {
     {"reshard-after-forward", TAGC_OPT_BOOL, OFF(reshard_after_forward), "true", 0, -1, NULL,
      "free a unit's gathered parameters after forward and gather again for backward (ZeRO-3); "
      "false keeps them for the whole step"},
+    {"device", TAGC_OPT_STRING, OFF(device), "cpu", 0, -1, NULL,
+     "where the model computes: cpu, cuda (device 0) or cuda:N; cuda uses NCCL between workers"},
+    {"compute", TAGC_OPT_CHOICE, OFF(compute), "fp32", 0, -1, "fp32|bf16",
+     "precision of the matrix products on cuda (bf16 operands, fp32 accumulation and master "
+     "weights); the CPU computes in fp32"},
     {"host", TAGC_OPT_STRING, OFF(host), "127.0.0.1", 0, -1, NULL,
      "address this worker listens on and advertises to its peers"},
     {"op-timeout", TAGC_OPT_DOUBLE, OFF(op_timeout), "60", 0.1, 86400, NULL,

@@ -53,6 +53,8 @@ typedef struct tagc_train_config {
   char *worker_id;
   double lease_ttl;
   char *metrics_addr; /* HOST:PORT of /metrics and /healthz ("" = off) */
+  char *device;       /* "cpu", "cuda" or "cuda:N" */
+  char *compute;      /* "fp32" or "bf16" matrix products (CUDA) */
 } tagc_train_config;
 
 /* The option table of tagc-worker (and of tagctl run, which forwards to it). */
