@@ -22,6 +22,7 @@
 #include "coordinator/etcd.h"
 #include "coordinator/http.h"
 #include "coordinator/keys.h"
+#include "worker/device.h"
 #include "worker/fault.h"
 #include "common/log.h"
 #include "worker/train.h"
@@ -165,7 +166,7 @@ static pid_t spawn_worker(const char *worker, const char *job, int rank, int n, 
   snprintf(r, sizeof r, "%d", rank);
   snprintf(w, sizeof w, "%d", n);
   snprintf(id, sizeof id, "w%d", rank);
-  char *argv[16];
+  char *argv[20];
   int a = 0;
   argv[a++] = "tagc-worker";
   argv[a++] = "--config";
@@ -182,6 +183,11 @@ static pid_t spawn_worker(const char *worker, const char *job, int rank, int n, 
   char maddr[300];
   if (*rc->train.metrics_addr && metrics_addr_of(rc, rank, maddr, sizeof maddr) == TAGC_OK)
     argv[a++] = "--metrics-addr", argv[a++] = maddr;
+  char dev[32];
+  if (!strcmp(rc->train.device, "cuda") && n > 1) { /* one GPU per local worker */
+    snprintf(dev, sizeof dev, "cuda:%d", rank);
+    argv[a++] = "--device", argv[a++] = dev;
+  }
   argv[a] = NULL;
   return spawn(worker, argv, NULL);
 }
@@ -360,6 +366,16 @@ static int cmd_run(int argc, char **argv) {
   char maddr[300];
   if (*rc.train.metrics_addr && (st = metrics_addr_of(&rc, 0, maddr, sizeof maddr)) != TAGC_OK) {
     fprintf(stderr, "tagctl run: %s\n", tagc_last_error());
+    goto done;
+  }
+  int dev_index;
+  if ((st = tagc_device_parse(rc.train.device, &dev_index)) != TAGC_OK) {
+    fprintf(stderr, "tagctl run: %s\n", tagc_last_error());
+    code = st == TAGC_EINVAL ? 2 : 1;
+    goto done;
+  }
+  if (dev_index < 0 && strcmp(rc.train.compute, "fp32")) {
+    fprintf(stderr, "tagctl run: the CPU computes in fp32 only (--compute fp32)\n");
     goto done;
   }
   rc.elastic = !strcmp(rc.mode, "elastic") || (!strcmp(rc.mode, "auto") && rc.workers > 1);

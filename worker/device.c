@@ -193,6 +193,11 @@ static tagc_status parse_spec(const char *spec, const tagc_device_ops **ops, int
 #endif
 }
 
+tagc_status tagc_device_parse(const char *spec, int *index) {
+  const tagc_device_ops *ops;
+  return parse_spec(spec, &ops, index);
+}
+
 tagc_status tagc_device_open(const char *spec, tagc_device_compute compute, tagc_device **out) {
   *out = NULL;
   const tagc_device_ops *ops = NULL;

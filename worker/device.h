@@ -55,6 +55,10 @@ typedef struct tagc_device_info {
   double peak_tflops;  /* dense peak of the configured compute precision when known, else 0 */
 } tagc_device_info;
 
+/* Checks a device spec without opening it: *index is the CUDA device index, -1 for the CPU.
+ * TAGC_EINVAL for a malformed spec, TAGC_EUNSUPPORTED for CUDA in a build without it. */
+tagc_status tagc_device_parse(const char *spec, int *index);
+
 /* Opens the CPU (spec "cpu") or a CUDA device ("cuda" = device 0, "cuda:N") with its two
  * lanes. Errors: TAGC_EINVAL for another spec or a device index out of range,
  * TAGC_EUNSUPPORTED for CUDA without CUDA support or without a visible GPU (one line saying

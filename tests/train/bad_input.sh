@@ -52,6 +52,10 @@ for prog in "$worker" "$tagctl run"; do
   expect "wrong JSON type" $prog $out --config "$tmp/type.json"
   expect "no such file" $prog $out --config "$tmp/none.json"
   expect "--metrics-addr: HTTP address 'nonsense'" $prog $out --metrics-addr nonsense
+  expect "expected cpu, cuda or cuda:N" $prog $out --device gpu
+  expect "expected cuda:N" $prog $out --device cuda:x
+  expect "fp32|bf16" $prog $out --compute half
+  expect "fp32 only" $prog $out --compute bf16
 done
 expect "unknown command" "$tagctl" frobnicate
 echo "$pass passed, $fail failed"
