@@ -198,9 +198,14 @@ double tagc_comm_link_rate(tagc_comm_backend backend) {
   return r;
 }
 
+/* The caller's timeout_s, or the default when <= 0, clamped. */
+static double base_timeout(const tagc_comm *c, double timeout_s) {
+  double t = timeout_s > 0 ? timeout_s : c->default_timeout;
+  return t < MAX_TIMEOUT_S ? t : MAX_TIMEOUT_S;
+}
+
 double tagc_comm_timeout_for(const tagc_comm *comm, double timeout_s, uint64_t wire_bytes) {
-  double base = timeout_s > 0 ? timeout_s : comm->default_timeout;
-  return link_timeout(comm->backend, base < MAX_TIMEOUT_S ? base : MAX_TIMEOUT_S, wire_bytes);
+  return link_timeout(comm->backend, base_timeout(comm, timeout_s), wire_bytes);
 }
 
 /* One collective call in progress: its base timeout and the payload bytes it moved. The
@@ -222,8 +227,7 @@ static tagc_status op_begin(op_call *op, tagc_comm *c, tagc_comm_opkind kind,
   op->c = c;
   op->kind = kind;
   op->start = tagc_now();
-  double timeout = timeout_s > 0 ? timeout_s : c->default_timeout;
-  op->base = timeout < MAX_TIMEOUT_S ? timeout : MAX_TIMEOUT_S;
+  op->base = base_timeout(c, timeout_s);
   op->wire = op->sent = op->recv = 0;
   tagc_status st = (tagc_status)atomic_load(&c->state);
   if (st == TAGC_OK)
