@@ -1014,6 +1014,12 @@ void tagc_arena_hooks_init(tagc_arena_hooks *ah, const tagc_model_layout *layout
   ah->grads = grads;
 }
 
+double tagc_model_flops_per_token(const tagc_model_layout *layout) {
+  const tagc_model_config *c = &layout->cfg;
+  return 6.0 * (double)(layout->n_params - layout->units[0].numel) +
+         12.0 * c->n_layer * (double)c->d_model * (double)c->ctx;
+}
+
 int tagc_model_backward_needs_params(const tagc_model_layout *layout, int unit) {
   (void)layout;
   return unit != 0; /* the embedding gradients need only the tokens and the incoming gradient */

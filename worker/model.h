@@ -138,6 +138,12 @@ tagc_status tagc_model_forward(const tagc_model_layout *layout, tagc_model_acts 
 tagc_status tagc_model_backward(const tagc_model_layout *layout, tagc_model_acts *acts,
                                 tagc_unit_hooks *hooks, float loss_scale);
 
+/* Model FLOPs of one trained token (forward and backward), for MFU: 6 per parameter outside
+ * the embedding unit (the embeddings are lookups; the head is a product) plus
+ * 12 * layers * width * context for the attention products, as llm.c and the PaLM paper
+ * count them. */
+double tagc_model_flops_per_token(const tagc_model_layout *layout);
+
 /* Whether the backward of `unit` reads its parameters (it always reads them in forward): the
  * embedding unit's does not, so a sharded engine need not gather it again for backward. */
 int tagc_model_backward_needs_params(const tagc_model_layout *layout, int unit);

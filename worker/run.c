@@ -467,20 +467,13 @@ static int cmp_double(const void *a, const void *b) {
   return (x > y) - (x < y);
 }
 
-/* Model FLOPs per trained token: 6 per parameter (forward and backward of the products) plus
- * 12 * layers * width * context for attention (the PaLM paper's estimate). */
-static double flops_per_token(const tagc_model_layout *l) {
-  return 6.0 * (double)l->n_params +
-         12.0 * l->cfg.n_layer * (double)l->cfg.d_model * (double)l->cfg.ctx;
-}
-
-/* Where this worker computed, and its model FLOPs utilisation when the device's peak is
- * known (the whole job's tokens over all its devices' peaks). */
+/* Where this worker computed, and its model FLOPs utilisation at the median step when the
+ * device's peak is known (the whole job's tokens over all its devices' peaks). */
 static json_t *device_json(const tagc_run *t, double tokens_per_s) {
   const tagc_device_info *d = &t->dev_info;
   uint64_t cur, peak;
   tagc_device_usage(t->device, &cur, &peak);
-  double flops = tokens_per_s * flops_per_token(&t->layout);
+  double flops = tokens_per_s * tagc_model_flops_per_token(&t->layout);
   json_t *j = json_pack("{s:s, s:i, s:s, s:s, s:f, s:I, s:I}", "kind", d->kind, "index", d->index,
                         "name", d->name, "compute", t->cfg->compute, "model_tflops_per_s",
                         flops / 1e12, "engine_bytes_peak", (json_int_t)peak, "total_bytes",
@@ -513,7 +506,8 @@ static tagc_status write_summary(tagc_run *t, uint32_t params_crc) {
   json_object_set_new(s, "steps_this_run", json_integer(tt->steps));
   json_object_set_new(s, "resumed_from", json_integer(t->start_step));
   json_object_set_new(s, "generation", json_integer(t->gen));
-  json_object_set_new(s, "device", device_json(t, tt->tokens / wall));
+  double step_tokens = (double)cfg->batch * (double)cfg->ctx;
+  json_object_set_new(s, "device", device_json(t, median > 0 ? step_tokens / median : 0));
   json_object_set_new(s, "failures", json_integer(t->rec.failures));
   json_object_set_new(s, "recoveries", json_integer(t->rec.recoveries));
   json_object_set_new(s, "max_recovery_s", json_real(t->rec.max_recovery_s));

@@ -135,8 +135,7 @@ static int bench(const tagc_model_layout *lay, const float *host_params, int ste
   int nonfinite = 0;
   CUDA_OR_FAIL(cudaMemcpy(&nonfinite, flag, sizeof nonfinite, cudaMemcpyDeviceToHost));
 
-  size_t emb = lay->units[0].numel;
-  double flops_token = 6.0 * (double)(np - emb) + 12.0 * c->n_layer * c->d_model * c->ctx;
+  double flops_token = tagc_model_flops_per_token(lay);
   double step_s = ms / 1e3 / steps, tok_s = (double)nt / step_s;
   double peak = dtype == TAGC_COMPUTE_BF16 ? env_or("TAGC_PEAK_BF16_TFLOPS", 989.0)
                                            : env_or("TAGC_PEAK_FP32_TFLOPS", 67.0);
