@@ -136,8 +136,9 @@ tagc_status tagc_comm_create(const tagc_comm_config *cfg, tagc_comm **out);
  * store within the timeout, or the connection to it timed out or failed — and to -1 on
  * success or when no peer is known (bad config, store or local errors, NCCL). Gloo connects
  * to all peers at once and names the lowest rank that failed, so in a partition the ranks
- * of each side name a rank of the other side. Errors, blocking and ownership as for
- * tagc_comm_create(). */
+ * of each side name a rank of the other side; a rank whose connects failed keeps its own
+ * ends open until the connect timeout has passed, so a peer still connecting to it does not
+ * blame it for a link that works. Errors, blocking and ownership as for tagc_comm_create(). */
 tagc_status tagc_comm_create_ex(const tagc_comm_config *cfg, tagc_comm **out, int *failed_peer);
 
 /* Closes connections and frees the communicator; NULL is a no-op. Does not block on peers.

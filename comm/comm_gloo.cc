@@ -430,6 +430,7 @@ tagc_status connect_mesh(const tagc_comm_config *cfg, MeshContext &ctx, int *pee
       return with_detail(st, "publishing the address for rank %d", p);
   }
   TAGC_CHECK(fetch_addresses(cfg, deadline, links, peer));
+  double connect_end = tagc_now() + cfg->timeout_s;
   connect_pairs(cfg, *transport, links);
   int failed = 0;
   for (int p = 0; p < cfg->world_size; p++) {
@@ -439,6 +440,11 @@ tagc_status connect_mesh(const tagc_comm_config *cfg, MeshContext &ctx, int *pee
       *peer = p;
   }
   if (failed) {
+    // Keep our ends open until the peers' connects have run out of time too: one of ours
+    // closing early would make a peer still connecting to us blame us for a working link.
+    double hold = connect_end - tagc_now();
+    if (hold > 0)
+      tagc_sleep(hold);
     const PeerLink &l = links[*peer];
     tagc_status st = l.seconds >= 0.95 * cfg->timeout_s ? TAGC_ETIMEDOUT : TAGC_EPEER;
     return tagc_errorf(st, "cannot connect to rank %d (%d of %d peers unreachable) after %.1f s: "

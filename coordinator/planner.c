@@ -20,8 +20,15 @@ typedef struct work {
   json_t *suspicion;        /* [{"pair","count"}] of the next plan */
   json_t *totals;           /* {"kind":n} of the next plan */
   json_t *strikes;          /* {"id":n}: exclusions of each worker over the job */
+  json_t *blame;            /* {"id":n}: accusations over the fruitless streak (next plan) */
+  json_int_t fruitless;     /* fruitless generations in a row, this one included (next plan) */
+  int excluded_now;         /* exclusions made by this decision */
   double pending;           /* earliest time a suspect's window ends; 0 = none */
 } work;
+
+/* Fruitless generations in a row (failed before completing a step, nobody excluded) after
+ * which the fruitless rule excludes the most blamed member. */
+#define FRUITLESS_LIMIT 3
 
 static void note(work *w, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
@@ -90,7 +97,37 @@ static tagc_status exclude(work *w, const char *id, const char *why) {
   json_t *e = json_pack("{s:I, s:s}", "registration", (json_int_t)alive(w->in, id), "why", why);
   if (!e || json_object_set_new(w->excluded, id, e) != 0)
     return tagc_errorf(TAGC_ENOMEM, "planner: exclusion");
+  w->excluded_now++;
   return bump(w->strikes, id);
+}
+
+/* Excludes a live member for a doubtful link (partition and fruitless rules), unless that
+ * would leave fewer than min_workers eligible workers: then it stays and the next generation
+ * tries again (the link may heal), rather than stalling the job. */
+static tagc_status exclude_for_link(work *w, const char *id, const char *why) {
+  int eligible = 0;
+  for (size_t i = 0; i < w->in->n_workers; i++)
+    eligible += !excluded(w, w->in->workers[i].id);
+  if (eligible - 1 < w->cfg->min_workers) {
+    note(w, "%s kept although %s: excluding it would leave fewer than %d workers", id, why,
+         w->cfg->min_workers);
+    return TAGC_OK;
+  }
+  return exclude(w, id, why);
+}
+
+/* Strikes of id before this decision. */
+static json_int_t prior_strikes(const work *w, const char *id) {
+  return json_integer_value(json_object_get(json_object_get(w->in->plan, "strikes"), id));
+}
+
+/* Which of two members goes when one side must: the one excluded more often before, else
+ * the higher rank (the later joiner). */
+static const char *loser_of(const work *w, const char *a, const char *b) {
+  json_int_t sa = prior_strikes(w, a), sb = prior_strikes(w, b);
+  if (sa != sb)
+    return sa > sb ? a : b;
+  return rank_of(w, a) > rank_of(w, b) ? a : b;
 }
 
 /* Checks the current plan's shape and copies what the next plan carries forward. */
@@ -101,10 +138,11 @@ static tagc_status load_plan(work *w) {
   const json_t *totals = plan ? json_object_get(plan, "failures_total") : NULL;
   const json_t *micro = plan ? json_object_get(plan, "micro_batch") : NULL;
   const json_t *strikes = plan ? json_object_get(plan, "strikes") : NULL;
+  w->blame = json_object();
   w->totals = json_is_object(totals) ? json_deep_copy(totals) : json_object();
   w->micro = json_is_object(micro) ? json_deep_copy(micro) : json_object();
   w->strikes = json_is_object(strikes) ? json_deep_copy(strikes) : json_object();
-  if (!w->excluded || !w->suspicion || !w->totals || !w->micro || !w->strikes)
+  if (!w->excluded || !w->suspicion || !w->totals || !w->micro || !w->strikes || !w->blame)
     return tagc_errorf(TAGC_ENOMEM, "planner");
   w->gen = w->in->gen;
   if (w->gen < 0)
@@ -173,15 +211,11 @@ static tagc_status mutual(work *w, const char *a, const char *b) {
   if (pair_count(w->suspicion, a, b) > 0 || excluded(w, a) || excluded(w, b))
     return TAGC_OK; /* this generation already counted the pair */
   json_int_t count = pair_count(json_object_get(w->in->plan, "suspicion"), a, b) + 1;
-  const json_t *prior = json_object_get(w->in->plan, "strikes");
-  json_int_t sa = json_integer_value(json_object_get(prior, a));
-  json_int_t sb = json_integer_value(json_object_get(prior, b));
-  if (count >= 2 || sa > 0 || sb > 0) {
-    const char *loser = sa != sb ? (sa > sb ? a : b) : rank_of(w, a) > rank_of(w, b) ? a : b;
+  if (count >= 2 || prior_strikes(w, a) > 0 || prior_strikes(w, b) > 0) {
     char why[200];
     snprintf(why, sizeof why, "%s and %s accused each other in %lld generation(s) in a row", a,
              b, (long long)count);
-    return exclude(w, loser, why);
+    return exclude_for_link(w, loser_of(w, a, b), why);
   }
   note(w, "%s and %s suspect each other", a, b);
   const char *lo = strcmp(a, b) < 0 ? a : b, *hi = lo == a ? b : a;
@@ -189,6 +223,15 @@ static tagc_status mutual(work *w, const char *a, const char *b) {
   if (!e || json_array_append_new(w->suspicion, e) != 0)
     return tagc_errorf(TAGC_ENOMEM, "planner: suspicion");
   return TAGC_OK;
+}
+
+/* The member a report accuses (alive, not the reporter), or NULL. */
+static const char *accused(const work *w, const tagc_planner_report *r) {
+  const char *suspect = member_at(w, r->peer);
+  if (rank_of(w, r->worker) < 0 || !suspect || !strcmp(suspect, r->worker) ||
+      alive(w->in, suspect) < 0)
+    return NULL;
+  return suspect;
 }
 
 /* One failure report: counts it, applies oom and suspicion rules. */
@@ -201,8 +244,8 @@ static tagc_status apply_report(work *w, const tagc_planner_report *r) {
   note(w, "%s reported %s at step %" PRId64, r->worker, r->kind, r->step);
   if (strcmp(r->kind, "oom") == 0)
     TAGC_CHECK(out_of_memory(w, r->worker));
-  const char *suspect = member_at(w, r->peer);
-  if (!suspect || strcmp(suspect, r->worker) == 0 || alive(w->in, suspect) < 0)
+  const char *suspect = accused(w, r);
+  if (!suspect || excluded(w, suspect))
     return TAGC_OK;
   if (report_of(w->in, suspect))
     return mutual(w, r->worker, suspect);
@@ -216,6 +259,117 @@ static tagc_status apply_report(work *w, const tagc_planner_report *r) {
   snprintf(why, sizeof why, "suspected by %s and did not report within %.1f s", r->worker,
            w->cfg->suspect_window_s);
   return exclude(w, suspect, why);
+}
+
+/* Whether the generation failed before completing a step: reports exist and none got past
+ * the plan's resume step (a worker whose bootstrap failed reports step 0). */
+static int failed_before_first_step(const work *w) {
+  const json_t *resume = json_object_get(json_object_get(w->in->plan, "resume"), "step");
+  for (size_t i = 0; i < w->in->n_reports; i++) {
+    if (w->in->reports[i].step > json_integer_value(resume))
+      return 0;
+  }
+  return w->in->n_reports > 0;
+}
+
+/* Reports of this generation that accuse member id (one report per worker: distinct). */
+static int accusers(const work *w, const char *id) {
+  int n = 0;
+  for (size_t i = 0; i < w->in->n_reports; i++) {
+    const char *s = accused(w, &w->in->reports[i]);
+    n += s && !strcmp(s, id);
+  }
+  return n;
+}
+
+/* The accusation graph of a generation that failed before its first step — in practice in
+ * the bootstrap, where every rank connects to each peer on its own and names a rank it could
+ * not reach: a member that at least two others and a strict majority of the others could not
+ * reach is cut off from them (a partition where the rest still reach each other) or dead; it
+ * is excluded at once. At most one member per generation: the most accused, then loser_of(),
+ * so of two halves of a split one side goes at a time. Once collectives run, ranks wait on
+ * each other in chains (a rank blocked on the cut-off one stops feeding the next), so later
+ * accusations are left to the pairwise rule. */
+static tagc_status majority(work *w) {
+  int others = (int)json_array_size(w->members) - 1, best_n = 0;
+  const char *best = NULL;
+  if (!failed_before_first_step(w))
+    return TAGC_OK;
+  for (int rank = 0; rank <= others; rank++) {
+    const char *id = member_at(w, rank);
+    int n = accusers(w, id);
+    if (n < 2 || 2 * n <= others || alive(w->in, id) < 0 || excluded(w, id))
+      continue;
+    if (!best || n > best_n || (n == best_n && loser_of(w, best, id) == id)) {
+      best = id;
+      best_n = n;
+    }
+  }
+  if (!best)
+    return TAGC_OK;
+  char why[200];
+  snprintf(why, sizeof why, "%d of the other %d members could not reach it", best_n, others);
+  return exclude_for_link(w, best, why);
+}
+
+/* Whether the current generation failed without completing a step: reports exist, none is an
+ * oom (which the next plan answers), none got past the plan's resume step, and this decision
+ * excluded nobody. */
+static int fruitless_now(const work *w) {
+  if (!failed_before_first_step(w) || w->excluded_now > 0)
+    return 0;
+  for (size_t i = 0; i < w->in->n_reports; i++) {
+    if (!strcmp(w->in->reports[i].kind, "oom"))
+      return 0;
+  }
+  return 1;
+}
+
+/* The fruitless rule, a backstop for failures that name no peer (or name them so that no
+ * other rule decides): blame (accusations of every kind) adds up over fruitless generations
+ * in a row; at the FRUITLESS_LIMIT-th the most blamed member is excluded (ties: loser_of()),
+ * so the planner never makes failing generations without end while it may still exclude. */
+static tagc_status fruitless(work *w) {
+  const json_t *prev = json_object_get(w->in->plan, "fruitless");
+  if (!fruitless_now(w))
+    return TAGC_OK;
+  w->fruitless = json_integer_value(json_object_get(prev, "gens")) + 1;
+  const json_t *old = json_object_get(prev, "blame");
+  const char *id;
+  json_t *v;
+  json_object_foreach((json_t *)old, id, v) {
+    if (rank_of(w, id) >= 0 && json_object_set(w->blame, id, v) != 0)
+      return tagc_errorf(TAGC_ENOMEM, "planner: blame");
+  }
+  for (size_t i = 0; i < w->in->n_reports; i++) {
+    const char *s = accused(w, &w->in->reports[i]);
+    if (s)
+      TAGC_CHECK(bump(w->blame, s));
+  }
+  if (w->fruitless < FRUITLESS_LIMIT)
+    return TAGC_OK;
+  const char *worst = NULL;
+  for (size_t rank = 0; rank < json_array_size(w->members); rank++) {
+    const char *m = member_at(w, (int)rank);
+    if (alive(w->in, m) < 0)
+      continue;
+    json_int_t b = json_integer_value(json_object_get(w->blame, m));
+    json_int_t wb = worst ? json_integer_value(json_object_get(w->blame, worst)) : -1;
+    if (b > wb || (b == wb && loser_of(w, worst, m) == m))
+      worst = m;
+  }
+  if (!worst)
+    return TAGC_OK;
+  char why[200];
+  snprintf(why, sizeof why, "most blamed (%lld) after %lld failed generations without a step",
+           (long long)json_integer_value(json_object_get(w->blame, worst)),
+           (long long)w->fruitless);
+  TAGC_CHECK(exclude_for_link(w, worst, why));
+  if (w->excluded_now > 0) { /* a new streak starts */
+    w->fruitless = 0;
+    json_object_clear(w->blame);
+  }
+  return TAGC_OK;
 }
 
 static int by_id(const void *a, const void *b) {
@@ -296,12 +450,13 @@ static tagc_status build_plan(work *w, json_t *members, json_t **out) {
         json_object_set_new(regs, id, json_integer(alive(w->in, id))) != 0)
       break;
   }
-  json_t *plan = json_pack("{s:I, s:i, s:O, s:o, s:o, s:o, s:O, s:O, s:O, s:O, s:s}", "gen",
+  json_t *fruitless = json_pack("{s:I, s:O}", "gens", w->fruitless, "blame", w->blame);
+  json_t *plan = json_pack("{s:I, s:i, s:O, s:o, s:o, s:o, s:O, s:O, s:O, s:O, s:o, s:s}", "gen",
                            (json_int_t)(w->gen + 1), "world", (int)json_array_size(members),
                            "members", members, "resume", resume_of(w->in->ckpt), "micro_batch",
                            micro, "registrations", regs, "excluded", w->excluded, "suspicion",
                            w->suspicion, "failures_total", w->totals, "strikes", w->strikes,
-                           "reason", w->out->reason);
+                           "fruitless", fruitless, "reason", w->out->reason);
   if (!plan || i < json_array_size(members))
     return tagc_errorf(TAGC_ENOMEM, "planner: plan");
   *out = plan;
@@ -322,6 +477,8 @@ static tagc_status decide(work *w) {
   TAGC_CHECK(check_config(w->cfg));
   TAGC_CHECK(load_plan(w));
   TAGC_CHECK(carry_exclusions(w));
+  if (w->members)
+    TAGC_CHECK(majority(w));
   for (size_t i = 0; w->members && i < w->in->n_reports; i++)
     TAGC_CHECK(apply_report(w, &w->in->reports[i]));
   if (w->pending > 0) {
@@ -330,11 +487,17 @@ static tagc_status decide(work *w) {
     note(w, "waiting for a suspect to report");
     return TAGC_OK;
   }
+  if (w->members)
+    TAGC_CHECK(fruitless(w));
   int changed = !w->members || w->in->n_reports > 0;
   json_t *members = json_array();
   if (!members)
     return tagc_errorf(TAGC_ENOMEM, "planner: members");
   tagc_status st = next_members(w, members, &changed);
+  if (!json_equal(members, w->members)) { /* another world: a new streak */
+    w->fruitless = 0;
+    json_object_clear(w->blame);
+  }
   if (st == TAGC_OK && !changed) {
     w->out->action = TAGC_PLANNER_KEEP;
     w->out->reason[0] = '\0';
@@ -362,6 +525,7 @@ tagc_status tagc_planner_decide(const tagc_planner_config *cfg, const tagc_plann
   json_decref(w.suspicion);
   json_decref(w.totals);
   json_decref(w.strikes);
+  json_decref(w.blame);
   if (st != TAGC_OK)
     tagc_planner_decision_free(out);
   return st;

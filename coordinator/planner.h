@@ -14,11 +14,26 @@
  *    that reports its own failure too is alive and stays; a suspect that has not reported
  *    suspect_window_s after the accusation was first seen is excluded; until then the
  *    decision is WAIT. A suspect whose lease is gone is dropped as lost.
- *  - Partitions: when the same pair of members accuses each other (or one accuses the other
- *    and both report) in two consecutive generations, one side is excluded: the one with more
- *    strikes (earlier exclusions), else the higher rank (the later joiner). So a partition that
- *    keeps failing is resolved by the second generation after it first shows; when one side
- *    has been excluded before (it rejoined), at the first.
+ *  - Partitions, the accusation graph: in a generation that failed before completing a step
+ *    (every report's step <= the plan's resume step; a worker whose communicator bootstrap
+ *    failed reports step 0 and the rank it could not reach), a member named by at least two
+ *    other members and by a strict majority of the others is excluded at once (one member per
+ *    generation: the most named, then the side rule below). The bootstrap connects every pair
+ *    on its own, so there the accusations are direct; once collectives run, a rank blocked on
+ *    a cut-off peer stops feeding the next one and gets blamed in its place, so later
+ *    failures are left to the pairwise rule. A partition that shows in collectives is thus
+ *    resolved by the next generation (which fails in its bootstrap), within 2 generations.
+ *  - Partitions, pairwise: when the same pair of members accuses each other (or one accuses
+ *    the other and both report) in two consecutive generations, one side is excluded: the one
+ *    with more strikes (earlier exclusions), else the higher rank (the later joiner). When one
+ *    side has been excluded before (it rejoined), at the first.
+ *  - Fruitless generations: generations in a row that failed before a step, excluded nobody
+ *    and kept the same members add up "blame" (every accusation of a member, any kind); at
+ *    the 3rd the most blamed member is excluded (ties: the side rule), so failures that name
+ *    no peer cannot make failing generations without end. A generation that completes a step
+ *    or changes the members starts over.
+ *  - The partition and fruitless rules never exclude below min_workers: the member stays
+ *    (noted in the reason) and the next generation tries again, since the link may heal.
  *  - Out of memory: an oom report halves the reporter's micro-batch (from its plan value, or
  *    default_micro_batch when that is 0; minimum 1); the worker raises its accumulation steps so
  *    the global batch stays the same. An oom at micro-batch 1 excludes the reporter.
@@ -37,6 +52,7 @@
  *    "suspicion":[{"pair":[a,b], "count":c}, ...],  pairs accused in the last generation
  *    "failures_total":{"<kind>":n, ...},            every report and lost lease so far
  *    "strikes":{"<id>":n, ...},                     exclusions of each worker so far
+ *    "fruitless":{"gens":n, "blame":{"<id>":n}},    the current streak of fruitless generations
  *    "reason":text} */
 #ifndef TAGC_COORDINATOR_PLANNER_H
 #define TAGC_COORDINATOR_PLANNER_H

@@ -226,6 +226,131 @@ static void test_partition_resolved(void) {
   json_decref(plan);
 }
 
+static int is_excluded(const json_t *plan, const char *id) {
+  return json_object_get(json_object_get(plan, "excluded"), id) != NULL;
+}
+
+/* Runs one generation's reports on *plan and replaces it with the new plan; returns the
+ * action. */
+static int next_gen(const tagc_planner_config *c, json_t **plan, const tagc_planner_worker *w,
+                    size_t nw, const tagc_planner_report *r, size_t nr) {
+  tagc_planner_decision d;
+  int action = run(c, *plan, w, nw, r, nr, 0.1, &d);
+  if (action == TAGC_PLANNER_NEW) {
+    json_decref(*plan);
+    *plan = json_incref(d.plan);
+  }
+  tagc_planner_decision_free(&d);
+  return action;
+}
+
+static json_t *first_plan(const tagc_planner_config *c, const tagc_planner_worker *w, size_t nw) {
+  json_t *plan = NULL;
+  next_gen(c, &plan, w, nw, NULL, 0);
+  return plan;
+}
+
+/* One worker cut off from the others, all still reaching etcd. In the bootstrap (failed before
+ * a step) both others cannot reach it and it cannot reach the lowest rank: it goes at once.
+ * The generation in which the cut happens fails in collectives, where a rank blocked on the
+ * cut-off one stops feeding the next, so the bystander b blames a: two accusers of a, which
+ * must not exclude it (that generation only records the pairs). */
+static void test_partition_majority(void) {
+  tagc_planner_worker w[] = {{"a", 1}, {"b", 2}, {"c", 3}};
+  char buf[256];
+  tagc_planner_report boot[] = {{"a", "timeout", 0, 2, 0}, {"b", "timeout", 0, 2, 0},
+                                {"c", "timeout", 0, 0, 0}};
+  json_t *plan = first_plan(&cfg3, w, 3);
+  CHECK_EQ_INT(next_gen(&cfg3, &plan, w, 3, boot, 3), TAGC_PLANNER_NEW);
+  CHECK_EQ_STR(plan_members_text(plan, buf, sizeof buf), "a,b");
+  CHECK(is_excluded(plan, "c") && !is_excluded(plan, "a"));
+  CHECK_EQ_INT(int_at(plan, "strikes", "c"), 1);
+  const char *why = json_string_value(json_object_get(plan, "reason"));
+  CHECK(strstr(why, "2 of the other 2 members could not reach") != NULL);
+  json_decref(plan);
+
+  tagc_planner_report cascade[] = {{"a", "timeout", 57, 2, 0}, {"b", "timeout", 57, 0, 0},
+                                   {"c", "timeout", 57, 0, 0}};
+  plan = first_plan(&cfg3, w, 3);
+  CHECK_EQ_INT(next_gen(&cfg3, &plan, w, 3, cascade, 3), TAGC_PLANNER_NEW);
+  CHECK_EQ_STR(plan_members_text(plan, buf, sizeof buf), "a,b,c");
+  CHECK_EQ_INT(next_gen(&cfg3, &plan, w, 3, boot, 3), TAGC_PLANNER_NEW);
+  CHECK_EQ_STR(plan_members_text(plan, buf, sizeof buf), "a,b");
+  json_decref(plan);
+
+  /* Two halves {a,b} | {c,d}: both a and c are timed out on by two of three; one side at a
+   * time (c: same strikes, higher rank), then d, which a and b now blame. */
+  tagc_planner_worker w4[] = {{"a", 1}, {"b", 2}, {"c", 3}, {"d", 4}};
+  tagc_planner_report split[] = {{"a", "timeout", 0, 2, 0}, {"b", "timeout", 0, 2, 0},
+                                 {"c", "timeout", 0, 0, 0}, {"d", "timeout", 0, 0, 0}};
+  plan = first_plan(&cfg3, w4, 4);
+  CHECK_EQ_INT(next_gen(&cfg3, &plan, w4, 4, split, 4), TAGC_PLANNER_NEW);
+  CHECK_EQ_STR(plan_members_text(plan, buf, sizeof buf), "a,b,d");
+  tagc_planner_report rest[] = {{"a", "timeout", 0, 2, 0}, {"b", "timeout", 0, 2, 0},
+                                {"d", "timeout", 0, 0, 0}};
+  CHECK_EQ_INT(next_gen(&cfg3, &plan, w4, 4, rest, 3), TAGC_PLANNER_NEW);
+  CHECK_EQ_STR(plan_members_text(plan, buf, sizeof buf), "a,b");
+  json_decref(plan);
+
+  /* min_workers 3: nobody can be spared, the world stays and tries again. */
+  tagc_planner_config min3 = cfg3;
+  min3.min_workers = 3;
+  plan = first_plan(&min3, w, 3);
+  CHECK_EQ_INT(next_gen(&min3, &plan, w, 3, boot, 3), TAGC_PLANNER_NEW);
+  CHECK_EQ_STR(plan_members_text(plan, buf, sizeof buf), "a,b,c");
+  CHECK(strstr(json_string_value(json_object_get(plan, "reason")), "c kept") != NULL);
+  json_decref(plan);
+}
+
+/* Failures that name no peer, generation after generation, none completing a step: the
+ * fruitless rule excludes someone at the third, so the planner does not loop for ever. */
+static void test_fruitless(void) {
+  tagc_planner_worker w[] = {{"a", 1}, {"b", 2}, {"c", 3}};
+  tagc_planner_report none[] = {{"a", "comm", 0, -1, 0}, {"b", "timeout", 0, -1, 0},
+                                {"c", "comm", 0, -1, 0}};
+  char buf[256];
+  json_t *plan = first_plan(&cfg3, w, 3);
+  for (int g = 1; g <= 2; g++) {
+    CHECK_EQ_INT(next_gen(&cfg3, &plan, w, 3, none, 3), TAGC_PLANNER_NEW);
+    CHECK_EQ_STR(plan_members_text(plan, buf, sizeof buf), "a,b,c");
+    CHECK_EQ_INT(int_at(plan, "fruitless", "gens"), g);
+  }
+  CHECK_EQ_INT(next_gen(&cfg3, &plan, w, 3, none, 3), TAGC_PLANNER_NEW);
+  CHECK_EQ_STR(plan_members_text(plan, buf, sizeof buf), "a,b"); /* no blame: the last rank */
+  CHECK_EQ_INT(int_at(plan, "fruitless", "gens"), 0);
+  json_decref(plan);
+
+  /* Blame adds up across the streak even when no pair repeats (so the mutual rule never
+   * fires): b, accused in turn by a and by c, goes. */
+  tagc_planner_report by_a[] = {{"a", "comm", 0, 1, 0}, {"b", "comm", 0, -1, 0}};
+  tagc_planner_report by_c[] = {{"c", "comm", 0, 1, 0}, {"b", "comm", 0, -1, 0}};
+  plan = first_plan(&cfg3, w, 3);
+  CHECK_EQ_INT(next_gen(&cfg3, &plan, w, 3, by_a, 2), TAGC_PLANNER_NEW);
+  CHECK_EQ_INT(next_gen(&cfg3, &plan, w, 3, by_c, 2), TAGC_PLANNER_NEW);
+  CHECK_EQ_INT(int_at(json_object_get(plan, "fruitless"), "blame", "b"), 2);
+  CHECK_EQ_INT(next_gen(&cfg3, &plan, w, 3, by_a, 2), TAGC_PLANNER_NEW);
+  CHECK_EQ_STR(plan_members_text(plan, buf, sizeof buf), "a,c");
+  json_decref(plan);
+
+  /* A generation that completed steps ends the streak. */
+  tagc_planner_report late[] = {{"a", "comm", 5, -1, 0}};
+  plan = first_plan(&cfg3, w, 3);
+  CHECK_EQ_INT(next_gen(&cfg3, &plan, w, 3, none, 3), TAGC_PLANNER_NEW);
+  CHECK_EQ_INT(next_gen(&cfg3, &plan, w, 3, none, 3), TAGC_PLANNER_NEW);
+  CHECK_EQ_INT(next_gen(&cfg3, &plan, w, 3, late, 1), TAGC_PLANNER_NEW);
+  CHECK_EQ_INT(int_at(plan, "fruitless", "gens"), 0);
+  CHECK_EQ_INT(next_gen(&cfg3, &plan, w, 3, none, 3), TAGC_PLANNER_NEW);
+  CHECK_EQ_STR(plan_members_text(plan, buf, sizeof buf), "a,b,c");
+  json_decref(plan);
+
+  /* At min_workers nobody is excluded; generations go on being made (the link may heal). */
+  plan = first_plan(&cfg3, w, 2);
+  for (int g = 0; g < 5; g++)
+    CHECK_EQ_INT(next_gen(&cfg3, &plan, w, 2, none, 2), TAGC_PLANNER_NEW);
+  CHECK_EQ_STR(plan_members_text(plan, buf, sizeof buf), "a,b");
+  json_decref(plan);
+}
+
 static void test_resume_and_errors(void) {
   tagc_planner_worker w[] = {{"a", 1}, {"b", 2}};
   json_t *ckpt = json_pack("{s:i, s:s, s:i}", "step", 100, "path", "/ck/step-100", "world", 3);
@@ -261,6 +386,8 @@ int main(void) {
   test_oom();
   test_suspect_dropped();
   test_partition_resolved();
+  test_partition_majority();
+  test_fruitless();
   test_resume_and_errors();
   return TEST_END();
 }
