@@ -1,0 +1,314 @@
+/* The sharded engine on a CUDA device against the same engine on the CPU (the oracle), at
+ * world size 1 (no communicator): a 2-layer model (width 64, 2 heads, context 32, vocab 256),
+ * a small generated corpus, compression policy "none", a global batch of 6 sequences in
+ * micro-batches of 4 (two passes of 3, so gradients accumulate over micro-batches), ZeRO-3
+ * resharding, STEPS optimizer steps, a validation pass and the gathered parameters.
+ * Checks:
+ *  - loss and gradient norm of every step, and the validation loss: relative difference
+ *    <= 1e-4 (fp32). Neither side is exact: cuBLAS and OpenBLAS sum products in other
+ *    orders, the CPU has its own exp/tanh approximations, LayerNorm and softmax reductions
+ *    run in other orders (see tests/model_gpu/test_model_gpu.c); such roundings stay near
+ *    1e-6 after a few steps, while a wrong index, scale or missing micro-batch gives O(1).
+ *  - final parameters: AdamW moves an element by about lr * m / sqrt(v) whatever the size
+ *    of its gradient, so elements whose gradient is near zero (rounding noise decides the
+ *    sign) may differ by up to ~2 lr per step. max |gpu - cpu| is therefore bounded by
+ *    2.5 lr per step (relative to max |cpu| it is printed), and the mean difference, which
+ *    those few elements barely move, must stay below 1e-3 lr per step.
+ *  - a second run on the device is bit-identical (losses, norms, parameters);
+ *  - the device's memory peak covers at least the shards, moments and gradients, and every
+ *    byte is freed with the engine;
+ *  - snapshot: at world size 1 the "param" views equal the gathered parameters bit for bit;
+ *    saved as a checkpoint and loaded into a fresh engine on the device, the next step of
+ *    both engines gives identical loss and parameters;
+ *  - "cuda:99" is refused with TAGC_EINVAL or TAGC_EUNSUPPORTED.
+ * Exits 77 without a CUDA device. Built a second time against the host emulation of
+ * tests/kernels_gpu/emu and tests/model_gpu/emu (TEST_EMU): same checks. */
+#include <cuda_runtime_api.h>
+#include <ftw.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "ckpt/ckpt.h"
+#include "common/status.h"
+#include "test.h"
+#include "worker/data.h"
+#include "worker/device.h"
+#include "worker/engine.h"
+#include "worker/policy.h"
+
+#define STEPS 4
+#define BATCH 6
+#define MICRO 4
+#define VAL_WINDOWS 6
+#define LR 1e-3f
+
+typedef struct run_result {
+  double loss[STEPS], grad_norm[STEPS];
+  double val_loss;
+  float *params; /* gathered after the steps */
+} run_result;
+
+static tagc_model_layout layout;
+static tagc_corpus corpus;
+static char tmp_dir[256];
+
+static double rel_diff(double a, double b) { return fabs(a - b) / fmax(fabs(b), 1e-30); }
+
+/* A corpus of generated words, so that the model has something to learn. */
+static void write_corpus(const char *path) {
+  static const char *const words[] = {"the ", "engine ", "shards ", "each ", "gradient ",
+                                      "across ", "ranks, ", "and ", "device ", "memory.\n"};
+  FILE *f = fopen(path, "w");
+  CHECK(f != NULL);
+  if (!f)
+    return;
+  uint64_t x = 7;
+  for (int i = 0; i < 9000; i++) {
+    x = x * 6364136223846793005ULL + 1442695040888963407ULL;
+    fputs(words[(x >> 33) % (sizeof words / sizeof words[0])], f);
+  }
+  fclose(f);
+}
+
+static int remove_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw) {
+  (void)sb;
+  (void)flag;
+  (void)ftw;
+  return remove(path);
+}
+
+static tagc_engine_config engine_config(tagc_device *dev) {
+  tagc_engine_config cfg = {0};
+  cfg.layout = &layout;
+  cfg.device = dev;
+  CHECK_OK(tagc_policy_parse("none", &cfg.policy));
+  cfg.adam = (tagc_adamw_config){.lr = LR, .min_lr_ratio = 0.1f, .warmup_steps = 0,
+                                 .total_steps = STEPS + 1, .beta1 = 0.9f, .beta2 = 0.95f,
+                                 .eps = 1e-8f, .weight_decay = 0.1f, .grad_clip = 1.0f};
+  cfg.batch = BATCH;
+  cfg.micro_batch = MICRO;
+  cfg.seed = 1234;
+  cfg.op_timeout_s = 60;
+  cfg.reshard_after_forward = 1;
+  return cfg;
+}
+
+/* Creates an engine on dev and runs the steps, the validation pass and the gather. */
+static tagc_status train(tagc_device *dev, tagc_engine **out, run_result *r) {
+  tagc_engine_config cfg = engine_config(dev);
+  TAGC_CHECK(tagc_engine_new(&cfg, out));
+  for (int s = 0; s < STEPS; s++) {
+    tagc_step_stats st;
+    TAGC_CHECK(tagc_engine_step(*out, &corpus, s, &st));
+    r->loss[s] = st.loss;
+    r->grad_norm[s] = st.grad_norm;
+  }
+  TAGC_CHECK(tagc_engine_eval(*out, &corpus, VAL_WINDOWS, &r->val_loss));
+  r->params = malloc(layout.n_params * sizeof(float));
+  if (!r->params)
+    return tagc_errorf(TAGC_ENOMEM, "parameters");
+  return tagc_engine_gather_params(*out, r->params);
+}
+
+/* One more step (step index STEPS) and the parameters after it. */
+static void step_more(tagc_engine *e, double *loss, float *params) {
+  tagc_step_stats st = {0};
+  CHECK_OK(tagc_engine_step(e, &corpus, STEPS, &st));
+  *loss = st.loss;
+  CHECK_OK(tagc_engine_gather_params(e, params));
+}
+
+/* Snapshot into host views: "param" equals the gathered parameters (one shard = the whole
+ * segment at world size 1), the residual stream is zero (policy none), the moments moved.
+ * Then a checkpoint of it, loaded into a fresh engine on the same device, continues exactly
+ * as the engine that saved it. */
+static void snapshot_round_trip(tagc_device *dev, tagc_engine *e, const float *gathered) {
+  int n = tagc_engine_n_segments(e);
+  tagc_ckpt_layout cl;
+  tagc_ckpt_range *ranges = calloc((size_t)n, sizeof *ranges);
+  float **views = calloc((size_t)n * TAGC_ENGINE_STREAMS, sizeof *views);
+  tagc_engine_ckpt_layout(e, &cl, ranges);
+  CHECK_EQ_INT(cl.n_units, n);
+  int param_ok = 1, residual_zero = 1;
+  double m_abs = 0;
+  for (int i = 0; i < n; i++)
+    for (int k = 0; k < TAGC_ENGINE_STREAMS; k++)
+      views[i * TAGC_ENGINE_STREAMS + k] = malloc(cl.unit_numel[i] * sizeof(float));
+  CHECK_OK(tagc_engine_snapshot(e, views));
+  for (int i = 0; i < n; i++) {
+    tagc_segment_info si;
+    tagc_engine_segment_info(e, i, &si);
+    CHECK(si.len == (size_t)cl.unit_numel[i] && si.shard == si.len);
+    float *const *v = views + (size_t)i * TAGC_ENGINE_STREAMS;
+    param_ok &= memcmp(v[0], gathered + si.offset, si.len * sizeof(float)) == 0;
+    for (size_t j = 0; j < si.len; j++) {
+      m_abs = fmax(m_abs, fabs(v[1][j]));
+      residual_zero &= v[3][j] == 0.0f;
+    }
+  }
+  CHECK_MSG(param_ok, "snapshot 'param' views differ from the gathered parameters");
+  CHECK_MSG(residual_zero, "snapshot residual of policy none is not zero");
+  CHECK_MSG(m_abs > 0, "snapshot AdamW first moment is all zero after %d steps", STEPS);
+
+  char ckpt_dir[300];
+  snprintf(ckpt_dir, sizeof ckpt_dir, "%s/ckpt", tmp_dir);
+  tagc_ckpt_writer_config wc = {.dir = ckpt_dir, .rank = 0, .world_size = 1, .layout = cl,
+                                .ranges = ranges};
+  CHECK_OK(tagc_ckpt_save(&wc, STEPS, (const float *const *)views, NULL, NULL));
+  char step_dir[400];
+  snprintf(step_dir, sizeof step_dir, "%s/step-%d", ckpt_dir, STEPS);
+  tagc_ckpt_reader *rd = NULL;
+  tagc_engine *fresh = NULL;
+  tagc_engine_config cfg = engine_config(dev);
+  CHECK_OK(tagc_ckpt_open(step_dir, TAGC_CKPT_VERIFY_FULL, &rd));
+  CHECK_OK(tagc_engine_new(&cfg, &fresh));
+  if (rd && fresh) {
+    CHECK_OK(tagc_engine_load(fresh, rd));
+    size_t bytes = layout.n_params * sizeof(float);
+    float *a = malloc(bytes), *b = malloc(bytes);
+    double loss_a = 0, loss_b = 1;
+    step_more(e, &loss_a, a);
+    step_more(fresh, &loss_b, b);
+    printf("  step %d after a checkpoint round trip: loss %.9g (saving engine %.9g)\n", STEPS,
+           loss_b, loss_a);
+    CHECK_MSG(loss_a == loss_b && memcmp(a, b, bytes) == 0,
+              "the engine loaded from the checkpoint does not continue like the one that saved "
+              "it (loss %.17g vs %.17g)", loss_b, loss_a);
+    free(a);
+    free(b);
+  }
+  tagc_ckpt_close(rd);
+  tagc_engine_free(fresh);
+  for (int i = 0; i < n * TAGC_ENGINE_STREAMS; i++)
+    free(views[i]);
+  free(views);
+  free(ranges);
+}
+
+/* The device run: training, usage figures, the snapshot round trip (first run only). */
+static void device_run(run_result *r, int round_trip) {
+  tagc_device *dev = NULL;
+  CHECK_OK(tagc_device_open("cuda", TAGC_DEVICE_FP32, &dev));
+  if (!dev)
+    return;
+  tagc_device_info info;
+  tagc_device_get_info(dev, &info);
+  CHECK(tagc_device_is_cuda(dev));
+  CHECK_EQ_STR(info.kind, "cuda");
+  CHECK_EQ_INT(info.index, 0);
+  printf("device %s (%.1f GiB)\n", info.name, (double)info.total_bytes / (1 << 30));
+  tagc_engine *e = NULL;
+  CHECK_OK(train(dev, &e, r));
+  uint64_t current = 0, peak = 0;
+  tagc_device_usage(dev, &current, &peak);
+  printf("  device memory: %llu bytes in use, peak %llu\n", (unsigned long long)current,
+         (unsigned long long)peak);
+  /* at least the shard blocks (params, m, v, reduced gradient) and the gradient arena */
+  CHECK_MSG(peak >= 5 * layout.n_params * sizeof(float), "peak %llu bytes is below the 5 "
+            "fp32 copies of the %zu parameters the engine keeps", (unsigned long long)peak,
+            layout.n_params);
+  if (e && round_trip)
+    snapshot_round_trip(dev, e, r->params);
+  tagc_engine_free(e);
+  tagc_device_usage(dev, &current, &peak);
+  CHECK_MSG(current == 0, "%llu device bytes still allocated after the engine was freed",
+            (unsigned long long)current);
+  tagc_device_close(dev);
+}
+
+static void compare(const run_result *gpu, const run_result *cpu) {
+  for (int s = 0; s < STEPS; s++) {
+    double dl = rel_diff(gpu->loss[s], cpu->loss[s]), dn = rel_diff(gpu->grad_norm[s], cpu->grad_norm[s]);
+    printf("  step %d: loss cpu %.9g gpu %.9g (rel %.3g), grad norm cpu %.9g gpu %.9g (rel %.3g)\n",
+           s, cpu->loss[s], gpu->loss[s], dl, cpu->grad_norm[s], gpu->grad_norm[s], dn);
+    CHECK_MSG(dl <= 1e-4, "step %d: loss relative difference %.3g > 1e-4", s, dl);
+    CHECK_MSG(dn <= 1e-4, "step %d: gradient norm relative difference %.3g > 1e-4", s, dn);
+  }
+  CHECK_MSG(cpu->loss[STEPS - 1] < cpu->loss[0], "the CPU loss did not decrease (%.6g -> %.6g)",
+            cpu->loss[0], cpu->loss[STEPS - 1]);
+  double dv = rel_diff(gpu->val_loss, cpu->val_loss);
+  printf("  validation loss cpu %.9g gpu %.9g (rel %.3g)\n", cpu->val_loss, gpu->val_loss, dv);
+  CHECK_MSG(dv <= 1e-4, "validation loss relative difference %.3g > 1e-4", dv);
+  double maxd = 0, mag = 0, mean = 0;
+  for (size_t i = 0; i < layout.n_params; i++) {
+    double d = fabs((double)gpu->params[i] - cpu->params[i]);
+    maxd = fmax(maxd, d);
+    mag = fmax(mag, fabs((double)cpu->params[i]));
+    mean += d;
+  }
+  mean /= (double)layout.n_params;
+  printf("  parameters: max|gpu - cpu| %.3e (%.3g lr, %.3g of max|cpu| %.3g), mean %.3e (%.3g lr)\n",
+         maxd, maxd / LR, maxd / mag, mag, mean, mean / LR);
+  CHECK_MSG(maxd <= 2.5 * LR * STEPS, "max parameter difference %.3g lr > %.3g lr", maxd / LR,
+            2.5 * STEPS);
+  CHECK_MSG(mean <= 1e-3 * LR * STEPS, "mean parameter difference %.3g lr > %.3g lr", mean / LR,
+            1e-3 * STEPS);
+}
+
+static void check_bad_index(void) {
+  tagc_device *dev = (tagc_device *)&dev;
+  tagc_status st = tagc_device_open("cuda:99", TAGC_DEVICE_FP32, &dev);
+  CHECK_MSG(st == TAGC_EINVAL || st == TAGC_EUNSUPPORTED, "cuda:99 gave status %d", (int)st);
+  CHECK(dev == NULL);
+  printf("  cuda:99: %s\n", tagc_last_error());
+}
+
+int main(void) {
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0)
+    TEST_SKIP("no CUDA device");
+  tagc_model_config mc = {.vocab = 256, .ctx = 32, .n_layer = 2, .n_head = 2, .d_model = 64};
+  CHECK_OK(tagc_model_layout_init(&layout, &mc));
+  const char *base = getenv("TMPDIR");
+  snprintf(tmp_dir, sizeof tmp_dir, "%s/test_engine_gpu.XXXXXX", base && *base ? base : "/tmp");
+  if (!mkdtemp(tmp_dir)) {
+    perror("mkdtemp");
+    return 1;
+  }
+  char path[300];
+  snprintf(path, sizeof path, "%s/corpus.txt", tmp_dir);
+  write_corpus(path);
+  CHECK_OK(tagc_corpus_load(path, (size_t)mc.ctx + 1, &corpus));
+  printf("model: %zu parameters, corpus %zu train / %zu validation bytes\n", layout.n_params,
+         corpus.n_train, corpus.n_val);
+
+  struct timespec t0, t1;
+  clock_gettime(CLOCK_MONOTONIC, &t0);
+  run_result cpu = {0}, gpu = {0}, again = {0};
+  tagc_device *cpu_dev = NULL;
+  tagc_engine *e = NULL;
+  CHECK_OK(tagc_device_open("cpu", TAGC_DEVICE_FP32, &cpu_dev));
+  CHECK_OK(train(cpu_dev, &e, &cpu));
+  tagc_engine_free(e);
+  tagc_device_close(cpu_dev);
+  clock_gettime(CLOCK_MONOTONIC, &t1);
+  printf("cpu run: %.2f s\n", (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec));
+
+  device_run(&gpu, 1);
+  clock_gettime(CLOCK_MONOTONIC, &t0);
+  printf("first device run (with the checkpoint round trip): %.2f s\n",
+         (double)(t0.tv_sec - t1.tv_sec) + 1e-9 * (double)(t0.tv_nsec - t1.tv_nsec));
+  device_run(&again, 0);
+  if (gpu.params && cpu.params && again.params) {
+    printf("device against the CPU oracle:\n");
+    compare(&gpu, &cpu);
+    int same = memcmp(gpu.params, again.params, layout.n_params * sizeof(float)) == 0 &&
+               gpu.val_loss == again.val_loss;
+    for (int s = 0; s < STEPS; s++)
+      same &= gpu.loss[s] == again.loss[s] && gpu.grad_norm[s] == again.grad_norm[s];
+    CHECK_MSG(same, "a second device run is not bit-identical to the first");
+  }
+  check_bad_index();
+
+  free(cpu.params);
+  free(gpu.params);
+  free(again.params);
+  tagc_corpus_free(&corpus);
+  nftw(tmp_dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+  return TEST_END();
+}
