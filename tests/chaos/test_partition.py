@@ -154,7 +154,9 @@ try:
     after = [r for r in rows if r["generation"] > gen_cut]
     check(after and all(r["world_size"] == 2 for r in after),
           "every step after the cut ran with 2 workers (%d steps)" % len(after))
-    check("excluded w2" in c.log("coord0"), "the coordinator excluded w2")
+    coord = c.log("coord0")
+    check("excluded w2" in coord and "excluded w0" not in coord and "excluded w1" not in coord,
+          "the coordinator excluded w2, never w0 or w1")
     print("run: %.1f s from the cut to the end of the job" % (t_done - t_cut))
 finally:
     check.print_logs(c, ("coord0", "w0", "w1", "w2"))
