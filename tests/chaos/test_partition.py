@@ -9,6 +9,7 @@ worker runs in its own namespace with a veth into the bridge (10.233.0.1..3) and
 its address. Addresses exist only inside these namespaces (named after this process's PID, so
 parallel runs do not collide), which are removed at the end. Needs root and `ip netns`;
 exits 77 without them."""
+import atexit
 import json
 import os
 import shutil
@@ -112,6 +113,7 @@ try:
     sh("ip", "netns", "add", HUB)
 except (subprocess.CalledProcessError, subprocess.TimeoutExpired) as e:
     skip("ip netns is not available: %s" % (getattr(e, "stderr", b"") or b"").decode().strip())
+atexit.register(remove_network)  # also when the clean-up below raises
 
 check = Checks()
 c = NetnsCluster(bindir, job="partition")
@@ -124,21 +126,21 @@ try:
     for i in range(3):
         c.start_worker("w%d" % i, "--host", IPS[i], *common)
     wait_for(lambda: os.path.exists(out + "/metrics.jsonl") and len(metrics(out)) >= CUT_AT,
-             120, "%d steps with 3 workers" % CUT_AT)
+             60, "%d steps with 3 workers" % CUT_AT)
     cut(2)
     t_cut = time.time()
     rows = metrics(out)
     gen_cut = rows[-1]["generation"]
     check(rows[-1]["world_size"] == 3, "3 workers trained up to the cut (generation %d, step %d)"
           % (gen_cut, rows[-1]["step"]))
-    first2 = wait_for(lambda: next((r for r in metrics(out) if r["world_size"] == 2), None), 90,
+    first2 = wait_for(lambda: next((r for r in metrics(out) if r["world_size"] == 2), None), 60,
                       "a step with 2 workers")
     took = time.time() - t_cut
     gens = first2["generation"] - gen_cut
     print("cut in generation %d; first step with 2 workers in generation %d (%d generations, "
           "%.1f s after the cut)" % (gen_cut, first2["generation"], gens, took))
     check(gens <= 3, "w2 excluded within 3 generations of the cut (%d)" % gens)
-    rc = [c.wait("w%d" % i, 150) for i in range(2)]
+    rc = [c.wait("w%d" % i, 120) for i in range(2)]
     t_done = time.time()
     check(rc == [0, 0], "w0 and w1 finished with status 0 (%s)" % rc)
     rows = metrics(out)
@@ -159,7 +161,8 @@ try:
           "the coordinator excluded w2, never w0 or w1")
     print("run: %.1f s from the cut to the end of the job" % (t_done - t_cut))
 finally:
-    check.print_logs(c, ("coord0", "w0", "w1", "w2"))
-    c.close()
-    remove_network()
+    try:
+        check.print_logs(c, ("coord0", "w0", "w1", "w2"))
+    finally:
+        c.close()
 check.exit()
