@@ -62,6 +62,7 @@ struct tagc_run {
   tagc_metrics_http *http; /* --metrics-addr, else NULL */
   tagc_device *device;     /* --device: kept across generations */
   tagc_device_info dev_info;
+  tagc_step_stats last_ss; /* the latest completed step */
   tagc_worker_sample sample;
 
   /* the current generation */
@@ -493,7 +494,9 @@ static tagc_status write_summary(tagc_run *t, uint32_t params_crc) {
   double median = tt->n_times ? tt->step_s[tt->n_times / 2] : 0;
   json_t *s = json_pack(
       "{s:I, s:f, s:f, s:f, s:f, s:i, s:s, s:s, s:i, s:I, s:I, s:I, s:f, s:f, s:f, s:f, s:f, s:f, s:f}",
-      "steps", (json_int_t)t->end_step, "final_train_loss", t->loss, "final_val_loss", t->val,
+      "steps", (json_int_t)t->end_step, "final_train_loss", isnan(t->loss) ? 0.0 : t->loss,
+      "final_val_loss",
+      isnan(t->val) ? 0.0 : t->val,
       "tokens_per_s", tt->tokens / wall, "wall_s", wall, "world_size", t->world, "compress",
       cfg->compress, "blas", openblas_get_config(), "threads", t->threads, "params",
       (json_int_t)t->layout.n_params, "seed", (json_int_t)cfg->seed, "params_crc32c",
@@ -503,6 +506,10 @@ static tagc_status write_summary(tagc_run *t, uint32_t params_crc) {
       "global_density", tt->density / n, "rho", tt->rho / n);
   if (!s)
     return tagc_errorf(TAGC_ENOMEM, "summary");
+  if (isnan(t->loss)) /* no step of the job ran in this process */
+    json_object_set_new(s, "final_train_loss", json_null());
+  if (isnan(t->val)) /* no evaluation completed in this process */
+    json_object_set_new(s, "final_val_loss", json_null());
   json_object_set_new(s, "steps_this_run", json_integer(tt->steps));
   json_object_set_new(s, "resumed_from", json_integer(t->start_step));
   json_object_set_new(s, "generation", json_integer(t->gen));
@@ -587,17 +594,21 @@ static void accumulate(tagc_run *t, const tagc_step_stats *ss) {
   tt->rho += ss->rho;
 }
 
-/* Rank 0 in elastic mode: progress in etcd, at most once a second. */
-static void publish_progress(tagc_run *t, int64_t step, const tagc_step_stats *ss) {
+/* Rank 0 in elastic mode: progress in etcd after step `step` (0-based), at most once a second
+ * unless `force`. The final step is published only by finish_job, once summary.json is
+ * written: the coordinator ends the job when progress reaches it. */
+static void publish_progress(tagc_run *t, int64_t step, const tagc_step_stats *ss, int force) {
   double now = tagc_now();
-  if (!t->member || t->rank != 0 || now - t->last_progress < 1.0)
+  if (!t->member || t->rank != 0 || (!force && now - t->last_progress < 1.0))
+    return;
+  if (!force && step + 1 >= t->cfg->steps)
     return;
   t->last_progress = now;
+  double tokens_per_s = ss->step_s > 0 ? (double)t->cfg->batch * (double)t->cfg->ctx / ss->step_s : 0;
   json_t *p = json_pack("{s:I, s:f, s:f, s:I, s:i, s:I}", "step", (json_int_t)(step + 1), "loss",
-                        ss->loss, "tokens_per_s",
-                        (double)t->cfg->batch * (double)t->cfg->ctx / ss->step_s, "bytes_per_step",
-                        (json_int_t)ss->bytes_sent, "world_size", t->world, "generation",
-                        (json_int_t)t->gen);
+                        isfinite(ss->loss) ? ss->loss : 0.0, "tokens_per_s", tokens_per_s,
+                        "bytes_per_step", (json_int_t)ss->bytes_sent, "world_size", t->world,
+                        "generation", (json_int_t)t->gen);
   if (p && tagc_member_progress(t->member, p) != TAGC_OK)
     LOG_WARN("train", "progress not recorded: %s", tagc_last_error());
   json_decref(p);
@@ -741,6 +752,29 @@ static void publish_metrics(tagc_run *t, int64_t steps_done, const tagc_step_sta
 
 /* ---------- the training loop of one generation ---------- */
 
+/* The end of the run in this generation (res->end and res->step set): waits for the last
+ * save, gathers the final parameters (their CRC identifies the result; collective) and rank
+ * 0 writes summary.json. A failure of the gather ends the generation as failed. */
+static tagc_status finish_job(tagc_run *t, int64_t step, tagc_gen_result *res) {
+  if (t->saver)
+    TAGC_CHECK(tagc_ckpt_saver_wait(t->saver));
+  uint32_t crc = 0;
+  tagc_status st = finish_params(t, &crc);
+  if (st != TAGC_OK) { /* a peer died after the last step: its checkpoint holds the result */
+    fail_generation(t, st, step, res);
+    return TAGC_OK;
+  }
+  if (t->rank == 0) {
+    TAGC_CHECK(write_summary(t, crc));
+    LOG_INFO("train", "%s at step %lld: train loss %.4f, val loss %.4f, %.0f tokens/s",
+             res->end == TAGC_GEN_STOPPED ? "stopped (--stop-at)" : "finished", (long long)step,
+             t->loss, t->val, t->tt.tokens / (tagc_now() - t->t0));
+    if (res->end == TAGC_GEN_FINISHED)
+      publish_progress(t, step - 1, &t->last_ss, 1);
+  }
+  return TAGC_OK;
+}
+
 static tagc_status train(tagc_run *t, tagc_gen_result *res) {
   const tagc_train_config *cfg = t->cfg;
   int64_t end = cfg->stop_at > t->start_step && cfg->stop_at < cfg->steps ? cfg->stop_at : cfg->steps;
@@ -777,7 +811,8 @@ static tagc_status train(tagc_run *t, tagc_gen_result *res) {
       fail_generation(t, st, step + 1, res);
       return TAGC_OK;
     }
-    publish_progress(t, step, &ss);
+    t->last_ss = ss;
+    publish_progress(t, step, &ss, 0);
     if (t->rank != 0)
       continue;
     write_metrics(t, step, &ss, val);
@@ -789,21 +824,14 @@ static tagc_status train(tagc_run *t, tagc_gen_result *res) {
   }
   res->step = step;
   res->end = end < cfg->steps ? TAGC_GEN_STOPPED : TAGC_GEN_FINISHED;
-  if (t->saver)
-    TAGC_CHECK(tagc_ckpt_saver_wait(t->saver));
-  uint32_t crc = 0;
-  tagc_status st = finish_params(t, &crc);
-  if (st != TAGC_OK) { /* a peer died after the last step: its checkpoint holds the result */
+  /* a fault armed for the final step count fires here: after the last step, before the
+     final gather and summary */
+  tagc_status st = end == cfg->steps ? fire_fault(t, step, res) : TAGC_OK;
+  if (st != TAGC_OK) {
     fail_generation(t, st, step, res);
     return TAGC_OK;
   }
-  if (t->rank == 0) {
-    TAGC_CHECK(write_summary(t, crc));
-    LOG_INFO("train", "%s at step %lld: train loss %.4f, val loss %.4f, %.0f tokens/s",
-             res->end == TAGC_GEN_STOPPED ? "stopped (--stop-at)" : "finished", (long long)step,
-             t->loss, t->val, t->tt.tokens / (tagc_now() - t->t0));
-  }
-  return TAGC_OK;
+  return finish_job(t, step, res);
 }
 
 tagc_status tagc_run_generation(tagc_run *r, const tagc_gen_spec *g, tagc_gen_result *res) {
@@ -824,6 +852,14 @@ tagc_status tagc_run_generation(tagc_run *r, const tagc_gen_spec *g, tagc_gen_re
                  (long long)r->start_step, (long long)r->cfg->steps);
       res->end = TAGC_GEN_FINISHED;
       res->step = r->start_step;
+      /* A generation change came between the last step and its summary (elastic: the job
+         ends only once the final progress is published after the summary), or this process
+         trained the job's steps earlier: finish here. A static rerun over a finished
+         checkpoint keeps the summary of the run that trained. */
+      if (r->member || r->tt.steps > 0) {
+        r->end_step = r->start_step;
+        st = finish_job(r, r->start_step, res);
+      }
     } else {
       if (r->member)
         st = tagc_member_ready(r->member, r->gen, r->rank);
