@@ -756,22 +756,33 @@ static void publish_metrics(tagc_run *t, int64_t steps_done, const tagc_step_sta
  * save, gathers the final parameters (their CRC identifies the result; collective) and rank
  * 0 writes summary.json. A failure of the gather ends the generation as failed. */
 static tagc_status finish_job(tagc_run *t, int64_t step, tagc_gen_result *res) {
-  if (t->saver)
-    TAGC_CHECK(tagc_ckpt_saver_wait(t->saver));
+  tagc_status saved = t->saver ? tagc_ckpt_saver_wait(t->saver) : TAGC_OK;
+  if (saved == TAGC_ETIMEDOUT || saved == TAGC_EPEER || saved == TAGC_EABORTED) {
+    /* a rank's shard of the final checkpoint never came: that peer is gone, and the next
+       generation redoes the steps since the last committed checkpoint */
+    fail_generation(t, saved, step, res);
+    return TAGC_OK;
+  }
+  if (saved != TAGC_OK) /* e.g. the disk is full: the result is still gathered and summarised */
+    LOG_WARN("train", "the final checkpoint was not saved: %s", tagc_last_error());
   uint32_t crc = 0;
   tagc_status st = finish_params(t, &crc);
   if (st != TAGC_OK) { /* a peer died after the last step: its checkpoint holds the result */
     fail_generation(t, st, step, res);
     return TAGC_OK;
   }
-  if (t->rank == 0) {
+  char path[4200];
+  snprintf(path, sizeof path, "%s/summary.json", t->cfg->out);
+  if (t->rank == 0 && t->tt.steps == 0 && access(path, F_OK) == 0) {
+    LOG_INFO("train", "the checkpoint is final and %s exists: kept", path);
+  } else if (t->rank == 0) {
     TAGC_CHECK(write_summary(t, crc));
     LOG_INFO("train", "%s at step %lld: train loss %.4f, val loss %.4f, %.0f tokens/s",
              res->end == TAGC_GEN_STOPPED ? "stopped (--stop-at)" : "finished", (long long)step,
              t->loss, t->val, t->tt.tokens / (tagc_now() - t->t0));
-    if (res->end == TAGC_GEN_FINISHED)
-      publish_progress(t, step - 1, &t->last_ss, 1);
   }
+  if (t->rank == 0 && res->end == TAGC_GEN_FINISHED)
+    publish_progress(t, step - 1, &t->last_ss, 1);
   return TAGC_OK;
 }
 
@@ -854,8 +865,8 @@ tagc_status tagc_run_generation(tagc_run *r, const tagc_gen_spec *g, tagc_gen_re
       res->step = r->start_step;
       /* A generation change came between the last step and its summary (elastic: the job
          ends only once the final progress is published after the summary), or this process
-         trained the job's steps earlier: finish here. A static rerun over a finished
-         checkpoint keeps the summary of the run that trained. */
+         trained the job's steps earlier: finish here (an existing summary stays when this
+         process trained nothing). A static rerun over a finished checkpoint changes nothing. */
       if (r->member || r->tt.steps > 0) {
         r->end_step = r->start_step;
         st = finish_job(r, r->start_step, res);

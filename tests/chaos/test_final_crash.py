@@ -1,8 +1,12 @@
 #!/usr/bin/env python3
-"""A worker dies after the last step, before the job's final parameter gather and summary
-(fault crash@STEPS): the job must still end with a summary.json written by the survivors
-(the new generation resumes the final checkpoint, has nothing to train, gathers and writes
-the summary), and the coordinator must not declare the job done before that."""
+"""A worker dies at the very end of the job, and the survivors must still finish with a
+summary.json (and the coordinator must not declare the job done before it is written):
+  1. after the last step, before the final parameter gather (fault crash@STEPS): the new
+     generation resumes the final checkpoint, has nothing to train, gathers and writes the
+     summary;
+  2. while writing its shard of the final checkpoint (fault ckpt:mid-write, the only save):
+     no checkpoint is committed, the generation fails at the final gather, and the survivors
+     redo the job from the start with W = 2."""
 import json
 import os
 import sys
@@ -12,30 +16,43 @@ from harness import Checks, Cluster, job_args, metrics  # noqa: E402
 
 bindir = sys.argv[1]
 STEPS = 30
-common = job_args(STEPS, 10, 12, "none")
 check = Checks()
 
-c = Cluster(bindir)
-try:
-    c.start_etcd()
-    c.start_coordinator("coord0", "--min-workers", "2", "--max-workers", "3")
-    out = os.path.join(c.tmp, "out")
-    for i in range(3):
-        extra = ["--fault", "crash@%d" % STEPS] if i == 2 else []
-        c.start_worker("w%d" % i, "--out", out, *(list(common) + extra))
-    rc = [c.wait(n, 120) for n in ("w0", "w1")]
-    check(rc == [0, 0], "survivors finished with status 0 (%s)" % rc)
-    check(c.wait("w2", 10) not in (0, None), "w2 died by its fault")
-    check("fault injected at step %d: crash" % STEPS in c.log("w2"), "w2's crash fired after the last step")
-    check(os.path.exists(out + "/summary.json"), "summary.json written")
-    if os.path.exists(out + "/summary.json"):
-        s = json.load(open(out + "/summary.json"))
-        check(s["steps"] == STEPS, "summary at step %d" % s["steps"])
-        check(s["world_size"] == 2, "summary written by the W=2 generation (W=%d)" % s["world_size"])
-        check(isinstance(s["final_train_loss"], float), "final train loss %r" % s["final_train_loss"])
-    steps = sorted({r["step"] for r in metrics(out)})
-    check(steps == list(range(1, STEPS + 1)), "every step trained once in the metrics")
-finally:
-    check.print_logs(c, ("coord0", "w0", "w1", "w2"))
-    c.close()
+
+def scenario(name, ckpt_every, fault, marker):
+    c = Cluster(bindir)
+    try:
+        c.start_etcd()
+        c.start_coordinator("coord0", "--min-workers", "2", "--max-workers", "3")
+        out = os.path.join(c.tmp, "out")
+        common = job_args(STEPS, ckpt_every, 12, "none")
+        for i in range(3):
+            if i == 2 and fault.startswith("ckpt:"):  # checkpoint faults are armed by TAGC_FAULT
+                os.environ["TAGC_FAULT"] = fault
+            extra = ["--fault", fault] if i == 2 and not fault.startswith("ckpt:") else []
+            try:
+                c.start_worker("w%d" % i, "--out", out, *(common + extra))
+            finally:
+                os.environ.pop("TAGC_FAULT", None)
+        rc = [c.wait(n, 120) for n in ("w0", "w1")]
+        check(rc == [0, 0], "%s: survivors finished with status 0 (%s)" % (name, rc))
+        check(c.wait("w2", 10) not in (0, None), "%s: w2 died by its fault" % name)
+        check(marker in c.log("w2"), "%s: w2's log shows '%s'" % (name, marker))
+        check(os.path.exists(out + "/summary.json"), "%s: summary.json written" % name)
+        if os.path.exists(out + "/summary.json"):
+            s = json.load(open(out + "/summary.json"))
+            check(s["steps"] == STEPS and s["world_size"] == 2,
+                  "%s: summary at step %d by W=%d (want %d, 2)" % (name, s["steps"], s["world_size"], STEPS))
+            check(isinstance(s["final_train_loss"], float), "%s: final train loss %r" % (name, s["final_train_loss"]))
+        return sorted(r["step"] for r in metrics(out))
+    finally:
+        check.print_logs(c, ("coord0", "w0", "w1", "w2"))
+        c.close()
+
+
+steps = scenario("after the last step", 10, "crash@%d" % STEPS, "fault injected at step %d: crash" % STEPS)
+check(steps == list(range(1, STEPS + 1)), "after the last step: every step trained once")
+steps = scenario("in the final save", STEPS, "ckpt:mid-write", "mid-write")
+check(steps.count(1) == 2 and sorted(set(steps)) == list(range(1, STEPS + 1)),
+      "in the final save: the job was redone from the start to step %d (steps %s)" % (STEPS, steps))
 check.exit()
