@@ -50,7 +50,7 @@ typedef enum tagc_device_compute { TAGC_DEVICE_FP32 = 0, TAGC_DEVICE_BF16 = 1 } 
 typedef struct tagc_device_info {
   char kind[8];        /* "cpu" or "cuda" */
   int index;           /* CUDA device index; -1 for the CPU */
-  char name[128];      /* GPU name, or the CPU model name */
+  char name[256];      /* GPU name, or the CPU model name */
   uint64_t total_bytes; /* device memory (CUDA); 0 for the CPU */
   double peak_tflops;  /* dense peak of the configured compute precision when known, else 0 */
 } tagc_device_info;

@@ -15,6 +15,7 @@ typedef struct cuda_dev {
   int index;
   tagc_compute_dtype dtype;
   cudaStream_t lane[2];
+  cudaStream_t zeroing;                /* new allocations are zeroed here: no wait on the lanes */
   cudaEvent_t mark[TAGC_DEVICE_MARKS]; /* created on first record */
   void *sumsq_ws;                      /* tagc_sumsq_cuda_workspace_bytes() */
   double *sums;                        /* device doubles for sumsq_many */
@@ -57,10 +58,11 @@ static void cuda_close(void *impl) {
   if (!impl)
     return;
   cuda_dev *c = use(impl);
-  for (int l = 0; l < 2; l++)
-    if (c->lane[l]) {
-      cudaStreamSynchronize(c->lane[l]);
-      cudaStreamDestroy(c->lane[l]);
+  cudaStream_t streams[3] = {c->lane[0], c->lane[1], c->zeroing};
+  for (int l = 0; l < 3; l++)
+    if (streams[l]) {
+      cudaStreamSynchronize(streams[l]);
+      cudaStreamDestroy(streams[l]);
     }
   for (int i = 0; i < TAGC_DEVICE_MARKS; i++)
     if (c->mark[i])
@@ -92,6 +94,7 @@ static tagc_status cuda_open(int index, tagc_device_compute compute, void **impl
       (err = cudaGetDeviceProperties(&prop, index)) != cudaSuccess ||
       (err = cudaStreamCreateWithFlags(&c->lane[0], cudaStreamNonBlocking)) != cudaSuccess ||
       (err = cudaStreamCreateWithFlags(&c->lane[1], cudaStreamNonBlocking)) != cudaSuccess ||
+      (err = cudaStreamCreateWithFlags(&c->zeroing, cudaStreamNonBlocking)) != cudaSuccess ||
       (err = cudaMalloc(&c->sumsq_ws, tagc_sumsq_cuda_workspace_bytes())) != cudaSuccess ||
       (err = cudaMalloc((void **)&c->nonfinite, sizeof(int))) != cudaSuccess)
     st = failed(err, "device set-up");
@@ -122,9 +125,9 @@ static tagc_status cuda_alloc(void *impl, size_t bytes, void **out) {
     snprintf(what, sizeof what, "allocation of %zu bytes", bytes);
     return failed(err, what);
   }
-  err = cudaMemsetAsync(p, 0, bytes ? bytes : 256, c->lane[TAGC_LANE_COMPUTE]);
+  err = cudaMemsetAsync(p, 0, bytes ? bytes : 256, c->zeroing);
   if (err == cudaSuccess)
-    err = cudaStreamSynchronize(c->lane[TAGC_LANE_COMPUTE]);
+    err = cudaStreamSynchronize(c->zeroing);
   if (err != cudaSuccess) {
     cudaFree(p);
     return failed(err, "zeroing a new allocation");
