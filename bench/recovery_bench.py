@@ -34,11 +34,7 @@ def first_report(log):
 def trial(kind):
     c = Cluster(bindir)
     try:
-        c.start_etcd()
-        c.start_coordinator("coord0", "--min-workers", "2", "--max-workers", "3")
-        out = os.path.join(c.tmp, "out")
-        for i in range(3):
-            c.start_worker("w%d" % i, "--out", out, *common)
+        out = c.start_job(common)
         wait_for(lambda: os.path.exists(out + "/metrics.jsonl") and len(metrics(out)) >= 15, 120, "15 steps")
         t0 = time.time()
         c.signal("w2", signal.SIGKILL if kind == "kill" else signal.SIGSTOP)

@@ -58,14 +58,29 @@ class Cluster:
         self._start(name, [os.path.join(self.bindir, "tagc-coordinator"), "--etcd", self.etcd_url,
                            "--job", self.job, "--http", "", "--log", "info"] + list(args))
 
-    def start_worker(self, name, *args):
-        self._start(name, [os.path.join(self.bindir, "tagc-worker"), "--etcd", self.etcd_url,
-                           "--job", self.job, "--worker-id", name, "--log", "info"] + list(args))
+    def start_job(self, args, workers=3, min_workers=2, max_workers=3, worker_extra=None,
+                  worker_env=None):
+        """etcd, one coordinator (min/max workers) and workers w0..w<workers-1> with the
+        options `args` (plus worker_extra[name] and the environment variables
+        worker_env[name] where given), all writing to one output folder, which is returned."""
+        self.start_etcd()
+        self.start_coordinator("coord0", "--min-workers", str(min_workers), "--max-workers", str(max_workers))
+        out = os.path.join(self.tmp, "out")
+        for i in range(workers):
+            name = "w%d" % i
+            self.start_worker(name, "--out", out, *(list(args) + (worker_extra or {}).get(name, [])),
+                              env=(worker_env or {}).get(name))
+        return out
 
-    def _start(self, name, argv):
+    def start_worker(self, name, *args, env=None):
+        self._start(name, [os.path.join(self.bindir, "tagc-worker"), "--etcd", self.etcd_url,
+                           "--job", self.job, "--worker-id", name, "--log", "info"] + list(args), env)
+
+    def _start(self, name, argv, env=None):
         log = open(os.path.join(self.tmp, name + ".log"), "w")
         self.procs[name] = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT,
-                                            start_new_session=True)
+                                            start_new_session=True,
+                                            env=dict(os.environ, **env) if env else None)
 
     def signal(self, name, sig):
         os.kill(self.procs[name].pid, sig)

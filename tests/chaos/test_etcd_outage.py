@@ -16,11 +16,7 @@ common = job_args(STEPS, 10, 12, "none", "--fault", "slow=0.01")
 check = Checks()
 c = Cluster(bindir)
 try:
-    c.start_etcd()
-    c.start_coordinator("coord0", "--min-workers", "2", "--max-workers", "3")
-    out = os.path.join(c.tmp, "out")
-    for i in range(3):
-        c.start_worker("w%d" % i, "--out", out, *common)
+    out = c.start_job(common)
     wait_for(lambda: os.path.exists(out + "/metrics.jsonl") and len(metrics(out)) >= 20, 120, "20 steps")
     c.restart_etcd(5.0)
     rc = [c.wait("w%d" % i, 200) for i in range(3)]

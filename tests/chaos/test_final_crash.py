@@ -22,18 +22,11 @@ check = Checks()
 def scenario(name, ckpt_every, fault, marker):
     c = Cluster(bindir)
     try:
-        c.start_etcd()
-        c.start_coordinator("coord0", "--min-workers", "2", "--max-workers", "3")
-        out = os.path.join(c.tmp, "out")
         common = job_args(STEPS, ckpt_every, 12, "none")
-        for i in range(3):
-            if i == 2 and fault.startswith("ckpt:"):  # checkpoint faults are armed by TAGC_FAULT
-                os.environ["TAGC_FAULT"] = fault
-            extra = ["--fault", fault] if i == 2 and not fault.startswith("ckpt:") else []
-            try:
-                c.start_worker("w%d" % i, "--out", out, *(common + extra))
-            finally:
-                os.environ.pop("TAGC_FAULT", None)
+        if fault.startswith("ckpt:"):  # checkpoint faults are armed by TAGC_FAULT
+            out = c.start_job(common, worker_env={"w2": {"TAGC_FAULT": fault}})
+        else:
+            out = c.start_job(common, worker_extra={"w2": ["--fault", fault]})
         rc = [c.wait(n, 120) for n in ("w0", "w1")]
         check(rc == [0, 0], "%s: survivors finished with status 0 (%s)" % (name, rc))
         check(c.wait("w2", 10) not in (0, None), "%s: w2 died by its fault" % name)

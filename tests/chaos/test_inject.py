@@ -19,11 +19,7 @@ check = Checks()
 
 c = Cluster(bindir)
 try:
-    c.start_etcd()
-    c.start_coordinator("coord0", "--min-workers", "2", "--max-workers", "3")
-    out = os.path.join(c.tmp, "out")
-    for i in range(3):
-        c.start_worker("w%d" % i, "--out", out, *common)
+    out = c.start_job(common)
     wait_for(lambda: os.path.exists(out + "/metrics.jsonl") and len(metrics(out)) >= 10, 120, "10 steps")
     bad = subprocess.run([tagctl, "inject", "--etcd", c.etcd_url, "--job", c.job, "--worker", "w1",
                           "explode", "--at-step", "5"], capture_output=True, text=True)

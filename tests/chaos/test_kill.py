@@ -22,11 +22,7 @@ check = Checks()
 
 c = Cluster(bindir)
 try:
-    c.start_etcd()
-    c.start_coordinator("coord0", "--min-workers", "2", "--max-workers", "3")
-    out = os.path.join(c.tmp, "out")
-    for i in range(3):
-        c.start_worker("w%d" % i, "--out", out, *common)
+    out = c.start_job(common)
     pids = {n: c.pid(n) for n in ("w0", "w1")}
     wait_for(lambda: os.path.exists(out + "/metrics.jsonl") and len(metrics(out)) >= 25, 120, "25 steps")
     killed_at = len(metrics(out))

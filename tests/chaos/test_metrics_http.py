@@ -117,11 +117,7 @@ def elastic_run():
     common = job_args(steps, 10, 12, "none", "--metrics-addr", "127.0.0.1:0")
     c = Cluster(bindir, job="metrics")
     try:
-        c.start_etcd()
-        c.start_coordinator("coord0", "--min-workers", "2", "--max-workers", "3")
-        out = os.path.join(c.tmp, "out")
-        for i in range(3):
-            c.start_worker("w%d" % i, "--out", out, *common)
+        out = c.start_job(common)
         ports = {n: wait_for(lambda n=n: port_of(c.log(n)), 30, n + "'s port")
                  for n in ("w0", "w1")}
         wait_for(lambda: os.path.exists(out + "/metrics.jsonl") and len(metrics(out)) >= 20, 120,

@@ -79,8 +79,8 @@ class NetnsCluster(Cluster):
     def ns_of(self, name):
         return NS[int(name[1:])] if name[0] == "w" else HUB
 
-    def _start(self, name, argv):
-        super()._start(name, ["ip", "netns", "exec", self.ns_of(name)] + argv)
+    def _start(self, name, argv, env=None):
+        super()._start(name, ["ip", "netns", "exec", self.ns_of(name)] + argv, env)
 
     def start_etcd(self, ports=None):
         self.etcd_url = "http://%s:2379" % HUB_IP
