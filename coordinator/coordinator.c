@@ -74,6 +74,7 @@ struct tagc_coord {
   pthread_cond_t wake;
   int dirty;
   double dirty_since;
+  double started;     /* tagc_now() at creation: the first generation's wait counts from it */
 
   seen_report *seen;
   size_t n_seen;
@@ -89,7 +90,7 @@ struct tagc_coord {
 
 void tagc_coord_config_init(tagc_coord_config *cfg) {
   *cfg = (tagc_coord_config){.min_workers = 1, .max_workers = 1024, .settle_s = 1,
-                             .lease_ttl_s = 5, .suspect_window_s = 2};
+                             .lease_ttl_s = 5, .suspect_window_s = 2, .start_wait_s = 30};
 }
 
 /* ---- reading the job's state ---- */
@@ -469,7 +470,9 @@ static outcome evaluate(tagc_coord *c, const view *v, double *wait_until) {
   *wait_until = 0;
   tagc_planner_config pc = {.min_workers = c->cfg.min_workers, .max_workers = c->cfg.max_workers,
                             .suspect_window_s = c->cfg.suspect_window_s,
-                            .default_micro_batch = (int)setting(c->cfg.micro_batch, v, "micro_batch")};
+                            .default_micro_batch = (int)setting(c->cfg.micro_batch, v, "micro_batch"),
+                            .start_workers = c->cfg.start_workers,
+                            .start_deadline = c->started + c->cfg.start_wait_s};
   /* a malformed current plan (not a JSON object) counts as no plan: plan the next generation */
   const json_t *plan = json_is_object(v->plan) ? v->plan : NULL;
   tagc_planner_input in = {.gen = v->gen, .plan = plan, .workers = v->workers,
@@ -702,6 +705,11 @@ static tagc_status check_config(const tagc_coord_config *cfg) {
                        cfg->lease_ttl_s);
   if (cfg->micro_batch < 0 || cfg->final_step < 0)
     return tagc_errorf(TAGC_EINVAL, "micro-batch and final step must not be negative");
+  if (cfg->start_workers < 0 || cfg->start_workers > cfg->max_workers ||
+      !(cfg->start_wait_s >= 0 && cfg->start_wait_s <= 3600))
+    return tagc_errorf(TAGC_EINVAL, "start workers (%d) must be in [0, max-workers %d] and the "
+                       "start wait (%g s) in [0, 3600]", cfg->start_workers, cfg->max_workers,
+                       cfg->start_wait_s);
   return TAGC_OK;
 }
 
@@ -750,6 +758,7 @@ tagc_status tagc_coord_create(tagc_etcd *etcd, const tagc_coord_config *cfg, tag
     return tagc_errorf(TAGC_ENOMEM, "coordinator");
   c->etcd = etcd;
   c->cfg = *cfg;
+  c->started = tagc_now();
   snprintf(c->job, sizeof c->job, "%s", cfg->job);
   c->cfg.job = c->job;
   c->cfg.http_addr = c->cfg.advertise = NULL;

@@ -37,6 +37,9 @@ typedef struct tagc_coord_config {
   double lease_ttl_s;       /* the coordinator's lease: a dead leader is replaced after it
                                (default 5) */
   double suspect_window_s;  /* time a suspected worker has to report itself (default 2) */
+  int start_workers;        /* the first generation waits for this many workers (default 0:
+                               min_workers) ... */
+  double start_wait_s;      /* ... at most this long after the coordinator started (default 30) */
   int micro_batch;          /* job's micro-batch for oom halving; 0 = "micro_batch" of the
                                job's config key, if any */
   int64_t final_step;       /* done when progress reaches it; 0 = "steps" of the config key,

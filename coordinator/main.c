@@ -21,6 +21,8 @@ typedef struct coord_options {
   double settle;
   double lease_ttl;
   double suspect_window;
+  int64_t start_workers;
+  double start_wait;
   int64_t micro_batch;
   int64_t steps;
   char *http;
@@ -51,6 +53,10 @@ static const tagc_opt coord_opts[] = {
      "seconds of this coordinator's lease: a dead leader is replaced after it"},
     {"suspect-window", TAGC_OPT_DOUBLE, OFF(suspect_window), "2", 0, 600, NULL,
      "seconds a worker blamed by a peer has to report itself before it is excluded"},
+    {"start-workers", TAGC_OPT_INT, OFF(start_workers), "0", 0, 1 << 20, NULL,
+     "the first generation waits for this many workers (0: min-workers) ..."},
+    {"start-wait", TAGC_OPT_DOUBLE, OFF(start_wait), "30", 0, 3600, NULL,
+     "... at most this many seconds after start; then min-workers suffice"},
     {"micro-batch", TAGC_OPT_INT, OFF(micro_batch), "0", 0, 1 << 20, NULL,
      "the job's micro-batch, halved for a worker that reports oom (0: \"micro_batch\" of the "
      "job's config key)"},
@@ -138,6 +144,8 @@ static tagc_status run(const coord_options *o) {
   cfg.settle_s = o->settle;
   cfg.lease_ttl_s = o->lease_ttl;
   cfg.suspect_window_s = o->suspect_window;
+  cfg.start_workers = (int)o->start_workers;
+  cfg.start_wait_s = o->start_wait;
   cfg.micro_batch = (int)o->micro_batch;
   cfg.final_step = o->steps;
   cfg.http_addr = or_null(o->http);

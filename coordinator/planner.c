@@ -505,6 +505,12 @@ static tagc_status decide(work *w) {
   } else if (st == TAGC_OK && json_array_size(members) < (size_t)w->cfg->min_workers) {
     w->out->action = TAGC_PLANNER_STALLED;
     note(w, "%zu eligible workers, need %d", json_array_size(members), w->cfg->min_workers);
+  } else if (st == TAGC_OK && !w->members && json_array_size(members) < (size_t)w->cfg->start_workers &&
+             w->in->now < w->cfg->start_deadline) { /* the expected workers are still starting */
+    w->out->action = TAGC_PLANNER_WAIT;
+    w->out->wait_until = w->cfg->start_deadline;
+    note(w, "first generation: %zu of %d expected workers, waiting for the rest up to %.0f s",
+         json_array_size(members), w->cfg->start_workers, w->cfg->start_deadline - w->in->now);
   } else if (st == TAGC_OK) {
     if (!w->members)
       note(w, "first generation");

@@ -69,6 +69,8 @@ typedef struct tagc_planner_config {
   int max_workers;          /* >= min_workers */
   double suspect_window_s;  /* how long a suspected member has to report itself (>= 0) */
   int default_micro_batch;  /* the job's micro-batch, what a first oom halves; 0 = unknown */
+  int start_workers;        /* the first generation waits for this many workers ... */
+  double start_deadline;    /* ... until this time (clock of `now`); after it, min_workers do */
 } tagc_planner_config;
 
 typedef struct tagc_planner_worker {

@@ -317,9 +317,11 @@ static tagc_status start_coordinators(const run_config *rc, const char *dir, inf
   for (int k = 0; k < rc->coordinators; k++) {
     char log[PATH_MAX + 32];
     snprintf(log, sizeof log, "%s/coordinator-%d.log", rc->train.out, k);
+    /* the first generation waits for every local worker (they start together), at most
+       30 s; later ones need only --min-workers */
     char *argv[] = {"tagc-coordinator", "--etcd", rc->train.etcd, "--job", rc->train.job,
-                    "--min-workers", minw, "--max-workers", maxw, "--http", "127.0.0.1:0",
-                    "--log", "info", NULL};
+                    "--min-workers", minw, "--max-workers", maxw, "--start-workers", maxw,
+                    "--http", "127.0.0.1:0", "--log", "info", NULL};
     in->coords[in->n_coords] = spawn(path, argv, log);
     if (in->coords[in->n_coords] < 0)
       return tagc_errorf(TAGC_EIO, "cannot start %s: %s", path, strerror(errno));

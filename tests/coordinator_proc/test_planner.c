@@ -380,8 +380,37 @@ static void test_resume_and_errors(void) {
   json_decref(broken);
 }
 
+/* The first generation waits for the expected workers until the start deadline; later
+ * generations need only min_workers. */
+static void test_start_quorum(void) {
+  tagc_planner_config c = cfg3;
+  c.start_workers = 4;
+  c.start_deadline = 30;
+  tagc_planner_worker w[] = {{"w0", 10}, {"w1", 11}, {"w2", 12}, {"w3", 13}};
+  tagc_planner_decision d;
+  char buf[256];
+  CHECK_EQ_INT(run(&c, NULL, w, 3, NULL, 0, 5, &d), TAGC_PLANNER_WAIT);
+  CHECK(d.wait_until == 30);
+  CHECK(strstr(d.reason, "3 of 4 expected") != NULL);
+  tagc_planner_decision_free(&d);
+  CHECK_EQ_INT(run(&c, NULL, w, 4, NULL, 0, 5, &d), TAGC_PLANNER_NEW);
+  CHECK_EQ_STR(plan_members_text(d.plan, buf, sizeof buf), "w0,w1,w2,w3");
+  tagc_planner_decision_free(&d);
+  /* the deadline passed: min_workers (2) suffice */
+  CHECK_EQ_INT(run(&c, NULL, w, 3, NULL, 0, 31, &d), TAGC_PLANNER_NEW);
+  CHECK_EQ_STR(plan_members_text(d.plan, buf, sizeof buf), "w0,w1,w2");
+  /* with a plan in place (a member lost), no waiting for the start quorum */
+  json_t *plan = json_incref(d.plan);
+  tagc_planner_decision_free(&d);
+  CHECK_EQ_INT(run(&c, plan, w, 2, NULL, 0, 6, &d), TAGC_PLANNER_NEW);
+  CHECK_EQ_STR(plan_members_text(d.plan, buf, sizeof buf), "w0,w1");
+  tagc_planner_decision_free(&d);
+  json_decref(plan);
+}
+
 int main(void) {
   test_first_and_keep();
+  test_start_quorum();
   test_order_joiners_max();
   test_oom();
   test_suspect_dropped();
