@@ -63,7 +63,6 @@ tagc_status path_fmt(char *buf, const char *fmt, ...) __attribute__((format(prin
 tagc_status write_full(int fd, const void *buf, size_t len, const char *name);
 tagc_status pread_full(int fd, void *buf, size_t len, uint64_t off, const char *name);
 tagc_status fsync_path(const char *path);
-tagc_status mkdir_p(const char *path);
 /* Removes a directory and the plain files in it (checkpoint directories are one level). */
 tagc_status remove_dir(const char *path);
 

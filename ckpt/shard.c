@@ -7,6 +7,7 @@
 
 #include "ckpt/ckpt_internal.h"
 #include "common/crc32c.h"
+#include "common/fsutil.h"
 
 int64_t tagc_ckpt_range_count(tagc_ckpt_range r, int64_t numel) {
   int64_t lo = r.lo < numel ? r.lo : numel;
@@ -233,7 +234,7 @@ tagc_status tagc_ckpt_write_shard(const char *dir, int64_t step, int rank, int w
   TAGC_CHECK(path_fmt(tmpdir, "%s/step-%lld.tmp", dir, (long long)step));
   TAGC_CHECK(path_fmt(tmp, "%s/rank-%05d.bin.tmp", tmpdir, rank));
   TAGC_CHECK(path_fmt(final, "%s/rank-%05d.bin", tmpdir, rank));
-  TAGC_CHECK(mkdir_p(tmpdir));
+  TAGC_CHECK(tagc_mkdir_p(tmpdir));
 
   tagc_ckpt_range *stored = malloc(((size_t)layout->n_units + 1) * sizeof *stored);
   shard_header h = {.version = TAGC_CKPT_FORMAT_VERSION,

@@ -65,22 +65,6 @@ tagc_status fsync_path(const char *path) {
   return TAGC_OK;
 }
 
-tagc_status mkdir_p(const char *path) {
-  char buf[CKPT_PATH_MAX];
-  TAGC_CHECK(path_fmt(buf, "%s", path));
-  for (char *p = buf + 1;; p++) {
-    if (*p != '/' && *p != '\0')
-      continue;
-    char saved = *p;
-    *p = '\0';
-    if (mkdir(buf, 0755) != 0 && errno != EEXIST)
-      return tagc_errorf(TAGC_EIO, "mkdir %s: %s", buf, strerror(errno));
-    *p = saved;
-    if (saved == '\0')
-      return TAGC_OK;
-  }
-}
-
 tagc_status remove_dir(const char *path) {
   DIR *d = opendir(path);
   if (!d)

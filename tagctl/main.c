@@ -17,6 +17,7 @@
 
 #include "ckpt/ckpt_cli.h"
 #include "comm/store.h"
+#include "common/fsutil.h"
 #include "common/json.h"
 #include "common/timeutil.h"
 #include "coordinator/etcd.h"
@@ -388,8 +389,8 @@ static int cmd_run(int argc, char **argv) {
   char dir[PATH_MAX], worker[PATH_MAX + 16], job[PATH_MAX];
   infra in = {0};
   catch_interrupts();
-  if ((st = self_dir(dir, sizeof dir)) == TAGC_OK && mkdir(rc.train.out, 0755) != 0 && errno != EEXIST)
-    st = tagc_errorf(TAGC_EIO, "output directory %s: %s", rc.train.out, strerror(errno));
+  if ((st = self_dir(dir, sizeof dir)) == TAGC_OK)
+    st = tagc_mkdir_p(rc.train.out);
   if (st == TAGC_OK && rc.elastic && !*rc.train.etcd)
     st = start_etcd(&rc, &in);
   if (st == TAGC_OK && rc.elastic)

@@ -17,6 +17,7 @@
 
 #include "ckpt/ckpt_saver.h"
 #include "common/crc32c.h"
+#include "common/fsutil.h"
 #include "common/json.h"
 #include "common/log.h"
 #include "common/timeutil.h"
@@ -78,12 +79,6 @@ struct tagc_run {
   int64_t start_step, end_step;
 };
 
-static tagc_status make_dir(const char *path) {
-  if (mkdir(path, 0755) != 0 && errno != EEXIST)
-    return tagc_errorf(TAGC_EIO, "output directory %s: %s", path, strerror(errno));
-  return TAGC_OK;
-}
-
 /* ---------- the process-wide part ---------- */
 
 tagc_status tagc_run_new(const tagc_train_config *cfg, tagc_run **out) {
@@ -119,7 +114,7 @@ tagc_status tagc_run_new(const tagc_train_config *cfg, tagc_run **out) {
   r->threads = cfg->threads ? (int)cfg->threads : omp_get_num_procs();
   omp_set_num_threads(r->threads); /* the model runs the BLAS single-threaded inside OpenMP */
   TAGC_CHECK_GOTO(tagc_corpus_load(cfg->corpus, (size_t)cfg->ctx + 1, &r->corpus), st, fail);
-  TAGC_CHECK_GOTO(make_dir(cfg->out), st, fail);
+  TAGC_CHECK_GOTO(tagc_mkdir_p(cfg->out), st, fail);
   const char *root = *cfg->ckpt_dir ? cfg->ckpt_dir : cfg->out;
   if (strlen(root) + 8 >= sizeof r->ckpt_root) {
     st = tagc_errorf(TAGC_EINVAL, "checkpoint path too long");

@@ -3,10 +3,13 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <fcntl.h>
+#include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "common/base64.h"
 #include "common/crc32c.h"
+#include "common/fsutil.h"
 #include "common/json.h"
 #include "common/log.h"
 #include "common/options.h"
@@ -158,8 +161,37 @@ static void test_log(void) {
   CHECK_OK(tagc_log_configure("info", TAGC_LOG_AUTO));
 }
 
+static void test_mkdir_p(void) {
+  char root[] = "/tmp/tagc-mkdir-XXXXXX";
+  CHECK(mkdtemp(root) != NULL);
+  char path[512], file[256];
+  snprintf(path, sizeof path, "%s/a/b//c/", root);
+  CHECK_OK(tagc_mkdir_p(path));
+  struct stat sb;
+  snprintf(path, sizeof path, "%s/a/b/c", root);
+  CHECK(stat(path, &sb) == 0 && S_ISDIR(sb.st_mode));
+  CHECK_OK(tagc_mkdir_p(path)); /* exists: fine */
+  snprintf(file, sizeof file, "%s/a/f", root);
+  int fd = open(file, O_CREAT | O_WRONLY, 0644);
+  CHECK(fd >= 0);
+  close(fd);
+  snprintf(path, sizeof path, "%s/g", file);
+  CHECK_EQ_INT(tagc_mkdir_p(file), TAGC_EIO); /* a file in the way */
+  CHECK(strstr(tagc_last_error(), "a file of that name exists") != NULL);
+  CHECK_EQ_INT(tagc_mkdir_p(path), TAGC_EIO); /* below a file */
+  CHECK_EQ_INT(tagc_mkdir_p(""), TAGC_EINVAL);
+  CHECK_EQ_INT(tagc_mkdir_p(NULL), TAGC_EINVAL);
+  unlink(file);
+  const char *dirs[] = {"a/b/c", "a/b", "a", ""};
+  for (size_t i = 0; i < sizeof dirs / sizeof dirs[0]; i++) {
+    snprintf(path, sizeof path, "%s/%s", root, dirs[i]);
+    CHECK(rmdir(path) == 0);
+  }
+}
+
 int main(void) {
   test_crc32c();
+  test_mkdir_p();
   test_base64();
   test_json();
   test_options();
