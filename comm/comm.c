@@ -430,7 +430,8 @@ static tagc_status reduce_scatter_blocks(op_call *op, const void *send, void *re
   size_t total = lay.offset[w - 1] + lay.count[w - 1];
   size_t rows_bytes = (size_t)w * mine * wes;
   size_t wire_bytes = wire == TAGC_WIRE_BF16 ? total * wes : 0;
-  char *scratch = c->ops->scratch(c->impl, rows_bytes + wire_bytes);
+  /* at least one byte: a rank that owns no element still needs a valid (empty) buffer */
+  char *scratch = c->ops->scratch(c->impl, rows_bytes + wire_bytes ? rows_bytes + wire_bytes : 1);
   if (!scratch)
     return tagc_errorf(TAGC_ENOMEM, "comm reduce: scratch of %zu bytes",
                        rows_bytes + wire_bytes);

@@ -218,6 +218,15 @@ static void test_allreduce_sum(tagc_comm *c, int rank, int w) {
   free(all);
 }
 
+/* The first reduction of a communicator with fewer elements than ranks: the ranks that own
+ * no element have had no scratch yet (this used to fail with "scratch of 0 bytes"). */
+static void test_first_tiny_allreduce(tagc_comm *c, int rank, int w) {
+  float v = (float)(rank + 1);
+  CHECK_OK(tagc_comm_allreduce(c, &v, &v, 1, TAGC_DTYPE_F32, TAGC_REDOP_SUM, 0));
+  CHECK(v == (float)(w * (w + 1) / 2));
+  tagc_comm_stats_reset(c);
+}
+
 static void test_allreduce_max_or(tagc_comm *c, int rank, int w) {
   size_t n = 517;
   float *x = malloc(sizeof(float) * n);
@@ -275,6 +284,7 @@ static int ops_rank(int rank, int world, const char *dir, void *arg) {
   CHECK_EQ_INT(tagc_comm_rank(c), rank);
   CHECK_EQ_INT(tagc_comm_world_size(c), world);
   test_bad_arguments(c, world);
+  test_first_tiny_allreduce(c, rank, world);
   test_allgather(c, rank, world);
   test_alltoall(c, rank, world);
   test_broadcast_barrier(c, rank, world);
