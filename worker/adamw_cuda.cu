@@ -12,14 +12,6 @@
 /* First pass of the sum of squares: this many blocks, each over a fixed contiguous range. */
 #define SUMSQ_BLOCKS 1024
 
-static tagc_status launched(const char *op) {
-  cudaError_t err = cudaGetLastError();
-  if (err == cudaSuccess)
-    return TAGC_OK;
-  return tagc_errorf(TAGC_EINTERNAL, "adamw_cuda: %s launch failed: %s", op,
-                     cudaGetErrorString(err));
-}
-
 static unsigned blocks_for(size_t n) {
   size_t g = (n + 4 * THREADS - 1) / (4 * THREADS);
   return (unsigned)(g < 1 ? 1 : g < MAX_GRID ? g : MAX_GRID);
@@ -65,7 +57,7 @@ extern "C" tagc_status tagc_sumsq_cuda(const float *x, size_t n, double *out_dev
     return tagc_errorf(TAGC_EINVAL, "adamw_cuda: sumsq: NULL pointer");
   TAGC_LAUNCH(sumsq_blocks_kernel, SUMSQ_BLOCKS, THREADS, stream)((double *)workspace, x, n);
   TAGC_LAUNCH(sumsq_finish_kernel, 1, THREADS, stream)(out_dev, (const double *)workspace);
-  return launched("sumsq");
+  return cuda_launched("adamw_cuda sumsq");
 }
 
 /* Per-step constants (as in adamw.c). */
@@ -123,7 +115,7 @@ extern "C" tagc_status tagc_adamw_update_range_cuda(const tagc_model_layout *lay
   if (n == 0)
     return TAGC_OK;
   TAGC_LAUNCH(nonfinite_kernel, blocks_for(n), THREADS, stream)(nonfinite_dev, grads, n);
-  TAGC_CHECK(launched("nonfinite check"));
+  TAGC_CHECK(cuda_launched("adamw_cuda nonfinite check"));
 
   double b1 = cfg->beta1, b2 = cfg->beta2;
   adamw_step s = {
@@ -151,7 +143,7 @@ extern "C" tagc_status tagc_adamw_update_range_cuda(const tagc_model_layout *lay
     size_t k = run_lo - arena_lo, len = end - run_lo;
     TAGC_LAUNCH(adamw_kernel, blocks_for(len), THREADS, stream)(
         s, ti->decay, params + k, grads + k, m + k, v + k, len, nonfinite_dev);
-    TAGC_CHECK(launched("update"));
+    TAGC_CHECK(cuda_launched("adamw_cuda update"));
     run_lo = end;
     if (end == hi)
       break;

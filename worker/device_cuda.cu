@@ -170,8 +170,7 @@ static tagc_status cuda_add(void *impl, tagc_lane lane, float *dst, const float 
   TAGC_LAUNCH(add_kernel, (unsigned)(g < CUDA_MAX_GRID ? g : CUDA_MAX_GRID), CUDA_THREADS,
               c->lane[lane])
   (dst, src, n);
-  CUDA_TRY(cudaGetLastError(), "add kernel launch");
-  return TAGC_OK;
+  return cuda_launched("device add");
 }
 
 static tagc_status cuda_sync(void *impl, tagc_lane lane) {

@@ -18,14 +18,6 @@
 #define COLSUM_CHUNKS 64
 #define COLSUM_ROWS 8
 
-static tagc_status launched(const char *op) {
-  cudaError_t err = cudaGetLastError();
-  if (err == cudaSuccess)
-    return TAGC_OK;
-  return tagc_errorf(TAGC_EINTERNAL, "model_cuda: %s launch failed: %s", op,
-                     cudaGetErrorString(err));
-}
-
 /* Blocks for n items at `per_block` each, capped (kernels loop grid-stride). */
 static unsigned blocks_for(size_t n, size_t per_block) {
   size_t g = (n + per_block - 1) / per_block;
@@ -82,7 +74,7 @@ extern "C" tagc_status tagc_gpu_layernorm_forward(float *out, float *stat, const
                                                   tagc_stream stream) {
   TAGC_LAUNCH(layernorm_forward_kernel, blocks_for(N, WARPS_PER_BLOCK), THREADS, stream)(
       out, stat, inp, w, b, N, C);
-  return launched("layernorm_forward");
+  return cuda_launched("model_cuda layernorm_forward");
 }
 
 __global__ void layernorm_backward_input_kernel(float *dinp, const float *dres, const float *dout,
@@ -115,7 +107,7 @@ extern "C" tagc_status tagc_gpu_layernorm_backward_input(float *dinp, const floa
                                                          int C, tagc_stream stream) {
   TAGC_LAUNCH(layernorm_backward_input_kernel, blocks_for(N, WARPS_PER_BLOCK), THREADS, stream)(
       dinp, dres, dout, inp, stat, w, N, C);
-  return launched("layernorm_backward_input");
+  return cuda_launched("model_cuda layernorm_backward_input");
 }
 
 /* ---------------------------------------------------------------------------------------- */
@@ -178,7 +170,7 @@ extern "C" tagc_status tagc_gpu_layernorm_backward_params(float *dw, float *db, 
   dim3 grid((C + 31) / 32, COLSUM_CHUNKS), block(32, COLSUM_ROWS);
   TAGC_LAUNCH(colsum_chunks_kernel<true>, grid, block, stream)(ws, dout, inp, stat, N, C);
   TAGC_LAUNCH(colsum_finish_kernel, blocks_for(C, THREADS), THREADS, stream)(db, dw, ws, C);
-  return launched("layernorm_backward_params");
+  return cuda_launched("model_cuda layernorm_backward_params");
 }
 
 extern "C" tagc_status tagc_gpu_colsum_add(float *dst, const float *src, int N, int C, float *ws,
@@ -186,7 +178,7 @@ extern "C" tagc_status tagc_gpu_colsum_add(float *dst, const float *src, int N, 
   dim3 grid((C + 31) / 32, COLSUM_CHUNKS), block(32, COLSUM_ROWS);
   TAGC_LAUNCH(colsum_chunks_kernel<false>, grid, block, stream)(ws, src, NULL, NULL, N, C);
   TAGC_LAUNCH(colsum_finish_kernel, blocks_for(C, THREADS), THREADS, stream)(dst, NULL, ws, C);
-  return launched("colsum_add");
+  return cuda_launched("model_cuda colsum_add");
 }
 
 /* ---------------------------------------------------------------------------------------- */
@@ -205,7 +197,7 @@ extern "C" tagc_status tagc_gpu_add_bias(float *out, const float *add, const flo
                                          int C, tagc_stream stream) {
   unsigned grid = blocks_for((size_t)N * C, 4 * THREADS);
   TAGC_LAUNCH(add_bias_kernel, grid, THREADS, stream)(out, add, bias, N, C);
-  return launched("add_bias");
+  return cuda_launched("model_cuda add_bias");
 }
 
 __global__ void gelu_forward_kernel(float *out, const float *inp, size_t n) {
@@ -230,13 +222,13 @@ __global__ void gelu_backward_kernel(float *d, const float *inp, size_t n) {
 extern "C" tagc_status tagc_gpu_gelu_forward(float *out, const float *inp, size_t n,
                                              tagc_stream stream) {
   TAGC_LAUNCH(gelu_forward_kernel, blocks_for(n, 4 * THREADS), THREADS, stream)(out, inp, n);
-  return launched("gelu_forward");
+  return cuda_launched("model_cuda gelu_forward");
 }
 
 extern "C" tagc_status tagc_gpu_gelu_backward(float *d, const float *inp, size_t n,
                                               tagc_stream stream) {
   TAGC_LAUNCH(gelu_backward_kernel, blocks_for(n, 4 * THREADS), THREADS, stream)(d, inp, n);
-  return launched("gelu_backward");
+  return cuda_launched("model_cuda gelu_backward");
 }
 
 __global__ void to_bf16_kernel(uint16_t *dst, const float *src, size_t n) {
@@ -248,7 +240,7 @@ __global__ void to_bf16_kernel(uint16_t *dst, const float *src, size_t n) {
 extern "C" tagc_status tagc_gpu_to_bf16(uint16_t *dst, const float *src, size_t n,
                                         tagc_stream stream) {
   TAGC_LAUNCH(to_bf16_kernel, blocks_for(n, 4 * THREADS), THREADS, stream)(dst, src, n);
-  return launched("to_bf16");
+  return cuda_launched("model_cuda to_bf16");
 }
 
 /* ---------------------------------------------------------------------------------------- */
@@ -297,14 +289,14 @@ extern "C" tagc_status tagc_gpu_softmax_causal_forward(float *att, int BH, int T
                                                        tagc_stream stream) {
   unsigned grid = blocks_for((size_t)BH * T, WARPS_PER_BLOCK);
   TAGC_LAUNCH(softmax_causal_forward_kernel, grid, THREADS, stream)(att, BH, T);
-  return launched("softmax_causal_forward");
+  return cuda_launched("model_cuda softmax_causal_forward");
 }
 
 extern "C" tagc_status tagc_gpu_softmax_causal_backward(float *ds, const float *p, int BH, int T,
                                                         float scale, tagc_stream stream) {
   unsigned grid = blocks_for((size_t)BH * T, WARPS_PER_BLOCK);
   TAGC_LAUNCH(softmax_causal_backward_kernel, grid, THREADS, stream)(ds, p, BH, T, scale);
-  return launched("softmax_causal_backward");
+  return cuda_launched("model_cuda softmax_causal_backward");
 }
 
 /* ---------------------------------------------------------------------------------------- */
@@ -352,14 +344,14 @@ extern "C" tagc_status tagc_gpu_crossentropy_forward(float *losses, float *logit
                                                      tagc_stream stream) {
   TAGC_LAUNCH(crossentropy_forward_kernel, blocks_for(N, WARPS_PER_BLOCK), THREADS, stream)(
       losses, logits, targets, N, V);
-  return launched("crossentropy_forward");
+  return cuda_launched("model_cuda crossentropy_forward");
 }
 
 extern "C" tagc_status tagc_gpu_crossentropy_backward(float *probs, const uint8_t *targets, int N,
                                                       int V, float scale, tagc_stream stream) {
   unsigned grid = blocks_for((size_t)N * V, 4 * THREADS);
   TAGC_LAUNCH(crossentropy_backward_kernel, grid, THREADS, stream)(probs, targets, N, V, scale);
-  return launched("crossentropy_backward");
+  return cuda_launched("model_cuda crossentropy_backward");
 }
 
 /* One block of 1024 threads: thread k sums positions k, k + 1024, ... in double, then a
@@ -383,7 +375,7 @@ __global__ void sum_losses_kernel(double *out, const float *losses, int n) {
 extern "C" tagc_status tagc_gpu_sum_losses(double *out, const float *losses, int n,
                                            tagc_stream stream) {
   TAGC_LAUNCH(sum_losses_kernel, 1, 1024, stream)(out, losses, n);
-  return launched("sum_losses");
+  return cuda_launched("model_cuda sum_losses");
 }
 
 /* ---------------------------------------------------------------------------------------- */
@@ -405,7 +397,7 @@ extern "C" tagc_status tagc_gpu_encoder_forward(float *out, const uint8_t *token
                                                 int C, tagc_stream stream) {
   TAGC_LAUNCH(encoder_forward_kernel, blocks_for((size_t)B * T * C, 4 * THREADS), THREADS, stream)(
       out, tokens, wte, wpe, B, T, C);
-  return launched("encoder_forward");
+  return cuda_launched("model_cuda encoder_forward");
 }
 
 #define TOKEN_TILE 2048
@@ -450,5 +442,5 @@ extern "C" tagc_status tagc_gpu_encoder_backward(float *dwte, float *dwpe, const
   TAGC_LAUNCH(wte_backward_kernel, grid, 128, stream)(dwte, dout, tokens, B * T, C);
   unsigned wpe_grid = blocks_for((size_t)T * C, 4 * THREADS);
   TAGC_LAUNCH(wpe_backward_kernel, wpe_grid, THREADS, stream)(dwpe, dout, B, T, C);
-  return launched("encoder_backward");
+  return cuda_launched("model_cuda encoder_backward");
 }
