@@ -1,7 +1,9 @@
 #include "status.h"
 
+#include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <string.h>
 
 static _Thread_local char error_detail[1024];
 
@@ -36,3 +38,21 @@ tagc_status tagc_errorf(tagc_status st, const char *fmt, ...) {
 const char *tagc_last_error(void) { return error_detail; }
 
 void tagc_clear_error(void) { error_detail[0] = '\0'; }
+
+tagc_status tagc_errnof(tagc_status st, const char *fmt, ...) {
+  int err = errno;
+  char what[768];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(what, sizeof what, fmt, ap);
+  va_end(ap);
+  char buf[128];
+  const char *why = strerror_r(err, buf, sizeof buf);
+  snprintf(error_detail, sizeof error_detail, "%s: %s", what, why);
+  errno = err;
+  return err == ENOMEM ? TAGC_ENOMEM : st;
+}
+
+void tagc_error_save(tagc_error_saved *s) { memcpy(s->detail, error_detail, sizeof s->detail); }
+
+void tagc_error_restore(const tagc_error_saved *s) { memcpy(error_detail, s->detail, sizeof error_detail); }

@@ -42,6 +42,18 @@ const char *tagc_last_error(void);
 /* Clears this thread's error detail. */
 void tagc_clear_error(void);
 
+/* The one errno translator: for a failed system call, sets the detail to "<fmt>: strerror(errno)"
+ * and returns st, or TAGC_ENOMEM whatever st says when errno is ENOMEM (so the out-of-memory
+ * path sees host allocation failures). Reads errno first; errno is left as it was. */
+tagc_status tagc_errnof(tagc_status st, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* Saves and restores this thread's error detail around cleanup work that may overwrite it. */
+typedef struct tagc_error_saved {
+  char detail[1024];
+} tagc_error_saved;
+void tagc_error_save(tagc_error_saved *s);
+void tagc_error_restore(const tagc_error_saved *s);
+
 /* Propagate a failed status to the caller. */
 #define TAGC_CHECK(expr)                   \
   do {                                     \
@@ -56,6 +68,20 @@ void tagc_clear_error(void);
     (st) = (expr);                       \
     if ((st) != TAGC_OK)                 \
       goto label;                        \
+  } while (0)
+
+/* On a cleanup path: evaluate expr always; keep the first error. When `st` already holds a
+ * failure, expr's status and detail are dropped and st's detail survives. */
+#define TAGC_CHECK_IGNORE(expr, st)                  \
+  do {                                               \
+    if ((st) == TAGC_OK) {                           \
+      (st) = (expr);                                 \
+    } else {                                         \
+      tagc_error_saved ignore_saved_;                \
+      tagc_error_save(&ignore_saved_);               \
+      (void)(expr);                                  \
+      tagc_error_restore(&ignore_saved_);            \
+    }                                                \
   } while (0)
 
 #ifdef __cplusplus

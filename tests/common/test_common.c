@@ -1,4 +1,5 @@
 /* Unit tests of common/: CRC32C, base64, JSON helpers, option parsing, log filter. */
+#include <errno.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -13,6 +14,7 @@
 #include "common/json.h"
 #include "common/log.h"
 #include "common/options.h"
+#include "common/status.h"
 #include "test.h"
 
 static void test_crc32c(void) {
@@ -189,8 +191,33 @@ static void test_mkdir_p(void) {
   }
 }
 
+static tagc_status fail_with(tagc_status st, const char *what) { return tagc_errorf(st, "%s", what); }
+
+static void test_error_idiom(void) {
+  errno = ENOENT;
+  CHECK_EQ_INT(tagc_errnof(TAGC_ENOTFOUND, "open %s", "x"), TAGC_ENOTFOUND);
+  CHECK(strstr(tagc_last_error(), "open x: ") == tagc_last_error());
+  CHECK(strstr(tagc_last_error(), "No such file") != NULL);
+  CHECK_EQ_INT(errno, ENOENT);
+  errno = ENOMEM; /* an allocation failure is TAGC_ENOMEM whatever the caller passes */
+  CHECK_EQ_INT(tagc_errnof(TAGC_EIO, "mmap"), TAGC_ENOMEM);
+  errno = ENOSPC;
+  CHECK_EQ_INT(tagc_errnof(TAGC_EIO, "write"), TAGC_EIO);
+
+  tagc_status st = TAGC_OK; /* the first error wins, with its detail */
+  TAGC_CHECK_IGNORE(fail_with(TAGC_EIO, "first"), st);
+  TAGC_CHECK_IGNORE(fail_with(TAGC_EPEER, "second"), st);
+  CHECK_EQ_INT(st, TAGC_EIO);
+  CHECK_EQ_STR(tagc_last_error(), "first");
+  int evaluated = 0;
+  TAGC_CHECK_IGNORE((evaluated++, TAGC_OK), st);
+  CHECK_EQ_INT(evaluated, 1);
+  CHECK_EQ_INT(st, TAGC_EIO);
+}
+
 int main(void) {
   test_crc32c();
+  test_error_idiom();
   test_mkdir_p();
   test_base64();
   test_json();
