@@ -15,9 +15,9 @@
 #include "common/json.h"
 #include "common/log.h"
 #include "common/timeutil.h"
-#include "coordinator/election.h"
-#include "coordinator/http.h"
-#include "coordinator/keys.h"
+#include "cluster/election.h"
+#include "cluster/http.h"
+#include "cluster/keys.h"
 #include "coordinator/planner.h"
 
 /* Seconds between two reads of the job's state for /status, /healthz and the final step. */

@@ -27,7 +27,7 @@
 #include <stdint.h>
 
 #include "common/status.h"
-#include "coordinator/etcd.h"
+#include "cluster/etcd.h"
 
 typedef struct tagc_coord_config {
   const char *job;          /* job id (required) */

@@ -9,9 +9,9 @@
 #include "common/log.h"
 #include "common/options.h"
 #include "coordinator/coordinator.h"
-#include "coordinator/etcd.h"
-#include "coordinator/http.h"
-#include "coordinator/keys.h"
+#include "cluster/etcd.h"
+#include "cluster/http.h"
+#include "cluster/keys.h"
 
 typedef struct coord_options {
   char *etcd;

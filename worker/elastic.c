@@ -10,8 +10,8 @@
 
 #include "common/log.h"
 #include "common/timeutil.h"
-#include "coordinator/etcd.h"
-#include "coordinator/member.h"
+#include "cluster/etcd.h"
+#include "cluster/member.h"
 #include "worker/run.h"
 #include "worker/train.h"
 

@@ -8,7 +8,7 @@
 #include <string.h>
 
 #include "common/timeutil.h"
-#include "coordinator/http.h"
+#include "cluster/http.h"
 
 struct tagc_metrics_http {
   tagc_http *http;

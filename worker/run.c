@@ -21,7 +21,7 @@
 #include "common/json.h"
 #include "common/log.h"
 #include "common/timeutil.h"
-#include "coordinator/member.h"
+#include "cluster/member.h"
 #include "worker/data.h"
 #include "worker/engine.h"
 #include "worker/fault.h"

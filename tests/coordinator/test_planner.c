@@ -4,7 +4,7 @@
 #include <jansson.h>
 
 #include "common/status.h"
-#include "coordinator/member.h"
+#include "cluster/member.h"
 #include "coordinator/planner.h"
 #include "plan_text.h"
 #include "test.h"

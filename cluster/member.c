@@ -1,4 +1,4 @@
-#include "coordinator/member.h"
+#include "cluster/member.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -11,8 +11,8 @@
 #include "common/json.h"
 #include "common/log.h"
 #include "common/timeutil.h"
-#include "coordinator/etcd_store.h"
-#include "coordinator/keys.h"
+#include "cluster/etcd_store.h"
+#include "cluster/keys.h"
 
 /* Pause between two reads while another lease still holds workers/<id>. */
 #define HELD_POLL_S 0.25

@@ -1,4 +1,4 @@
-#include "coordinator/election.h"
+#include "cluster/election.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -9,7 +9,7 @@
 
 #include "common/log.h"
 #include "common/timeutil.h"
-#include "coordinator/keys.h"
+#include "cluster/keys.h"
 
 /* Longest wait between two reads of the candidates, in case a watch misses a deletion. */
 #define RECHECK_S 1.0

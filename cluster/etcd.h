@@ -31,7 +31,7 @@
 #include <jansson.h>
 
 #include "common/status.h"
-#include "coordinator/etcd_transport.h"
+#include "cluster/etcd_transport.h"
 
 typedef struct tagc_etcd tagc_etcd;
 

@@ -1,4 +1,4 @@
-#include "coordinator/etcd_store.h"
+#include "cluster/etcd_store.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -8,7 +8,7 @@
 #include <string.h>
 
 #include "common/timeutil.h"
-#include "coordinator/keys.h"
+#include "cluster/keys.h"
 
 /* Longest wait between two reads of a missing key, in case a watch misses its creation. */
 #define RECHECK_S 1.0

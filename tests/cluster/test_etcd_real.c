@@ -5,7 +5,7 @@
 
 #include "common/status.h"
 #include "common/timeutil.h"
-#include "coordinator/etcd.h"
+#include "cluster/etcd.h"
 #include "etcd_server.h"
 #include "test.h"
 

@@ -1,4 +1,4 @@
-#include "coordinator/keys.h"
+#include "cluster/keys.h"
 
 #include <inttypes.h>
 #include <stdarg.h>

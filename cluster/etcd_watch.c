@@ -11,9 +11,9 @@
 #include "common/json.h"
 #include "common/log.h"
 #include "common/timeutil.h"
-#include "coordinator/etcd.h"
-#include "coordinator/etcd_decode.h"
-#include "coordinator/etcd_internal.h"
+#include "cluster/etcd.h"
+#include "cluster/etcd_decode.h"
+#include "cluster/etcd_internal.h"
 
 enum { MAX_MESSAGE = 64 << 20 };
 

@@ -2,7 +2,7 @@
 #include <string.h>
 
 #include "common/status.h"
-#include "coordinator/keys.h"
+#include "cluster/keys.h"
 #include "test.h"
 
 static void test_schema(void) {

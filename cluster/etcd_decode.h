@@ -6,7 +6,7 @@
 
 #include <jansson.h>
 
-#include "coordinator/etcd.h"
+#include "cluster/etcd.h"
 
 /* Turns one HTTP reply into a JSON object (new reference, caller decrefs). A 200 reply whose
  * body is an object without "error" is TAGC_OK. etcd error bodies ({"error","message","code"}

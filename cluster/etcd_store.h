@@ -17,7 +17,7 @@
 
 #include "comm/store.h"
 #include "common/status.h"
-#include "coordinator/etcd.h"
+#include "cluster/etcd.h"
 
 /* A new store for generation gen of job in *out (free with tagc_store_free). TAGC_EINVAL for
  * a NULL client, a bad job id or a negative generation; TAGC_ENOMEM. Contacts nothing. */

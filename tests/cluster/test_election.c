@@ -5,9 +5,9 @@
 
 #include "common/status.h"
 #include "common/timeutil.h"
-#include "coordinator/election.h"
-#include "coordinator/etcd.h"
-#include "coordinator/keys.h"
+#include "cluster/election.h"
+#include "cluster/etcd.h"
+#include "cluster/keys.h"
 #include "etcd_server.h"
 #include "test.h"
 

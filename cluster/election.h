@@ -15,7 +15,7 @@
 #include <stdint.h>
 
 #include "common/status.h"
-#include "coordinator/etcd.h"
+#include "cluster/etcd.h"
 
 typedef struct tagc_election tagc_election;
 

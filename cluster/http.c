@@ -1,4 +1,4 @@
-#include "coordinator/http.h"
+#include "cluster/http.h"
 
 #include <arpa/inet.h>
 #include <errno.h>

@@ -7,8 +7,8 @@
 
 #include "common/log.h"
 #include "common/timeutil.h"
-#include "coordinator/etcd.h"
-#include "coordinator/etcd_internal.h"
+#include "cluster/etcd.h"
+#include "cluster/etcd_internal.h"
 
 struct tagc_etcd_keeper {
   tagc_etcd *c;

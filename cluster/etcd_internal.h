@@ -5,7 +5,7 @@
 
 #include <jansson.h>
 
-#include "coordinator/etcd.h"
+#include "cluster/etcd.h"
 
 enum { ETCD_TOKEN_MAX = 512 };
 

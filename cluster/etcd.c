@@ -1,5 +1,5 @@
 /* etcd client core: configuration, endpoint failover, retries, auth, and the unary calls. */
-#include "coordinator/etcd.h"
+#include "cluster/etcd.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
@@ -10,8 +10,8 @@
 #include "common/json.h"
 #include "common/log.h"
 #include "common/timeutil.h"
-#include "coordinator/etcd_decode.h"
-#include "coordinator/etcd_internal.h"
+#include "cluster/etcd_decode.h"
+#include "cluster/etcd_internal.h"
 
 enum { MAX_ENDPOINTS = 16 };
 

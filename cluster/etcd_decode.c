@@ -1,4 +1,4 @@
-#include "coordinator/etcd_decode.h"
+#include "cluster/etcd_decode.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -1,6 +1,6 @@
 /* libcurl transport of the etcd client: one easy handle per request (so threads share
  * nothing), a multi handle per stream so that an idle stream still ticks every 100 ms. */
-#include "coordinator/etcd_transport.h"
+#include "cluster/etcd_transport.h"
 
 #include <pthread.h>
 #include <stdlib.h>

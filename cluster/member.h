@@ -27,7 +27,7 @@
 
 #include "comm/store.h"
 #include "common/status.h"
-#include "coordinator/etcd.h"
+#include "cluster/etcd.h"
 
 /* One generation's plan, as seen by one worker. Owned by the caller: tagc_plan_free(). */
 typedef struct tagc_plan {

@@ -7,7 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "coordinator/etcd_decode.h"
+#include "cluster/etcd_decode.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
