@@ -11,7 +11,7 @@
  * Both move (W-1)/W of the bitmap bytes per rank. Never SUM packed bits.
  * Global density = tagc_bitmap_popcount over the owner's ORed shard / shard_numel (summed
  * over owners with an all-reduce when the whole unit's density is wanted); the density that
- * decides rho is the densest lane's, tagc_bitmap_lane_max_cpu / blocks. */
+ * decides rho is the densest (rotated) lane's, tagc_bitmap_lane_max_cpu / blocks. */
 #ifndef TAGC_KERNELS_BITMAP_H
 #define TAGC_KERNELS_BITMAP_H
 
@@ -39,11 +39,13 @@ tagc_status tagc_bitmap_or_many_cpu(uint64_t *dst, const uint64_t *src, int32_t 
 /* *bits = number of set bits in words[0..nwords). Errors: TAGC_EINVAL. Blocking, OpenMP. */
 tagc_status tagc_bitmap_popcount_cpu(const uint64_t *words, int64_t nwords, int64_t *bits);
 
-/* *max_items = the largest number of set bits in one lane over a shard bitmap of `blocks`
- * blocks (lane t = bits 1024*b + t for all b): the load that decides whether the sketch
- * peels (kernels/rho.h; pass max_items / blocks to tagc_rho_advise). Errors: TAGC_EINVAL.
- * Blocking, OpenMP over lanes. */
-tagc_status tagc_bitmap_lane_max_cpu(const uint64_t *bitmap, int64_t blocks, int64_t *max_items);
+/* *max_items = the largest number of set bits in one sketch lane over a shard bitmap of
+ * `blocks` blocks (lane t = bits 1024*b + ((t - rot(b)) mod 1024) for all b, rot the lane
+ * rotation of sketch hash seed `seed`, kernels/hash.h): the load that decides whether the
+ * sketch peels (kernels/rho.h; pass max_items / blocks to tagc_rho_advise). Errors:
+ * TAGC_EINVAL. Blocking, OpenMP over lanes. */
+tagc_status tagc_bitmap_lane_max_cpu(const uint64_t *bitmap, int64_t blocks, uint32_t seed,
+                                     int64_t *max_items);
 
 /* CUDA versions: same contracts, device pointers (bits too: one int64 in device memory,
  * overwritten), enqueued on `stream`, no host synchronisation. */
@@ -53,8 +55,8 @@ tagc_status tagc_bitmap_or_many_cuda(uint64_t *dst, const uint64_t *src, int32_t
                                      int64_t words, tagc_stream stream);
 tagc_status tagc_bitmap_popcount_cuda(const uint64_t *words, int64_t nwords, int64_t *bits,
                                       tagc_stream stream);
-tagc_status tagc_bitmap_lane_max_cuda(const uint64_t *bitmap, int64_t blocks, int64_t *max_items,
-                                      tagc_stream stream);
+tagc_status tagc_bitmap_lane_max_cuda(const uint64_t *bitmap, int64_t blocks, uint32_t seed,
+                                      int64_t *max_items, tagc_stream stream);
 
 #ifdef __cplusplus
 }

@@ -1,6 +1,7 @@
 /* CPU bitmap ops (see bitmap.h). */
 #include "kernels/bitmap.h"
 
+#include "kernels/hash.h"
 #include "kernels/layout.h"
 
 #define LANE_WORDS (TAGC_BLOCK / 64)
@@ -42,7 +43,8 @@ tagc_status tagc_bitmap_popcount_cpu(const uint64_t *words, int64_t nwords, int6
   return TAGC_OK;
 }
 
-tagc_status tagc_bitmap_lane_max_cpu(const uint64_t *bitmap, int64_t blocks, int64_t *max_items) {
+tagc_status tagc_bitmap_lane_max_cpu(const uint64_t *bitmap, int64_t blocks, uint32_t seed,
+                                     int64_t *max_items) {
   if (!max_items || blocks < 0 || (blocks > 0 && !bitmap))
     return tagc_errorf(TAGC_EINVAL, "bitmap_lane_max: bad arguments (blocks %lld)",
                        (long long)blocks);
@@ -52,7 +54,8 @@ tagc_status tagc_bitmap_lane_max_cpu(const uint64_t *bitmap, int64_t blocks, int
   for (int w = 0; w < LANE_WORDS; w++) {
     int64_t count[64] = {0};
     for (int64_t b = 0; b < blocks; b++) {
-      uint64_t word = bitmap[b * LANE_WORDS + w];
+      uint32_t start = (uint32_t)(64 * w - tagc_block_rotation(seed, (uint32_t)b)) & 1023u;
+      uint64_t word = tagc_block_bits64(bitmap + b * LANE_WORDS, start);
       for (int q = 0; q < 64; q++)
         count[q] += (word >> q) & 1u;
     }

@@ -3,6 +3,7 @@
  * to the CPU versions. */
 #include "kernels/cuda_common.cuh"
 #include "kernels/bitmap.h"
+#include "kernels/hash.h"
 #include "kernels/layout.h"
 
 /* dst[i] = OR over k < count of src[k*words + i], or dst[i] |= src[i] when `into`. */
@@ -28,17 +29,19 @@ __global__ void popcount_kernel(const uint64_t *words, int64_t nwords, unsigned 
 }
 
 /* One block of TAGC_BLOCK threads, thread t = lane t: counts lane t's bits over all blocks
- * (the 64 threads of a word column read the same word, so each warp loads one word per
- * block), then the block's maximum goes to *max_items. No workspace, no atomics. */
+ * (lane t of block b is element (t - rot(b)) mod 1024, kernels/hash.h; the threads of a warp
+ * read one or two neighbouring words per block), then the block's maximum goes to
+ * *max_items. No workspace, no atomics. */
 __global__ void __launch_bounds__(TAGC_BLOCK)
-    lane_max_kernel(const uint64_t *bitmap, int64_t blocks, int64_t *max_items) {
+    lane_max_kernel(const uint64_t *bitmap, int64_t blocks, uint32_t seed, int64_t *max_items) {
   __shared__ unsigned long long warp_max[TAGC_BLOCK / 32];
   int t = threadIdx.x;
-  const uint64_t *column = bitmap + t / 64;
   unsigned long long count = 0;
 #pragma unroll 8
-  for (int64_t b = 0; b < blocks; b++)
-    count += (column[b * (TAGC_BLOCK / 64)] >> (t % 64)) & 1u;
+  for (int64_t b = 0; b < blocks; b++) {
+    uint32_t e = ((uint32_t)t - tagc_block_rotation(seed, (uint32_t)b)) & (TAGC_BLOCK - 1);
+    count += (bitmap[b * (TAGC_BLOCK / 64) + (e >> 6)] >> (e & 63)) & 1u;
+  }
   for (int off = 16; off > 0; off >>= 1) {
     unsigned long long other = __shfl_down_sync(0xFFFFFFFFu, count, off);
     count = other > count ? other : count;
@@ -94,10 +97,11 @@ extern "C" tagc_status tagc_bitmap_popcount_cuda(const uint64_t *words, int64_t 
 }
 
 extern "C" tagc_status tagc_bitmap_lane_max_cuda(const uint64_t *bitmap, int64_t blocks,
-                                                 int64_t *max_items, tagc_stream stream) {
+                                                 uint32_t seed, int64_t *max_items,
+                                                 tagc_stream stream) {
   if (!max_items || blocks < 0 || (blocks > 0 && !bitmap))
     return tagc_errorf(TAGC_EINVAL, "bitmap_lane_max_cuda: bad arguments (blocks %lld)",
                        (long long)blocks);
-  TAGC_LAUNCH(lane_max_kernel, 1, TAGC_BLOCK, stream)(bitmap, blocks, max_items);
+  TAGC_LAUNCH(lane_max_kernel, 1, TAGC_BLOCK, stream)(bitmap, blocks, seed, max_items);
   return cuda_launched("bitmap_lane_max_cuda");
 }

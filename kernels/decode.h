@@ -3,7 +3,8 @@
  * Input: the owner's summed sketch (fp32 [sketch_cells]; convert a bf16 wire sketch to
  * fp32 first) and the owner's global bitmap (OR over ranks, [bitmap_words]).
  * Per lane t (independent; 1024 of them):
- *   1. items = blocks b with bit 1024b+t set; cell counts come from the bitmap only.
+ *   1. items = blocks b with bit 1024b + ((t - rot(b)) mod 1024) set (rot: the per-block lane
+ *      rotation of kernels/hash.h); cell counts come from the bitmap only.
  *   2. Peeling: a cell holding exactly one item gives that item's value (sign * cell); the
  *      value is subtracted from the item's other cells and their counts drop. Each cell
  *      also keeps the XOR of its items' block ids, so a pure cell names its item directly.

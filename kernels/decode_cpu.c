@@ -68,6 +68,19 @@ static inline float row_sign(uint32_t entry) {
   return c.f;
 }
 
+/* Element of block b (0..1023) held by lane 64w (the group's first lane). */
+static inline uint32_t lane_start(const tagc_layout *l, int64_t b, int w) {
+  return (uint32_t)(GROUP * w - tagc_block_rotation(l->seed, (uint32_t)b)) & (TAGC_BLOCK - 1);
+}
+
+/* out[at .. at+n) = vals[0 .. n), clipped to elements below limit. */
+static inline void store_run(float *out, int64_t limit, int64_t at, const float *vals, int64_t n) {
+  if (at + n > limit)
+    n = limit - at;
+  if (n > 0)
+    memcpy(out + at, vals, (size_t)n * sizeof(float));
+}
+
 /* Transposes group w's sketch columns and lists each lane's items. */
 static void group_load(const tagc_layout *l, const float *sketch, const uint64_t *bitmap, int w,
                        group_state *s) {
@@ -80,7 +93,7 @@ static void group_load(const tagc_layout *l, const float *sketch, const uint64_t
   }
   memset(s->nitems, 0, GROUP * sizeof *s->nitems);
   for (int64_t b = 0; b < l->blocks; b++) {
-    uint64_t m = bitmap[b * GROUPS + w];
+    uint64_t m = tagc_block_bits64(bitmap + b * GROUPS, lane_start(l, b, w));
     while (m) {
       int q = __builtin_ctzll(m);
       m &= m - 1;
@@ -143,23 +156,25 @@ static int64_t lane_decode(const tagc_layout *l, float *cell, const uint32_t *it
 }
 
 /* Writes group w's lanes of every block to out: decoded values where the bitmap is set,
- * +0 elsewhere, 64 contiguous floats per block, nothing past shard_numel. */
+ * +0 elsewhere. Lane 64w + q of block b is element (start + q) mod 1024 of the block, a
+ * circular run of 64 elements; nothing is written past shard_numel (padding bits are clear,
+ * so those lanes hold +0). */
 static void group_store(const tagc_layout *l, const uint64_t *bitmap, int w,
                         const group_state *s, float *out) {
   int64_t cursor[GROUP] = {0};
   for (int64_t b = 0; b < l->blocks; b++) {
-    int64_t base = b * TAGC_BLOCK + GROUP * w;
-    if (base >= l->shard_numel)
-      break;
+    int64_t base = b * TAGC_BLOCK;
+    uint32_t start = lane_start(l, b, w);
     float chunk[GROUP] = {0};
-    uint64_t m = bitmap[b * GROUPS + w];
+    uint64_t m = tagc_block_bits64(bitmap + b * GROUPS, start);
     while (m) {
       int q = __builtin_ctzll(m);
       m &= m - 1;
       chunk[q] = s->vals[q * l->blocks + cursor[q]++];
     }
-    int64_t count = l->shard_numel - base < GROUP ? l->shard_numel - base : GROUP;
-    memcpy(out + base, chunk, (size_t)count * sizeof(float));
+    int64_t first = TAGC_BLOCK - start < GROUP ? TAGC_BLOCK - start : GROUP; /* before the wrap */
+    store_run(out, l->shard_numel, base + start, chunk, first);
+    store_run(out, l->shard_numel, base, chunk + first, GROUP - first);
   }
 }
 

@@ -3,7 +3,7 @@
  *
  *   init_kernel   cell state [R][1024] (value, count, XOR of block ids) <- sketch, zeros
  *   count_kernel  one thread per element: a set bit adds 1 and its block id to the count
- *                 and XOR of its three cells (integer atomics: order-independent, exact)
+ *                 and XOR of its three cells (in lane (t + rot(b)) mod 1024, kernels/hash.h) (integer atomics: order-independent, exact)
  *   peel_kernel   one thread per lane (1024 threads), each peeling its own lane to the end:
  *                 LIFO stack seeded with the pure cells in row order, exactly the CPU's
  *                 sequence of pops and fp32 subtractions; a lane only reads and writes its
@@ -70,7 +70,7 @@ __global__ void init_kernel(const float *sketch, cell_state *cells, int64_t ncel
  * (elements >= n) are ignored. */
 __global__ void count_kernel(const uint32_t *block_rows, const uint64_t *bitmap,
                              cell_state *cells, uint8_t *peeled, int64_t n, int64_t padded,
-                             tagc_decode_stats *stats) {
+                             uint32_t seed, tagc_decode_stats *stats) {
   unsigned long long nonzero = 0;
   for (int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; e < padded;
        e += (int64_t)gridDim.x * blockDim.x) {
@@ -78,10 +78,11 @@ __global__ void count_kernel(const uint32_t *block_rows, const uint64_t *bitmap,
     if (e >= n || !bit_set(bitmap, e))
       continue;
     nonzero++;
-    uint32_t b = (uint32_t)(e / TAGC_BLOCK), t = (uint32_t)(e % TAGC_BLOCK);
+    uint32_t b = (uint32_t)(e / TAGC_BLOCK);
+    uint32_t lane = ((uint32_t)(e % TAGC_BLOCK) + tagc_block_rotation(seed, b)) & (TAGC_BLOCK - 1);
     for (int i = 0; i < 3; i++) {
       uint32_t row = block_rows[3 * (int64_t)b + i] & TAGC_ROW_MASK;
-      cell_state *c = &cells[(int64_t)row * TAGC_BLOCK + t];
+      cell_state *c = &cells[(int64_t)row * TAGC_BLOCK + lane];
       atomicAdd(&c->count, 1u);
       atomicXor(&c->ids, b);
     }
@@ -94,7 +95,7 @@ __global__ void count_kernel(const uint32_t *block_rows, const uint64_t *bitmap,
 /* Peels lane blockIdx.x * blockDim.x + threadIdx.x completely (see the file comment). */
 __global__ void __launch_bounds__(PEEL_THREADS)
     peel_kernel(const uint32_t *block_rows, cell_state *cells, uint32_t *stack, uint8_t *peeled,
-                float *out, int64_t rows, tagc_decode_stats *stats) {
+                float *out, int64_t rows, uint32_t seed, tagc_decode_stats *stats) {
   int64_t t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
   cell_state *lane_cells = cells + t;
   uint32_t *lane_stack = stack + t;
@@ -119,7 +120,7 @@ __global__ void __launch_bounds__(PEEL_THREADS)
     if (at < 0)
       continue;
     float v = signed_value(entry[at], pure.value);
-    int64_t e = (int64_t)b * TAGC_BLOCK + t;
+    int64_t e = (int64_t)b * TAGC_BLOCK + (((uint32_t)t - tagc_block_rotation(seed, b)) & (TAGC_BLOCK - 1));
     out[e] = v;
     peeled[e] = 1;
     done++;
@@ -142,7 +143,7 @@ __global__ void __launch_bounds__(PEEL_THREADS)
 
 __global__ void finish_kernel(const uint32_t *block_rows, const uint64_t *bitmap,
                               const cell_state *cells, const uint8_t *peeled, float *out,
-                              int64_t n, tagc_decode_stats *stats) {
+                              int64_t n, uint32_t seed, tagc_decode_stats *stats) {
   unsigned long long estimated = 0;
   for (int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; e < n;
        e += (int64_t)gridDim.x * blockDim.x) {
@@ -152,7 +153,8 @@ __global__ void finish_kernel(const uint32_t *block_rows, const uint64_t *bitmap
     }
     if (peeled[e])
       continue;
-    int64_t b = e / TAGC_BLOCK, t = e % TAGC_BLOCK;
+    int64_t b = e / TAGC_BLOCK;
+    uint32_t t = ((uint32_t)(e % TAGC_BLOCK) + tagc_block_rotation(seed, (uint32_t)b)) & (TAGC_BLOCK - 1);
     float est[3];
     for (int i = 0; i < 3; i++) {
       uint32_t entry = block_rows[3 * b + i];
@@ -187,10 +189,10 @@ extern "C" tagc_status tagc_decode_cuda(const tagc_layout *l, const uint32_t *bl
   TAGC_LAUNCH(init_kernel, grid_for(l->sketch_cells, 4 * CUDA_THREADS), CUDA_THREADS, stream)(
       sketch, w.cells, l->sketch_cells);
   TAGC_LAUNCH(count_kernel, grid_for(l->shard_padded, 4 * CUDA_THREADS), CUDA_THREADS, stream)(
-      block_rows_dev, bitmap, w.cells, w.peeled, l->shard_numel, l->shard_padded, stats);
+      block_rows_dev, bitmap, w.cells, w.peeled, l->shard_numel, l->shard_padded, l->seed, stats);
   TAGC_LAUNCH(peel_kernel, TAGC_BLOCK / PEEL_THREADS, PEEL_THREADS, stream)(
-      block_rows_dev, w.cells, w.stack, w.peeled, out, l->rows, stats);
+      block_rows_dev, w.cells, w.stack, w.peeled, out, l->rows, l->seed, stats);
   TAGC_LAUNCH(finish_kernel, grid_for(l->shard_numel, 4 * CUDA_THREADS), CUDA_THREADS, stream)(
-      block_rows_dev, bitmap, w.cells, w.peeled, out, l->shard_numel, stats);
+      block_rows_dev, bitmap, w.cells, w.peeled, out, l->shard_numel, l->seed, stats);
   return cuda_launched("decode_cuda");
 }

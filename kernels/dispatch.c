@@ -78,9 +78,9 @@ tagc_status tagc_kernels_popcount(const tagc_kernel_ctx *ctx, const uint64_t *wo
 }
 
 tagc_status tagc_kernels_lane_max(const tagc_kernel_ctx *ctx, const uint64_t *bitmap,
-                                  int64_t blocks, int64_t *max_items) {
-  DISPATCH(ctx, tagc_bitmap_lane_max_cpu(bitmap, blocks, max_items),
-           tagc_bitmap_lane_max_cuda(bitmap, blocks, max_items, ctx->stream));
+                                  int64_t blocks, uint32_t seed, int64_t *max_items) {
+  DISPATCH(ctx, tagc_bitmap_lane_max_cpu(bitmap, blocks, seed, max_items),
+           tagc_bitmap_lane_max_cuda(bitmap, blocks, seed, max_items, ctx->stream));
 }
 
 tagc_status tagc_kernels_bf16_encode(const tagc_kernel_ctx *ctx, const float *src,

@@ -52,6 +52,27 @@ TAGC_HD uint32_t tagc_block_hash(uint32_t seed, uint32_t block, uint32_t attempt
   return (uint32_t)(j == 1 ? k >> 32 : k);
 }
 
+/* Lane rotation of block `block` (0..1023): element t of the block (its t-th of TAGC_BLOCK =
+ * 1024 elements) lands in sketch lane (t + rotation) mod 1024, and lane L holds element
+ * (L - rotation) mod 1024. Lanes are otherwise element index mod 1024, i.e. matrix columns,
+ * and real gradients have hot columns; rotating every block by its own hash spreads a hot
+ * column over all lanes, so a lane's density tracks the shard's mean density. Within one
+ * lane a block still contributes at most one element, so peeling is unchanged. */
+TAGC_HD uint32_t tagc_block_rotation(uint32_t seed, uint32_t block) {
+  return tagc_fmix32(tagc_fmix32(block ^ 0xA511E9B3u) ^ seed) & 1023u;
+}
+
+/* Bits [start, start + 64) of one block's 1024-bit bitmap (16 words), read circularly:
+ * bit q of the result is bit (start + q) mod 1024 of the block. With
+ * start = (64 w - rotation) mod 1024 it is the set of lanes 64w..64w+63 of that block. */
+TAGC_HD uint64_t tagc_block_bits64(const uint64_t *block_words, uint32_t start) {
+  uint32_t w = (start >> 6) & 15u, s = start & 63u;
+  uint64_t lo = block_words[w];
+  if (s == 0)
+    return lo;
+  return (lo >> s) | (block_words[(w + 1) & 15u] << (64u - s));
+}
+
 /* Counter-based random 32 bits for (seed, step, index): the same triple always gives the
  * same value, on any device and thread count. Used by bf16 stochastic rounding with
  * index = the element's position in the caller's flat tensor. */

@@ -5,11 +5,14 @@
 #include <omp.h>
 #include <string.h>
 
+#include "kernels/hash.h"
+
 #define WORDS_PER_BLOCK (TAGC_BLOCK / 64)
 
-/* Adds the set elements of one 64-lane word of block b to its three rows. */
-static inline void add_word(const uint32_t rows[3], uint64_t mask, const float *kept,
-                            float *sketch, int64_t lane0) {
+/* Adds lanes lane0..lane0+63 of block b to its three rows: bit q of `mask` says whether lane
+ * lane0 + q holds an item, which is element (start + q) mod 1024 of the block (kept_block). */
+static inline void add_word(const uint32_t rows[3], uint64_t mask, const float *kept_block,
+                            uint32_t start, float *sketch, int64_t lane0) {
   float *cell[3];
   float sign[3];
   for (int i = 0; i < 3; i++) {
@@ -19,14 +22,15 @@ static inline void add_word(const uint32_t rows[3], uint64_t mask, const float *
   while (mask) {
     int q = __builtin_ctzll(mask);
     mask &= mask - 1;
-    float x = kept[q];
+    float x = kept_block[(start + (uint32_t)q) & (TAGC_BLOCK - 1)];
     cell[0][q] += sign[0] * x;
     cell[1][q] += sign[1] * x;
     cell[2][q] += sign[2] * x;
   }
 }
 
-/* Encodes lanes [64*w0, 64*w1) of one destination shard. */
+/* Encodes lanes [64*w0, 64*w1) of one destination shard (lanes rotated per block,
+ * kernels/hash.h). */
 static void encode_lanes(const tagc_layout *l, const float *kept, const uint64_t *bitmap,
                          float *sketch, int w0, int w1) {
   for (int64_t r = 0; r < l->rows; r++)
@@ -34,9 +38,13 @@ static void encode_lanes(const tagc_layout *l, const float *kept, const uint64_t
   for (int64_t b = 0; b < l->blocks; b++) {
     const uint32_t *rows = &l->block_rows[3 * b];
     const uint64_t *words = bitmap + b * WORDS_PER_BLOCK;
-    for (int w = w0; w < w1; w++)
-      if (words[w])
-        add_word(rows, words[w], kept + b * TAGC_BLOCK + 64 * w, sketch, 64 * w);
+    uint32_t rot = tagc_block_rotation(l->seed, (uint32_t)b);
+    for (int w = w0; w < w1; w++) {
+      uint32_t start = (uint32_t)(64 * w - rot) & (TAGC_BLOCK - 1);
+      uint64_t mask = tagc_block_bits64(words, start);
+      if (mask)
+        add_word(rows, mask, kept + b * TAGC_BLOCK, start, sketch, 64 * w);
+    }
   }
 }
 

@@ -3,13 +3,15 @@
  * No atomics: each thread block owns a tile of cells, ENC_ROWS rows x ENC_LANES lanes of
  * one destination shard, accumulated in shared memory; each thread owns one lane (one
  * column of the tile), so no two threads ever add to the same cell. The block walks the
- * blocks of the shard in increasing order, ENC_SCAN at a time: the threads first test those
+ * blocks of the shard in increasing order, ENC_SCAN at a time (lane L of block b reads
+ * element (L - rot(b)) mod 1024, the lane rotation of kernels/hash.h): the threads first test those
  * blocks' three rows against the tile's row range and compact the hits, in (block, i)
  * order, into a shared list; then every thread adds sign * kept for its lane of each hit
  * whose bitmap bit is set. Per cell this is the CPU's order (blocks increasing, then
  * i = 0, 1, 2; a block has three distinct rows, so at most one i per cell), with the same
  * round-to-nearest fp32 adds starting from +0, hence the same bits. */
 #include "kernels/cuda_common.cuh"
+#include "kernels/hash.h"
 #include "kernels/sketch.h"
 
 #define ENC_LANES 256                         /* lanes per tile = threads per block */
@@ -50,9 +52,10 @@ __device__ __forceinline__ uint32_t block_exclusive_scan(uint32_t v, uint32_t *t
 __global__ void __launch_bounds__(ENC_LANES)
     encode_kernel(const uint32_t *block_rows, const float *kept, const uint64_t *bitmap,
                   float *sketch, int64_t blocks, int64_t rows, int64_t padded, int64_t words,
-                  int64_t cells, int64_t parts) {
+                  int64_t cells, int64_t parts, uint32_t seed) {
   __shared__ float acc[ENC_ROWS][ENC_LANES];
   __shared__ uint32_t hits[3 * ENC_SCAN];
+  __shared__ uint16_t rot[ENC_SCAN]; /* lane rotation of each block of the scan window */
   int64_t bid = blockIdx.x;
   int chunk = (int)(bid % ENC_CHUNKS);
   int64_t part = (bid / ENC_CHUNKS) % parts;
@@ -62,12 +65,14 @@ __global__ void __launch_bounds__(ENC_LANES)
   int lane = chunk * ENC_LANES + t;
   for (int r = 0; r < ENC_ROWS; r++)
     acc[r][t] = 0.0f;
-  const float *kj = kept + j * padded + lane;
+  const float *kj = kept + j * padded;
   const uint64_t *bj = bitmap + j * words;
   for (int64_t base = 0; base < blocks; base += ENC_SCAN) {
     int64_t b = base + t;
     uint32_t mine[3];
     uint32_t cnt = 0;
+    if (b < blocks)
+      rot[t] = (uint16_t)tagc_block_rotation(seed, (uint32_t)b);
     if (b < blocks)
       for (int i = 0; i < 3; i++) {
         uint32_t entry = block_rows[3 * b + i];
@@ -82,9 +87,10 @@ __global__ void __launch_bounds__(ENC_LANES)
     __syncthreads();
     for (uint32_t h = 0; h < nhits; h++) {
       uint32_t hit = hits[h];
-      int64_t e = (base + (hit >> 6)) * TAGC_BLOCK + lane;
+      uint32_t elem = ((uint32_t)lane - rot[hit >> 6]) & (TAGC_BLOCK - 1);
+      int64_t e = (base + (hit >> 6)) * TAGC_BLOCK + elem;
       if ((bj[e >> 6] >> (e & 63)) & 1u) {
-        float v = kj[(base + (hit >> 6)) * TAGC_BLOCK];
+        float v = kj[e];
         uint32_t roff = (hit >> 1) & (ENC_ROWS - 1);
         acc[roff][t] = __fadd_rn(acc[roff][t], (hit & 1u) ? -v : v);
       }
@@ -108,6 +114,6 @@ extern "C" tagc_status tagc_sketch_encode_cuda(const tagc_layout *l, const uint3
                        (long long)grid);
   TAGC_LAUNCH(encode_kernel, (unsigned)grid, ENC_LANES, stream)(
       block_rows_dev, kept, bitmap, sketch, l->blocks, l->rows, l->shard_padded,
-      l->bitmap_words, l->sketch_cells, parts);
+      l->bitmap_words, l->sketch_cells, parts, l->seed);
   return cuda_launched("sketch_encode_cuda");
 }

@@ -34,7 +34,7 @@ extern "C" {
 #endif
 
 #define TAGC_WIRE_MAGIC 0x43474154u
-#define TAGC_WIRE_VERSION 1
+#define TAGC_WIRE_VERSION 2 /* 2: per-block lane rotation (kernels/hash.h) */
 #define TAGC_WIRE_HEADER_BYTES 80
 #define TAGC_WIRE_SKETCH 1u
 #define TAGC_WIRE_BITMAP 2u

@@ -112,7 +112,7 @@ static double measured_global_density(const sim *s, double *lane_density) {
     int64_t b, m;
     global_bitmap(s, j, recv, glob);
     CHECK_OK(tagc_bitmap_popcount_cpu(glob, s->geo.bitmap_words, &b));
-    CHECK_OK(tagc_bitmap_lane_max_cpu(glob, s->geo.blocks, &m));
+    CHECK_OK(tagc_bitmap_lane_max_cpu(glob, s->geo.blocks, s->geo.seed, &m));
     bits += b;
     lane_max = m > lane_max ? m : lane_max;
   }

@@ -565,15 +565,16 @@ static void test_lane_max(void) {
     for (int dense_lane = 0; dense_lane < 2; dense_lane++) {
       int64_t blocks = blocks_list[c], words = blocks * (TAGC_BLOCK / 64);
       uint64_t *bm = malloc((size_t)(words + 1) * 8);
-      for (int64_t i = 0; i < words; i++) {
+      for (int64_t i = 0; i < words; i++)
         bm[i] = next_u64() & next_u64() & next_u64();
-        if (dense_lane && i % (TAGC_BLOCK / 64) == 777 / 64)
-          bm[i] |= 1ull << (777 % 64);
+      for (int64_t b = 0; dense_lane && b < blocks; b++) { /* sketch lane 777 of every block */
+        uint32_t e = (777u - tagc_block_rotation(7u, (uint32_t)b)) & (TAGC_BLOCK - 1);
+        bm[b * (TAGC_BLOCK / 64) + e / 64] |= 1ull << (e % 64);
       }
       int64_t cpu = -1, gpu = -2, *dmax = dev_alloc(8);
       uint64_t *dbm = dev_copy(bm, (size_t)words * 8);
-      CHECK_OK(tagc_bitmap_lane_max_cpu(bm, blocks, &cpu));
-      CHECK_OK(tagc_bitmap_lane_max_cuda(dbm, blocks, dmax, stream));
+      CHECK_OK(tagc_bitmap_lane_max_cpu(bm, blocks, 7u, &cpu));
+      CHECK_OK(tagc_bitmap_lane_max_cuda(dbm, blocks, 7u, dmax, stream));
       CUDA_OK(cudaStreamSynchronize(stream));
       host_copy(&gpu, dmax, 8);
       printf("lane_max blocks=%lld dense=%d: cpu %lld gpu %lld\n", (long long)blocks, dense_lane,
@@ -584,7 +585,7 @@ static void test_lane_max(void) {
       cudaFree(dmax), cudaFree(dbm);
       free(bm);
     }
-  CHECK(tagc_bitmap_lane_max_cuda(NULL, 3, NULL, stream) == TAGC_EINVAL);
+  CHECK(tagc_bitmap_lane_max_cuda(NULL, 3, 0, NULL, stream) == TAGC_EINVAL);
 }
 
 int main(void) {
