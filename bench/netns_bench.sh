@@ -5,6 +5,7 @@
 # by a bridge in a hub namespace; both directions of every worker's link are shaped. Addresses
 # (10.231.0.0/24) exist only inside these namespaces, which are removed at the end.
 #   usage: bench/netns_bench.sh BUILD_DIR [STEPS] [WORLDS] [LINKS] [POLICIES]
+# TAGC_BENCH_KEEP=DIR keeps every run's summary.json and metrics.jsonl under DIR/W-POLICY-LINK.
 set -euo pipefail
 build=${1:?usage: bench/netns_bench.sh BUILD_DIR [STEPS] [WORLDS] [LINKS] [POLICIES]}
 steps=${2:-20}
@@ -78,6 +79,10 @@ run() { # run W POLICY LINK -> prints one result line
   local rc=0
   for p in "${pids[@]}"; do wait "$p" || rc=1; done
   if [ $rc -ne 0 ]; then echo "run $w $policy $link failed:"; tail -3 "$out"/rank*.log; return 1; fi
+  if [ -n "${TAGC_BENCH_KEEP:-}" ]; then # keep each run's summary and metrics (comparisons)
+    mkdir -p "$TAGC_BENCH_KEEP/$w-$policy-$link"
+    cp "$out/summary.json" "$out/metrics.jsonl" "$TAGC_BENCH_KEEP/$w-$policy-$link/"
+  fi
   python3 - "$out/summary.json" "$w" "$policy" "$link" <<'PY'
 import json, sys
 s = json.load(open(sys.argv[1]))

@@ -21,6 +21,7 @@
 #ifndef TAGC_CKPT_CKPT_H
 #define TAGC_CKPT_CKPT_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include <jansson.h>
@@ -84,6 +85,15 @@ typedef struct tagc_ckpt_writer_config {
   tagc_ckpt_commit_fn on_commit;  /* rank 0, after commit and retention; may be NULL */
   void *on_commit_arg;
 } tagc_ckpt_writer_config;
+
+/* The paths of a checkpoint root `dir`, named in this one place:
+ *   tagc_ckpt_step_path    <dir>/step-<step>, or <dir>/step-<step>.tmp when tmp (a save in
+ *                          progress: shards arrive there before the commit renames it)
+ *   tagc_ckpt_shard_path   <that directory>/rank-<rank, 5 digits>.bin, rank's shard file
+ * into buf[cap]. TAGC_EINVAL when the path does not fit. Pure; any thread. */
+tagc_status tagc_ckpt_step_path(const char *dir, int64_t step, int tmp, char *buf, size_t cap);
+tagc_status tagc_ckpt_shard_path(const char *dir, int64_t step, int rank, int tmp, char *buf,
+                                 size_t cap);
 
 /* Elements of a unit that rank stores for range r: [lo, min(hi, numel)), empty when lo >= numel. */
 int64_t tagc_ckpt_range_count(tagc_ckpt_range r, int64_t numel);

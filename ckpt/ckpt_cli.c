@@ -29,8 +29,8 @@ static int is_step_dir(const char *path) {
   base = base && base[1] ? base + 1 : path;
   int64_t s;
   struct stat sb;
-  return parse_step_name(base, &s) ||
-         (path_fmt(manifest, "%s/manifest.json", path) == TAGC_OK && stat(manifest, &sb) == 0);
+  return ckpt_parse_step_name(base, &s) ||
+         (ckpt_path_fmt(manifest, "%s/manifest.json", path) == TAGC_OK && stat(manifest, &sb) == 0);
 }
 
 /* Sum of the sizes of the plain files in a directory. */
@@ -43,7 +43,7 @@ static long long dir_bytes(const char *path) {
   while ((e = readdir(d)) != NULL) {
     char child[CKPT_PATH_MAX];
     struct stat sb;
-    if (path_fmt(child, "%s/%s", path, e->d_name) == TAGC_OK && stat(child, &sb) == 0 && S_ISREG(sb.st_mode))
+    if (ckpt_path_fmt(child, "%s/%s", path, e->d_name) == TAGC_OK && stat(child, &sb) == 0 && S_ISREG(sb.st_mode))
       total += sb.st_size;
   }
   closedir(d);
@@ -64,7 +64,7 @@ static void human_bytes(long long b, char *out, size_t cap) {
 /* The step LATEST names, -1 when absent or unreadable. */
 static int64_t latest_step(const char *dir) {
   char path[CKPT_PATH_MAX], text[64] = {0};
-  if (path_fmt(path, "%s/LATEST", dir) != TAGC_OK)
+  if (ckpt_path_fmt(path, "%s/LATEST", dir) != TAGC_OK)
     return -1;
   FILE *f = fopen(path, "r");
   if (!f)
@@ -74,13 +74,13 @@ static int64_t latest_step(const char *dir) {
   while (n > 0 && (text[n - 1] == '\n' || text[n - 1] == ' '))
     text[--n] = '\0';
   int64_t s;
-  return parse_step_name(text, &s) ? s : -1;
+  return ckpt_parse_step_name(text, &s) ? s : -1;
 }
 
 static int cmd_ls(const char *dir) {
   int64_t *steps = NULL, *tmps = NULL;
   int n = 0, n_tmp = 0;
-  if (list_steps(dir, 0, &steps, &n) != TAGC_OK || list_steps(dir, 1, &tmps, &n_tmp) != TAGC_OK) {
+  if (ckpt_list_steps(dir, 0, &steps, &n) != TAGC_OK || ckpt_list_steps(dir, 1, &tmps, &n_tmp) != TAGC_OK) {
     fprintf(stderr, "tagctl ckpt ls: %s\n", tagc_last_error());
     free(steps);
     return EXIT_USAGE;
@@ -89,7 +89,7 @@ static int cmd_ls(const char *dir) {
   printf("%-12s %-6s %-12s %s\n", "STEP", "WORLD", "SIZE", "STATE");
   for (int i = 0; i < n; i++) {
     char path[CKPT_PATH_MAX], size[32];
-    if (path_fmt(path, "%s/step-%lld", dir, (long long)steps[i]) != TAGC_OK)
+    if (tagc_ckpt_step_path(dir, steps[i], 0, path, sizeof path) != TAGC_OK)
       continue;
     human_bytes(dir_bytes(path), size, sizeof size);
     tagc_ckpt_reader *rd;
@@ -101,9 +101,11 @@ static int cmd_ls(const char *dir) {
       printf("%-12lld %-6s %-12s INVALID: %s\n", (long long)steps[i], "-", size, tagc_last_error());
     }
   }
-  for (int i = 0; i < n_tmp; i++)
-    printf("%-12lld %-6s %-12s partial (step-%lld.tmp, never committed)\n", (long long)tmps[i], "-", "-",
-           (long long)tmps[i]);
+  for (int i = 0; i < n_tmp; i++) {
+    char name[CKPT_NAME_MAX];
+    ckpt_step_name(tmps[i], 1, name);
+    printf("%-12lld %-6s %-12s partial (%s, never committed)\n", (long long)tmps[i], "-", "-", name);
+  }
   if (n + n_tmp == 0)
     printf("(no checkpoints in %s)\n", dir);
   free(steps);
@@ -136,14 +138,14 @@ static int cmd_verify(const char *path) {
     return verify_one(path) ? EXIT_OK : EXIT_INVALID;
   int64_t *steps;
   int n;
-  if (list_steps(path, 0, &steps, &n) != TAGC_OK) {
+  if (ckpt_list_steps(path, 0, &steps, &n) != TAGC_OK) {
     fprintf(stderr, "tagctl ckpt verify: %s\n", tagc_last_error());
     return EXIT_USAGE;
   }
   int valid = 0;
   for (int i = 0; i < n; i++) {
     char step_path[CKPT_PATH_MAX];
-    if (path_fmt(step_path, "%s/step-%lld", path, (long long)steps[i]) == TAGC_OK)
+    if (tagc_ckpt_step_path(path, steps[i], 0, step_path, sizeof step_path) == TAGC_OK)
       valid += verify_one(step_path);
   }
   free(steps);

@@ -9,13 +9,13 @@
 #include "common/log.h"
 
 static const char *const stage_names[] = {
-    [FAULT_AFTER_OPEN] = "after-open",         [FAULT_MID_WRITE] = "mid-write",
-    [FAULT_BEFORE_FSYNC] = "before-fsync",     [FAULT_AFTER_SHARD] = "after-shard",
-    [FAULT_BEFORE_MANIFEST] = "before-manifest", [FAULT_BEFORE_RENAME] = "before-rename",
-    [FAULT_BEFORE_LATEST] = "before-latest",
+    [CKPT_FAULT_AFTER_OPEN] = "after-open",         [CKPT_FAULT_MID_WRITE] = "mid-write",
+    [CKPT_FAULT_BEFORE_FSYNC] = "before-fsync",     [CKPT_FAULT_AFTER_SHARD] = "after-shard",
+    [CKPT_FAULT_BEFORE_MANIFEST] = "before-manifest", [CKPT_FAULT_BEFORE_RENAME] = "before-rename",
+    [CKPT_FAULT_BEFORE_LATEST] = "before-latest",
 };
 
-static fault_stage armed_stage;
+static ckpt_fault_stage armed_stage;
 static int armed_rank = -1; /* -1: any rank */
 static int configured;
 static pthread_once_t env_once = PTHREAD_ONCE_INIT;
@@ -35,9 +35,9 @@ static tagc_status parse_item(const char *item, size_t len) {
       return tagc_errorf(TAGC_EINVAL, "fault spec '%.*s': rank after '@' must be a number", (int)len, item);
     rank = (int)r;
   }
-  for (int s = FAULT_AFTER_OPEN; s <= FAULT_BEFORE_LATEST; s++) {
+  for (int s = CKPT_FAULT_AFTER_OPEN; s <= CKPT_FAULT_BEFORE_LATEST; s++) {
     if (strlen(stage_names[s]) == name_len && strncmp(name, stage_names[s], name_len) == 0) {
-      armed_stage = (fault_stage)s;
+      armed_stage = (ckpt_fault_stage)s;
       armed_rank = rank;
       return TAGC_OK;
     }
@@ -47,7 +47,7 @@ static tagc_status parse_item(const char *item, size_t len) {
 
 /* A spec is a comma-separated list of faults; the first "ckpt:" item arms the checkpoint. */
 static tagc_status parse_spec(const char *spec) {
-  armed_stage = FAULT_NONE;
+  armed_stage = CKPT_FAULT_NONE;
   armed_rank = -1;
   for (const char *p = spec; p && *p;) {
     const char *comma = strchr(p, ',');
@@ -71,7 +71,7 @@ tagc_status tagc_ckpt_fault_configure(const char *spec) {
   return parse_spec(spec ? spec : getenv("TAGC_FAULT"));
 }
 
-void fault_point(fault_stage stage, int rank) {
+void ckpt_fault_point(ckpt_fault_stage stage, int rank) {
   pthread_once(&env_once, read_env_once);
   if (armed_stage != stage || (armed_rank >= 0 && armed_rank != rank))
     return;

@@ -13,7 +13,7 @@
 #include "common/log.h"
 
 typedef struct shard_file {
-  char name[32];
+  char name[CKPT_NAME_MAX];
   int64_t bytes;
   uint32_t crc;
   int fd; /* -1 until the header has been checked */
@@ -95,7 +95,7 @@ static tagc_status parse_file(tagc_ckpt_reader *rd, int r, const json_t *f) {
   tagc_ckpt_range *ranges = rd->ranges + (size_t)r * rd->layout.n_units;
   int64_t rank, crc;
   const char *name;
-  snprintf(sf->name, sizeof sf->name, "rank-%05d.bin", r);
+  ckpt_shard_name(r, sf->name);
   if (get_int_in(f, "rank", r, r, &rank) != TAGC_OK || tagc_json_get_str(f, "file", &name) != TAGC_OK ||
       get_int_in(f, "bytes", 0, INT64_MAX, &sf->bytes) != TAGC_OK ||
       get_int_in(f, "crc32c", 0, UINT32_MAX, &crc) != TAGC_OK)
@@ -104,14 +104,14 @@ static tagc_status parse_file(tagc_ckpt_reader *rd, int r, const json_t *f) {
     return tagc_errorf(TAGC_ECORRUPT, "file entry %d names '%.64s', expected '%s'", r, name, sf->name);
   sf->crc = (uint32_t)crc;
   TAGC_CHECK(parse_ranges(json_object_get(f, "ranges"), &rd->layout, ranges));
-  uint64_t off = shard_header_bytes(rd->layout.n_units);
+  uint64_t off = ckpt_shard_header_bytes(rd->layout.n_units);
   for (int u = 0; u < rd->layout.n_units; u++) {
     rd->unit_off[(size_t)r * rd->layout.n_units + u] = off;
     off += (uint64_t)(ranges[u].hi - ranges[u].lo) * (uint64_t)rd->layout.n_streams * sizeof(float);
   }
-  if (off + TRAILER_BYTES != (uint64_t)sf->bytes)
+  if (off + CKPT_TRAILER_BYTES != (uint64_t)sf->bytes)
     return tagc_errorf(TAGC_ECORRUPT, "%s: manifest size %lld does not match its ranges (%llu)", sf->name,
-                       (long long)sf->bytes, (unsigned long long)(off + TRAILER_BYTES));
+                       (long long)sf->bytes, (unsigned long long)(off + CKPT_TRAILER_BYTES));
   return TAGC_OK;
 }
 
@@ -142,7 +142,7 @@ static tagc_status parse_manifest(tagc_ckpt_reader *rd) {
     rd->files[r].fd = -1;
   for (int r = 0; r < rd->world_size; r++)
     TAGC_CHECK(parse_file(rd, r, json_array_get(files, (size_t)r)));
-  return ranges_check_tiling(rd->ranges, rd->world_size, &rd->layout);
+  return ckpt_ranges_check_tiling(rd->ranges, rd->world_size, &rd->layout);
 }
 
 /* Opens shard r and checks its size and header against the manifest (once). */
@@ -151,7 +151,7 @@ static tagc_status open_file(tagc_ckpt_reader *rd, int r) {
   if (sf->fd >= 0)
     return TAGC_OK;
   char path[CKPT_PATH_MAX];
-  TAGC_CHECK(path_fmt(path, "%s/%s", rd->path, sf->name));
+  TAGC_CHECK(ckpt_path_fmt(path, "%s/%s", rd->path, sf->name));
   int fd = open(path, O_RDONLY | O_CLOEXEC);
   if (fd < 0)
     return tagc_errorf(errno == ENOENT ? TAGC_ECORRUPT : TAGC_EIO, "%s: %s", sf->name, strerror(errno));
@@ -172,10 +172,10 @@ static tagc_status open_file(tagc_ckpt_reader *rd, int r) {
     st = tagc_errorf(TAGC_ENOMEM, "%s header", sf->name);
     goto fail;
   }
-  shard_header want = {.header_bytes = (uint32_t)shard_header_bytes(n), .rank = (uint32_t)r,
+  ckpt_shard_header want = {.header_bytes = (uint32_t)ckpt_shard_header_bytes(n), .rank = (uint32_t)r,
                        .world_size = (uint32_t)rd->world_size, .step = rd->step,
                        .n_units = (uint32_t)n, .n_streams = (uint32_t)rd->layout.n_streams};
-  st = shard_header_read(fd, sf->name, &want, &rd->layout, (uint64_t)sb.st_size, stored);
+  st = ckpt_shard_header_read(fd, sf->name, &want, &rd->layout, (uint64_t)sb.st_size, stored);
   if (st == TAGC_OK && memcmp(stored, rd->ranges + (size_t)r * n, (size_t)n * sizeof *stored) != 0)
     st = tagc_errorf(TAGC_ECORRUPT, "%s: header ranges differ from the manifest", sf->name);
   free(stored);
@@ -191,7 +191,7 @@ fail:
 static tagc_status verify_quick(tagc_ckpt_reader *rd, int r) {
   TAGC_CHECK(open_file(rd, r));
   uint32_t crc;
-  TAGC_CHECK(shard_trailer_file_crc(rd->files[r].fd, rd->files[r].name, (uint64_t)rd->files[r].bytes, &crc));
+  TAGC_CHECK(ckpt_shard_trailer_file_crc(rd->files[r].fd, rd->files[r].name, (uint64_t)rd->files[r].bytes, &crc));
   if (crc != rd->files[r].crc)
     return tagc_errorf(TAGC_ECORRUPT, "%s: trailer CRC32C %08x differs from the manifest's %08x",
                        rd->files[r].name, crc, rd->files[r].crc);
@@ -209,7 +209,7 @@ static tagc_status verify_full(tagc_ckpt_reader *rd, int r) {
   tagc_status st = TAGC_OK;
   for (int64_t off = 0; off < sf->bytes && st == TAGC_OK; off += CHUNK) {
     size_t n = (size_t)(sf->bytes - off < CHUNK ? sf->bytes - off : CHUNK);
-    st = pread_full(sf->fd, buf, n, (uint64_t)off, sf->name);
+    st = ckpt_pread_full(sf->fd, buf, n, (uint64_t)off, sf->name);
     crc = tagc_crc32c(crc, buf, n);
   }
   free(buf);
@@ -232,14 +232,14 @@ static tagc_status check_dir_step(const tagc_ckpt_reader *rd) {
   const char *base = strrchr(rd->path, '/');
   base = base ? base + 1 : rd->path;
   int64_t s;
-  if (parse_step_name(base, &s) && s != rd->step)
+  if (ckpt_parse_step_name(base, &s) && s != rd->step)
     return tagc_errorf(TAGC_ECORRUPT, "manifest is for step %lld, directory is %s", (long long)rd->step, base);
   return TAGC_OK;
 }
 
 static tagc_status open_verified(tagc_ckpt_reader *rd, tagc_ckpt_verify level) {
   char manifest[CKPT_PATH_MAX];
-  TAGC_CHECK(path_fmt(manifest, "%s/manifest.json", rd->path));
+  TAGC_CHECK(ckpt_path_fmt(manifest, "%s/manifest.json", rd->path));
   TAGC_CHECK(tagc_json_load_file(manifest, &rd->manifest));
   tagc_status st = parse_manifest(rd);
   if (st != TAGC_OK)
@@ -255,7 +255,7 @@ tagc_status tagc_ckpt_open(const char *step_dir, tagc_ckpt_verify level, tagc_ck
   tagc_ckpt_reader *rd = calloc(1, sizeof *rd);
   if (!rd)
     return tagc_errorf(TAGC_ENOMEM, "checkpoint reader");
-  tagc_status st = path_fmt(rd->path, "%s", step_dir);
+  tagc_status st = ckpt_path_fmt(rd->path, "%s", step_dir);
   size_t len = strlen(rd->path);
   while (len > 1 && rd->path[len - 1] == '/')
     rd->path[--len] = '\0';
@@ -274,11 +274,11 @@ tagc_status tagc_ckpt_find_latest_valid(const char *dir, tagc_ckpt_verify level,
   *out = NULL;
   int64_t *steps;
   int n;
-  TAGC_CHECK(list_steps(dir, 0, &steps, &n));
+  TAGC_CHECK(ckpt_list_steps(dir, 0, &steps, &n));
   tagc_status st = tagc_errorf(TAGC_ENOTFOUND, "no checkpoint under %s", dir);
   for (int i = 0; i < n; i++) {
     char path[CKPT_PATH_MAX];
-    st = path_fmt(path, "%s/step-%lld", dir, (long long)steps[i]);
+    st = tagc_ckpt_step_path(dir, steps[i], 0, path, sizeof path);
     if (st == TAGC_OK)
       st = tagc_ckpt_open(path, level, out);
     if (st == TAGC_OK)
@@ -309,7 +309,7 @@ tagc_status tagc_ckpt_read(tagc_ckpt_reader *rd, int unit, int stream, int64_t l
     uint64_t count = (uint64_t)(have.hi - have.lo);
     uint64_t off = rd->unit_off[(size_t)r * n + unit] +
                    ((uint64_t)stream * count + (uint64_t)(a - have.lo)) * sizeof(float);
-    TAGC_CHECK(pread_full(rd->files[r].fd, dst + (a - lo), (size_t)(b - a) * sizeof(float), off,
+    TAGC_CHECK(ckpt_pread_full(rd->files[r].fd, dst + (a - lo), (size_t)(b - a) * sizeof(float), off,
                           rd->files[r].name));
   }
   return TAGC_OK;

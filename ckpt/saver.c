@@ -142,7 +142,7 @@ tagc_status tagc_ckpt_saver_create(const tagc_ckpt_writer_config *cfg, tagc_ckpt
   if (!cfg || !cfg->dir || cfg->world_size < 1 || cfg->rank < 0 || cfg->rank >= cfg->world_size ||
       (cfg->world_size > 1 && !cfg->barrier) || (cfg->layout.n_units > 0 && !cfg->ranges))
     return tagc_errorf(TAGC_EINVAL, "checkpoint saver: need dir, rank < world size, ranges, and a barrier for W > 1");
-  TAGC_CHECK(layout_check(&cfg->layout));
+  TAGC_CHECK(ckpt_layout_check(&cfg->layout));
   tagc_ckpt_saver *sv = calloc(1, sizeof *sv);
   if (!sv)
     return tagc_errorf(TAGC_ENOMEM, "checkpoint saver");

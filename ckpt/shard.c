@@ -15,12 +15,12 @@ int64_t tagc_ckpt_range_count(tagc_ckpt_range r, int64_t numel) {
   return hi > lo ? hi - lo : 0;
 }
 
-uint64_t shard_header_bytes(int n_units) {
-  uint64_t raw = SHARD_FIXED_BYTES + 16 * (uint64_t)n_units;
+uint64_t ckpt_shard_header_bytes(int n_units) {
+  uint64_t raw = CKPT_SHARD_FIXED_BYTES + 16 * (uint64_t)n_units;
   return (raw + 63) / 64 * 64;
 }
 
-uint64_t shard_data_bytes(const tagc_ckpt_range *ranges, const tagc_ckpt_layout *layout) {
+uint64_t ckpt_shard_data_bytes(const tagc_ckpt_range *ranges, const tagc_ckpt_layout *layout) {
   uint64_t total = 0;
   for (int u = 0; u < layout->n_units; u++)
     total += (uint64_t)tagc_ckpt_range_count(ranges[u], layout->unit_numel[u]) *
@@ -33,9 +33,9 @@ static void put64(unsigned char *p, uint64_t v) { memcpy(p, &v, 8); }
 static uint32_t get32(const unsigned char *p) { uint32_t v; memcpy(&v, p, 4); return v; }
 static uint64_t get64(const unsigned char *p) { uint64_t v; memcpy(&v, p, 8); return v; }
 
-void shard_header_encode(const shard_header *h, const tagc_ckpt_range *ranges, unsigned char *buf) {
+void ckpt_shard_header_encode(const ckpt_shard_header *h, const tagc_ckpt_range *ranges, unsigned char *buf) {
   memset(buf, 0, h->header_bytes);
-  memcpy(buf, SHARD_MAGIC, 8);
+  memcpy(buf, CKPT_SHARD_MAGIC, 8);
   put32(buf + 8, h->version);
   put32(buf + 12, h->header_bytes);
   put32(buf + 16, h->rank);
@@ -45,14 +45,14 @@ void shard_header_encode(const shard_header *h, const tagc_ckpt_range *ranges, u
   put32(buf + 36, h->n_streams);
   put64(buf + 40, h->data_bytes);
   for (uint32_t u = 0; u < h->n_units; u++) {
-    put64(buf + SHARD_FIXED_BYTES + 16 * u, (uint64_t)ranges[u].lo);
-    put64(buf + SHARD_FIXED_BYTES + 16 * u + 8, (uint64_t)ranges[u].hi);
+    put64(buf + CKPT_SHARD_FIXED_BYTES + 16 * u, (uint64_t)ranges[u].lo);
+    put64(buf + CKPT_SHARD_FIXED_BYTES + 16 * u + 8, (uint64_t)ranges[u].hi);
   }
   put32(buf + 48, tagc_crc32c(0, buf, h->header_bytes));
 }
 
 /* Checks the decoded identity and shape fields against the expectation. */
-static tagc_status check_fields(const unsigned char *buf, const char *name, const shard_header *want) {
+static tagc_status check_fields(const unsigned char *buf, const char *name, const ckpt_shard_header *want) {
   uint32_t rank = get32(buf + 16), world = get32(buf + 20);
   int64_t step = (int64_t)get64(buf + 24);
   if (rank != want->rank || world != want->world_size || step != want->step)
@@ -68,31 +68,31 @@ static tagc_status check_fields(const unsigned char *buf, const char *name, cons
 static tagc_status check_ranges(const unsigned char *buf, const char *name, const tagc_ckpt_layout *layout,
                                 uint64_t file_bytes, uint64_t header_bytes, tagc_ckpt_range *ranges) {
   for (int u = 0; u < layout->n_units; u++) {
-    ranges[u].lo = (int64_t)get64(buf + SHARD_FIXED_BYTES + 16 * u);
-    ranges[u].hi = (int64_t)get64(buf + SHARD_FIXED_BYTES + 16 * u + 8);
+    ranges[u].lo = (int64_t)get64(buf + CKPT_SHARD_FIXED_BYTES + 16 * u);
+    ranges[u].hi = (int64_t)get64(buf + CKPT_SHARD_FIXED_BYTES + 16 * u + 8);
     if (ranges[u].lo < 0 || ranges[u].hi < ranges[u].lo || ranges[u].hi > layout->unit_numel[u])
       return tagc_errorf(TAGC_ECORRUPT, "%s: unit '%s' range [%lld, %lld) is outside [0, %lld)", name,
                          layout->unit_names[u], (long long)ranges[u].lo, (long long)ranges[u].hi,
                          (long long)layout->unit_numel[u]);
   }
-  uint64_t data = get64(buf + 40), want = shard_data_bytes(ranges, layout);
-  if (data != want || file_bytes != header_bytes + data + TRAILER_BYTES)
+  uint64_t data = get64(buf + 40), want = ckpt_shard_data_bytes(ranges, layout);
+  if (data != want || file_bytes != header_bytes + data + CKPT_TRAILER_BYTES)
     return tagc_errorf(TAGC_ECORRUPT, "%s: %llu bytes with %llu payload bytes, expected %llu payload bytes",
                        name, (unsigned long long)file_bytes, (unsigned long long)data, (unsigned long long)want);
   return TAGC_OK;
 }
 
-tagc_status shard_header_read(int fd, const char *name, const shard_header *want,
+tagc_status ckpt_shard_header_read(int fd, const char *name, const ckpt_shard_header *want,
                               const tagc_ckpt_layout *layout, uint64_t file_bytes,
                               tagc_ckpt_range *ranges_out) {
-  if (file_bytes < want->header_bytes + TRAILER_BYTES)
+  if (file_bytes < want->header_bytes + CKPT_TRAILER_BYTES)
     return tagc_errorf(TAGC_ECORRUPT, "%s: truncated (%llu bytes)", name, (unsigned long long)file_bytes);
   unsigned char *buf = malloc(want->header_bytes);
   if (!buf)
     return tagc_errorf(TAGC_ENOMEM, "%s: header buffer", name);
   tagc_status st;
-  TAGC_CHECK_GOTO(pread_full(fd, buf, want->header_bytes, 0, name), st, done);
-  if (memcmp(buf, SHARD_MAGIC, 8) != 0) {
+  TAGC_CHECK_GOTO(ckpt_pread_full(fd, buf, want->header_bytes, 0, name), st, done);
+  if (memcmp(buf, CKPT_SHARD_MAGIC, 8) != 0) {
     st = tagc_errorf(TAGC_ECORRUPT, "%s: not a tagc shard (bad magic)", name);
     goto done;
   }
@@ -119,12 +119,12 @@ done:
   return st;
 }
 
-tagc_status shard_trailer_file_crc(int fd, const char *name, uint64_t file_bytes, uint32_t *crc) {
-  unsigned char tr[TRAILER_BYTES];
-  if (file_bytes < TRAILER_BYTES)
+tagc_status ckpt_shard_trailer_file_crc(int fd, const char *name, uint64_t file_bytes, uint32_t *crc) {
+  unsigned char tr[CKPT_TRAILER_BYTES];
+  if (file_bytes < CKPT_TRAILER_BYTES)
     return tagc_errorf(TAGC_ECORRUPT, "%s: truncated (%llu bytes)", name, (unsigned long long)file_bytes);
-  TAGC_CHECK(pread_full(fd, tr, sizeof tr, file_bytes - TRAILER_BYTES, name));
-  if (memcmp(tr, TRAILER_MAGIC, 8) != 0)
+  TAGC_CHECK(ckpt_pread_full(fd, tr, sizeof tr, file_bytes - CKPT_TRAILER_BYTES, name));
+  if (memcmp(tr, CKPT_TRAILER_MAGIC, 8) != 0)
     return tagc_errorf(TAGC_ECORRUPT, "%s: trailer missing (file incomplete)", name);
   *crc = tagc_crc32c(get32(tr + 8), tr, sizeof tr);
   return TAGC_OK;
@@ -139,7 +139,7 @@ static int cmp_span(const void *a, const void *b) {
   return (x > y) - (x < y);
 }
 
-tagc_status ranges_check_tiling(const tagc_ckpt_range *ranges, int world_size,
+tagc_status ckpt_ranges_check_tiling(const tagc_ckpt_range *ranges, int world_size,
                                 const tagc_ckpt_layout *layout) {
   span *s = malloc((size_t)world_size * sizeof *s);
   if (!s)
@@ -164,7 +164,7 @@ tagc_status ranges_check_tiling(const tagc_ckpt_range *ranges, int world_size,
   return st;
 }
 
-tagc_status layout_check(const tagc_ckpt_layout *layout) {
+tagc_status ckpt_layout_check(const tagc_ckpt_layout *layout) {
   if (!layout || layout->n_units < 0 || layout->n_streams < 1 ||
       layout->n_streams > TAGC_CKPT_MAX_STREAMS || (layout->n_units > 0 && (!layout->unit_names || !layout->unit_numel)) ||
       !layout->stream_names)
@@ -192,17 +192,17 @@ static tagc_status write_payload(int fd, const char *name, const tagc_ckpt_layou
       size_t first = bytes;
       if (!fired && written + bytes > half)
         first = (size_t)(half - written);
-      TAGC_CHECK(write_full(fd, p, first, name));
+      TAGC_CHECK(ckpt_write_full(fd, p, first, name));
       if (first < bytes) {
-        fault_point(FAULT_MID_WRITE, rank);
+        ckpt_fault_point(CKPT_FAULT_MID_WRITE, rank);
         fired = 1;
-        TAGC_CHECK(write_full(fd, p + first, bytes - first, name));
+        TAGC_CHECK(ckpt_write_full(fd, p + first, bytes - first, name));
       }
       written += bytes;
     }
   }
   if (!fired)
-    fault_point(FAULT_MID_WRITE, rank);
+    ckpt_fault_point(CKPT_FAULT_MID_WRITE, rank);
   return TAGC_OK;
 }
 
@@ -211,7 +211,7 @@ static tagc_status check_shard_args(int64_t step, int rank, int world_size, cons
   if (step < 0 || world_size < 1 || rank < 0 || rank >= world_size)
     return tagc_errorf(TAGC_EINVAL, "checkpoint shard: step %lld, rank %d of %d is invalid", (long long)step,
                        rank, world_size);
-  TAGC_CHECK(layout_check(layout));
+  TAGC_CHECK(ckpt_layout_check(layout));
   if (layout->n_units > 0 && (!ranges || !data))
     return tagc_errorf(TAGC_EINVAL, "checkpoint shard: ranges and data are required");
   for (int u = 0; u < layout->n_units; u++) {
@@ -231,14 +231,14 @@ tagc_status tagc_ckpt_write_shard(const char *dir, int64_t step, int rank, int w
                                   const float *const *data) {
   TAGC_CHECK(check_shard_args(step, rank, world_size, layout, ranges, data));
   char tmpdir[CKPT_PATH_MAX], tmp[CKPT_PATH_MAX], final[CKPT_PATH_MAX];
-  TAGC_CHECK(path_fmt(tmpdir, "%s/step-%lld.tmp", dir, (long long)step));
-  TAGC_CHECK(path_fmt(tmp, "%s/rank-%05d.bin.tmp", tmpdir, rank));
-  TAGC_CHECK(path_fmt(final, "%s/rank-%05d.bin", tmpdir, rank));
+  TAGC_CHECK(tagc_ckpt_step_path(dir, step, 1, tmpdir, sizeof tmpdir));
+  TAGC_CHECK(tagc_ckpt_shard_path(dir, step, rank, 1, final, sizeof final));
+  TAGC_CHECK(ckpt_path_fmt(tmp, "%s.tmp", final));
   TAGC_CHECK(tagc_mkdir_p(tmpdir));
 
   tagc_ckpt_range *stored = malloc(((size_t)layout->n_units + 1) * sizeof *stored);
-  shard_header h = {.version = TAGC_CKPT_FORMAT_VERSION,
-                    .header_bytes = (uint32_t)shard_header_bytes(layout->n_units),
+  ckpt_shard_header h = {.version = TAGC_CKPT_FORMAT_VERSION,
+                    .header_bytes = (uint32_t)ckpt_shard_header_bytes(layout->n_units),
                     .rank = (uint32_t)rank,
                     .world_size = (uint32_t)world_size,
                     .step = step,
@@ -255,8 +255,8 @@ tagc_status tagc_ckpt_write_shard(const char *dir, int64_t step, int rank, int w
     stored[u].lo = ranges[u].lo < numel ? ranges[u].lo : numel;
     stored[u].hi = ranges[u].hi < numel ? ranges[u].hi : numel;
   }
-  h.data_bytes = shard_data_bytes(stored, layout);
-  shard_header_encode(&h, stored, hdr);
+  h.data_bytes = ckpt_shard_data_bytes(stored, layout);
+  ckpt_shard_header_encode(&h, stored, hdr);
 
   tagc_status st = TAGC_OK;
   int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
@@ -264,15 +264,15 @@ tagc_status tagc_ckpt_write_shard(const char *dir, int64_t step, int rank, int w
     st = tagc_errorf(TAGC_EIO, "create %s: %s", tmp, strerror(errno));
     goto done;
   }
-  fault_point(FAULT_AFTER_OPEN, rank);
+  ckpt_fault_point(CKPT_FAULT_AFTER_OPEN, rank);
   uint32_t crc = tagc_crc32c(0, hdr, h.header_bytes);
-  TAGC_CHECK_GOTO(write_full(fd, hdr, h.header_bytes, tmp), st, done);
+  TAGC_CHECK_GOTO(ckpt_write_full(fd, hdr, h.header_bytes, tmp), st, done);
   TAGC_CHECK_GOTO(write_payload(fd, tmp, layout, stored, data, h.data_bytes, rank, &crc), st, done);
-  unsigned char tr[TRAILER_BYTES] = {0};
-  memcpy(tr, TRAILER_MAGIC, 8);
+  unsigned char tr[CKPT_TRAILER_BYTES] = {0};
+  memcpy(tr, CKPT_TRAILER_MAGIC, 8);
   put32(tr + 8, crc);
-  TAGC_CHECK_GOTO(write_full(fd, tr, sizeof tr, tmp), st, done);
-  fault_point(FAULT_BEFORE_FSYNC, rank);
+  TAGC_CHECK_GOTO(ckpt_write_full(fd, tr, sizeof tr, tmp), st, done);
+  ckpt_fault_point(CKPT_FAULT_BEFORE_FSYNC, rank);
   if (fsync(fd) != 0) {
     st = tagc_errorf(TAGC_EIO, "fsync %s: %s", tmp, strerror(errno));
     goto done;
@@ -283,8 +283,8 @@ tagc_status tagc_ckpt_write_shard(const char *dir, int64_t step, int rank, int w
     st = tagc_errorf(TAGC_EIO, "rename %s: %s", tmp, strerror(errno));
     goto done;
   }
-  TAGC_CHECK_GOTO(fsync_path(tmpdir), st, done);
-  fault_point(FAULT_AFTER_SHARD, rank);
+  TAGC_CHECK_GOTO(ckpt_fsync_path(tmpdir), st, done);
+  ckpt_fault_point(CKPT_FAULT_AFTER_SHARD, rank);
 done:
   if (fd >= 0)
     close(fd);

@@ -11,17 +11,21 @@
 
 #include "ckpt/ckpt_internal.h"
 
-tagc_status path_fmt(char *buf, const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  int n = vsnprintf(buf, CKPT_PATH_MAX, fmt, ap);
-  va_end(ap);
-  if (n < 0 || n >= CKPT_PATH_MAX)
+static tagc_status path_fits(int n, size_t cap) {
+  if (n < 0 || (size_t)n >= cap)
     return tagc_errorf(TAGC_EINVAL, "checkpoint path too long (%d bytes)", n);
   return TAGC_OK;
 }
 
-tagc_status write_full(int fd, const void *buf, size_t len, const char *name) {
+tagc_status ckpt_path_fmt(char *buf, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  int n = vsnprintf(buf, CKPT_PATH_MAX, fmt, ap);
+  va_end(ap);
+  return path_fits(n, CKPT_PATH_MAX);
+}
+
+tagc_status ckpt_write_full(int fd, const void *buf, size_t len, const char *name) {
   const char *p = buf;
   while (len > 0) {
     ssize_t w = write(fd, p, len);
@@ -35,7 +39,7 @@ tagc_status write_full(int fd, const void *buf, size_t len, const char *name) {
   return TAGC_OK;
 }
 
-tagc_status pread_full(int fd, void *buf, size_t len, uint64_t off, const char *name) {
+tagc_status ckpt_pread_full(int fd, void *buf, size_t len, uint64_t off, const char *name) {
   char *p = buf;
   while (len > 0) {
     ssize_t r = pread(fd, p, len, (off_t)off);
@@ -53,7 +57,7 @@ tagc_status pread_full(int fd, void *buf, size_t len, uint64_t off, const char *
   return TAGC_OK;
 }
 
-tagc_status fsync_path(const char *path) {
+tagc_status ckpt_fsync_path(const char *path) {
   int fd = open(path, O_RDONLY | O_CLOEXEC);
   if (fd < 0)
     return tagc_errorf(TAGC_EIO, "open %s for fsync: %s", path, strerror(errno));
@@ -65,7 +69,7 @@ tagc_status fsync_path(const char *path) {
   return TAGC_OK;
 }
 
-tagc_status remove_dir(const char *path) {
+tagc_status ckpt_remove_dir(const char *path) {
   DIR *d = opendir(path);
   if (!d)
     return errno == ENOENT ? TAGC_OK : tagc_errorf(TAGC_EIO, "opendir %s: %s", path, strerror(errno));
@@ -75,7 +79,7 @@ tagc_status remove_dir(const char *path) {
     if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
       continue;
     char child[CKPT_PATH_MAX];
-    if (path_fmt(child, "%s/%s", path, e->d_name) != TAGC_OK || unlink(child) != 0) {
+    if (ckpt_path_fmt(child, "%s/%s", path, e->d_name) != TAGC_OK || unlink(child) != 0) {
       st = tagc_errorf(TAGC_EIO, "remove %s/%s: %s", path, e->d_name, strerror(errno));
       break;
     }
@@ -86,7 +90,34 @@ tagc_status remove_dir(const char *path) {
   return st;
 }
 
-int parse_step_name(const char *name, int64_t *step) {
+void ckpt_step_name(int64_t step, int tmp, char name[CKPT_NAME_MAX]) {
+  snprintf(name, CKPT_NAME_MAX, "step-%lld%s", (long long)step, tmp ? ".tmp" : "");
+}
+
+void ckpt_shard_name(int rank, char name[CKPT_NAME_MAX]) {
+  snprintf(name, CKPT_NAME_MAX, "rank-%05d.bin", rank);
+}
+
+tagc_status tagc_ckpt_step_path(const char *dir, int64_t step, int tmp, char *buf, size_t cap) {
+  char name[CKPT_NAME_MAX];
+  ckpt_step_name(step, tmp, name);
+  return path_fits(snprintf(buf, cap, "%s/%s", dir, name), cap);
+}
+
+tagc_status tagc_ckpt_shard_path(const char *dir, int64_t step, int rank, int tmp, char *buf,
+                                 size_t cap) {
+  char step_name[CKPT_NAME_MAX], shard_name[CKPT_NAME_MAX];
+  ckpt_step_name(step, tmp, step_name);
+  ckpt_shard_name(rank, shard_name);
+  return path_fits(snprintf(buf, cap, "%s/%s/%s", dir, step_name, shard_name), cap);
+}
+
+int ckpt_parse_shard_name(const char *name, int *rank) {
+  int end = 0;
+  return sscanf(name, "rank-%5d.bin%n", rank, &end) == 1 && name[end] == '\0' && end == 14;
+}
+
+int ckpt_parse_step_name(const char *name, int64_t *step) {
   if (strncmp(name, "step-", 5) != 0 || name[5] < '0' || name[5] > '9' || (name[5] == '0' && name[6]))
     return 0; /* canonical decimal only, so that step-<s> names one directory */
   char *end;
@@ -103,7 +134,7 @@ static int cmp_desc(const void *a, const void *b) {
   return (x < y) - (x > y);
 }
 
-tagc_status list_steps(const char *dir, int tmp, int64_t **steps, int *n) {
+tagc_status ckpt_list_steps(const char *dir, int tmp, int64_t **steps, int *n) {
   *steps = NULL;
   *n = 0;
   DIR *d = opendir(dir);
@@ -122,7 +153,7 @@ tagc_status list_steps(const char *dir, int tmp, int64_t **steps, int *n) {
     if (is_tmp)
       name[len - 4] = '\0';
     int64_t s;
-    if (!parse_step_name(name, &s))
+    if (!ckpt_parse_step_name(name, &s))
       continue;
     if (*n == cap) {
       cap = cap ? cap * 2 : 16;

@@ -457,8 +457,10 @@ tagc_status tagc_member_wait_plan(tagc_member *m, int64_t after_gen, double time
   int64_t gen = m->gen;
   int done = m->done;
   pthread_mutex_unlock(&m->lock);
-  if (done)
+  if (done) {
+    out->job_done = 1;
     return tagc_errorf(TAGC_ENOTFOUND, "done");
+  }
   if (gen <= after_gen)
     return tagc_errorf(TAGC_ETIMEDOUT, "member %s: no generation after %" PRId64 " within %.1f s",
                        m->id, after_gen, timeout_s);

@@ -41,6 +41,8 @@ typedef struct tagc_plan {
   char *reason;         /* why this generation was made (human text) */
   int excluded;         /* 1 when the leader excluded me (suspected, partitioned, oom at 1):
                            I stay out until I tagc_member_rejoin() */
+  int job_done;         /* set by tagc_member_wait_plan() alone: 1 when it returned because
+                           the job is done (the other fields are then empty) */
 } tagc_plan;
 
 /* Frees what p owns and zeroes it. Idempotent; NULL is ignored. */
@@ -87,9 +89,10 @@ int tagc_member_lease_lost(const tagc_member *m);
 int tagc_member_lease_losses(const tagc_member *m);
 
 /* Blocks until a generation > after_gen exists and returns the plan of the newest one in
- * *out (caller frees). Errors: TAGC_ENOTFOUND with detail "done" once the job is done
- * (`done` exists; checked first, so it wins over a newer plan), TAGC_ETIMEDOUT after
- * timeout_s (call again), TAGC_EPROTO for a malformed plan, or an etcd error. */
+ * *out (caller frees). Errors: TAGC_ENOTFOUND with out->job_done set (detail "done") once
+ * the job is done (`done` exists; checked first, so it wins over a newer plan),
+ * TAGC_ETIMEDOUT after timeout_s (call again), TAGC_EPROTO for a malformed plan, or an etcd
+ * error. */
 tagc_status tagc_member_wait_plan(tagc_member *m, int64_t after_gen, double timeout_s,
                                   tagc_plan *out);
 

@@ -399,9 +399,10 @@ tagc_status tagc_comm_barrier(tagc_comm *comm, double timeout_s) {
   int n = comm->world - 1, peer = -1;
   tagc_status st = TAGC_OK;
   /* One token byte in scratch (the send side) and one receive byte per peer after it. */
-  char *tokens = n > 0 ? comm->ops->scratch(comm->impl, (size_t)comm->world) : NULL;
-  if (n > 0 && !tokens)
-    st = tagc_errorf(TAGC_ENOMEM, "comm barrier: out of memory");
+  void *scratch = NULL;
+  if (n > 0)
+    st = comm->ops->scratch(comm->impl, (size_t)comm->world, &scratch);
+  char *tokens = scratch;
   comm_xfer x[n > 0 ? n : 1];
   for (int i = 0; i < n && st == TAGC_OK; i++)
     x[i] = (comm_xfer){peer_at(comm, i), tokens, 1, tokens + 1 + i, 1};
@@ -431,10 +432,10 @@ static tagc_status reduce_scatter_blocks(op_call *op, const void *send, void *re
   size_t rows_bytes = (size_t)w * mine * wes;
   size_t wire_bytes = wire == TAGC_WIRE_BF16 ? total * wes : 0;
   /* at least one byte: a rank that owns no element still needs a valid (empty) buffer */
-  char *scratch = c->ops->scratch(c->impl, rows_bytes + wire_bytes ? rows_bytes + wire_bytes : 1);
-  if (!scratch)
-    return tagc_errorf(TAGC_ENOMEM, "comm reduce: scratch of %zu bytes",
-                       rows_bytes + wire_bytes);
+  size_t scratch_bytes = rows_bytes + wire_bytes ? rows_bytes + wire_bytes : 1;
+  void *buf = NULL;
+  TAGC_CHECK(c->ops->scratch(c->impl, scratch_bytes, &buf));
+  char *scratch = buf;
   char *rows = scratch;
   const char *in = send;
   if (wire == TAGC_WIRE_BF16) {

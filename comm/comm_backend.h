@@ -41,9 +41,9 @@ typedef struct comm_backend_ops {
    * TAGC_WIRE_BF16, else dtype. out: count elements of dtype. */
   tagc_status (*reduce)(void *impl, void *out, const void *rows, int nrows, size_t count,
                         tagc_dtype dtype, tagc_redop op, tagc_wire wire);
-  /* Backend-owned scratch of at least bytes (host or device memory), kept between calls;
-   * NULL when allocation fails. */
-  void *(*scratch)(void *impl, size_t bytes);
+  /* Sets *out to backend-owned scratch of at least bytes (host or device memory), kept
+   * between calls. TAGC_ENOMEM when it cannot be allocated. */
+  tagc_status (*scratch)(void *impl, size_t bytes, void **out);
   /* Wakes or cancels a pending exchange, or drops the connections when none is pending;
    * any thread; idempotent. */
   void (*abort)(void *impl);

@@ -275,15 +275,16 @@ tagc_status gloo_reduce(void *, void *out, const void *rows, int nrows, size_t c
   return TAGC_OK;
 }
 
-void *gloo_scratch(void *impl, size_t bytes) {
+tagc_status gloo_scratch(void *impl, size_t bytes, void **out) {
   GlooComm *g = static_cast<GlooComm *>(impl);
   try {
     if (g->scratch.size() < bytes)
       g->scratch.resize(bytes);
   } catch (const std::exception &) {
-    return nullptr;
+    return tagc_errorf(TAGC_ENOMEM, "gloo backend: scratch of %zu bytes: out of memory", bytes);
   }
-  return g->scratch.data();
+  *out = g->scratch.data();
+  return TAGC_OK;
 }
 
 void gloo_abort(void *impl) {

@@ -20,6 +20,7 @@
 #include <new>
 
 #include "comm/comm_backend.h"
+#include "common/cuda_status.h"
 extern "C" {
 #include "common/base64.h"
 #include "common/timeutil.h"
@@ -40,8 +41,9 @@ struct NcclComm {
 // Seconds between polls of a pending init or exchange.
 constexpr double kPollS = 100e-6;
 
+// "nccl backend: <what>: <CUDA's message>", translated by common/cuda_status.h.
 tagc_status cuda_error(cudaError_t e, const char *what) {
-  return tagc_errorf(TAGC_EIO, "nccl backend: %s: %s", what, cudaGetErrorString(e));
+  return tagc_cuda_status(e, "nccl backend: %s", what);
 }
 
 // The current device is per thread, and operations may come from another thread than
@@ -132,17 +134,15 @@ tagc_status nccl_exchange(void *impl, const comm_xfer *x, int n, double deadline
 }
 
 tagc_status sync_stream(NcclComm *c, const char *what) {
-  cudaError_t e = cudaStreamSynchronize(c->stream);
-  return e == cudaSuccess ? TAGC_OK : cuda_error(e, what);
+  return cuda_error(cudaStreamSynchronize(c->stream), what);
 }
 
 tagc_status nccl_copy(void *impl, void *dst, const void *src, size_t bytes) {
   NcclComm *c = use_device(impl);
   if (dst == src || bytes == 0)
     return TAGC_OK;
-  cudaError_t e = cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, c->stream);
-  if (e != cudaSuccess)
-    return cuda_error(e, "copy");
+  TAGC_CHECK(cuda_error(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, c->stream),
+                        "copy"));
   return sync_stream(c, "copy");
 }
 
@@ -204,33 +204,32 @@ unsigned grid_for(size_t n) {
 tagc_status nccl_to_bf16(void *impl, uint16_t *dst, const float *src, size_t n) {
   NcclComm *c = use_device(impl);
   to_bf16_kernel<<<grid_for(n), 256, 0, c->stream>>>(dst, src, n);
-  cudaError_t e = cudaGetLastError();
-  return e == cudaSuccess ? TAGC_OK : cuda_error(e, "bf16 kernel");
+  return cuda_error(cudaGetLastError(), "bf16 kernel");
 }
 
 tagc_status nccl_reduce(void *impl, void *out, const void *rows, int nrows, size_t count,
                         tagc_dtype dtype, tagc_redop op, tagc_wire wire) {
   NcclComm *c = use_device(impl);
   reduce_kernel<<<grid_for(count), 256, 0, c->stream>>>(out, rows, nrows, count, dtype, op, wire);
-  cudaError_t e = cudaGetLastError();
-  if (e != cudaSuccess)
-    return cuda_error(e, "reduce kernel");
+  TAGC_CHECK(cuda_error(cudaGetLastError(), "reduce kernel"));
   return sync_stream(c, "reduce");
 }
 
-void *nccl_scratch(void *impl, size_t bytes) {
+tagc_status nccl_scratch(void *impl, size_t bytes, void **out) {
   NcclComm *c = use_device(impl);
-  if (bytes <= c->scratch_bytes)
-    return c->scratch;
-  if (sync_stream(c, "scratch") != TAGC_OK)
-    return nullptr;
-  cudaFree(c->scratch);
-  c->scratch = nullptr;
-  c->scratch_bytes = 0;
-  if (cudaMalloc(&c->scratch, bytes) != cudaSuccess)
-    return nullptr;
-  c->scratch_bytes = bytes;
-  return c->scratch;
+  if (bytes > c->scratch_bytes) {
+    TAGC_CHECK(sync_stream(c, "scratch"));
+    cudaFree(c->scratch);
+    c->scratch = nullptr;
+    c->scratch_bytes = 0;
+    void *p = nullptr;
+    TAGC_CHECK(tagc_cuda_status(cudaMalloc(&p, bytes), "nccl backend: scratch of %zu bytes",
+                                bytes));
+    c->scratch = p;
+    c->scratch_bytes = bytes;
+  }
+  *out = c->scratch;
+  return TAGC_OK;
 }
 
 void nccl_abort(void *impl) {

@@ -67,7 +67,7 @@ static tagc_status write_all(int fd, const void *data, size_t len) {
     if (w < 0 && errno == EINTR)
       continue;
     if (w < 0)
-      return tagc_errorf(TAGC_EIO, "store write: %s", strerror(errno));
+      return tagc_errnof(TAGC_EIO, "store write");
     p += w;
     len -= (size_t)w;
   }
@@ -86,14 +86,14 @@ static tagc_status file_set(tagc_store *store, const char *key, const void *valu
   sprintf(tmp, "%s.tmp%ld", path, (long)getpid());
   int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) {
-    st = tagc_errorf(TAGC_EIO, "store set %s: %s", tmp, strerror(errno));
+    st = tagc_errnof(TAGC_EIO, "store set %s", tmp);
     goto fail;
   }
   st = write_all(fd, value, len);
   if (close(fd) != 0 && st == TAGC_OK)
-    st = tagc_errorf(TAGC_EIO, "store set %s: close: %s", tmp, strerror(errno));
+    st = tagc_errnof(TAGC_EIO, "store set %s: close", tmp);
   if (st == TAGC_OK && rename(tmp, path) != 0)
-    st = tagc_errorf(TAGC_EIO, "store set %s: rename: %s", path, strerror(errno));
+    st = tagc_errnof(TAGC_EIO, "store set %s: rename", path);
   if (st != TAGC_OK)
     unlink(tmp);
 fail:
@@ -108,7 +108,7 @@ static tagc_status read_file(const char *path, void **value, size_t *len) {
   if (fd < 0) {
     if (errno == ENOENT)
       return TAGC_ENOTFOUND;
-    return tagc_errorf(TAGC_EIO, "store get %s: %s", path, strerror(errno));
+    return tagc_errnof(TAGC_EIO, "store get %s", path);
   }
   size_t cap = 256, n = 0;
   char *buf = malloc(cap);
@@ -127,7 +127,7 @@ static tagc_status read_file(const char *path, void **value, size_t *len) {
     if (r < 0 && errno == EINTR)
       continue;
     if (r < 0)
-      st = tagc_errorf(TAGC_EIO, "store get %s: %s", path, strerror(errno));
+      st = tagc_errnof(TAGC_EIO, "store get %s", path);
     else if (r == 0)
       break;
     else
@@ -173,7 +173,7 @@ static tagc_status file_remove(tagc_store *store, const char *key) {
     return tagc_errorf(TAGC_ENOMEM, "store remove: out of memory");
   tagc_status st = TAGC_OK;
   if (unlink(path) != 0 && errno != ENOENT)
-    st = tagc_errorf(TAGC_EIO, "store remove %s: %s", path, strerror(errno));
+    st = tagc_errnof(TAGC_EIO, "store remove %s", path);
   free(path);
   return st;
 }
@@ -190,7 +190,7 @@ tagc_status tagc_store_file_new(const char *dir, tagc_store **out) {
   if (!dir || !dir[0] || !out)
     return tagc_errorf(TAGC_EINVAL, "file store: missing directory");
   if (mkdir(dir, 0755) != 0 && errno != EEXIST)
-    return tagc_errorf(TAGC_EIO, "file store: mkdir %s: %s", dir, strerror(errno));
+    return tagc_errnof(TAGC_EIO, "file store: mkdir %s", dir);
   file_store *fs = calloc(1, sizeof *fs);
   char *copy = strdup(dir);
   if (!fs || !copy) {
@@ -210,19 +210,17 @@ tagc_status tagc_store_file_remove_all(const char *dir) {
   DIR *d = opendir(dir);
   if (!d)
     return errno == ENOENT ? TAGC_OK
-                           : tagc_errorf(TAGC_EIO, "file store: opendir %s: %s", dir,
-                                         strerror(errno));
+                           : tagc_errnof(TAGC_EIO, "file store: opendir %s", dir);
   tagc_status st = TAGC_OK;
   struct dirent *e;
   while ((e = readdir(d)) != NULL) {
     if (e->d_name[0] == '.' && (!e->d_name[1] || (e->d_name[1] == '.' && !e->d_name[2])))
       continue;
     if (unlinkat(dirfd(d), e->d_name, 0) != 0 && st == TAGC_OK)
-      st = tagc_errorf(TAGC_EIO, "file store: unlink %s/%s: %s", dir, e->d_name,
-                       strerror(errno));
+      st = tagc_errnof(TAGC_EIO, "file store: unlink %s/%s", dir, e->d_name);
   }
   closedir(d);
   if (st == TAGC_OK && rmdir(dir) != 0)
-    st = tagc_errorf(TAGC_EIO, "file store: rmdir %s: %s", dir, strerror(errno));
+    st = tagc_errnof(TAGC_EIO, "file store: rmdir %s", dir);
   return st;
 }

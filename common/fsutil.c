@@ -16,9 +16,11 @@ tagc_status tagc_mkdir_p(const char *path) {
     char saved = *p;
     *p = '\0';
     struct stat sb;
-    if (mkdir(buf, 0755) != 0 && !(errno == EEXIST && stat(buf, &sb) == 0 && S_ISDIR(sb.st_mode)))
-      return tagc_errorf(TAGC_EIO, "cannot create directory %s: %s", buf,
-                         errno == EEXIST ? "a file of that name exists" : strerror(errno));
+    if (mkdir(buf, 0755) != 0 && !(errno == EEXIST && stat(buf, &sb) == 0 && S_ISDIR(sb.st_mode))) {
+      if (errno == EEXIST)
+        return tagc_errorf(TAGC_EIO, "cannot create directory %s: a file of that name exists", buf);
+      return tagc_errnof(TAGC_EIO, "cannot create directory %s", buf);
+    }
     *p = saved;
     if (saved == '\0')
       return TAGC_OK;

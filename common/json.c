@@ -11,7 +11,7 @@
 tagc_status tagc_json_load_file(const char *path, json_t **out) {
   FILE *f = fopen(path, "rb");
   if (!f)
-    return tagc_errorf(errno == ENOENT ? TAGC_ENOTFOUND : TAGC_EIO, "%s: %s", path, strerror(errno));
+    return tagc_errnof(errno == ENOENT ? TAGC_ENOTFOUND : TAGC_EIO, "%s", path);
   json_error_t err;
   json_t *v = json_loadf(f, JSON_REJECT_DUPLICATES, &err);
   fclose(f);
@@ -114,7 +114,7 @@ tagc_status tagc_json_write_file(const char *path, const json_t *value) {
   tagc_status st = TAGC_OK;
   int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) {
-    st = tagc_errorf(TAGC_EIO, "%s: %s", tmp, strerror(errno));
+    st = tagc_errnof(TAGC_EIO, "%s", tmp);
     goto done;
   }
   size_t len = strlen(text);
@@ -125,16 +125,16 @@ tagc_status tagc_json_write_file(const char *path, const json_t *value) {
     if (w < 0 && errno == EINTR)
       continue;
     if (w < 0) {
-      st = tagc_errorf(TAGC_EIO, "%s: %s", tmp, strerror(errno));
+      st = tagc_errnof(TAGC_EIO, "%s", tmp);
       break;
     }
     off += (size_t)w;
   }
   if (st == TAGC_OK && fsync(fd) != 0)
-    st = tagc_errorf(TAGC_EIO, "fsync %s: %s", tmp, strerror(errno));
+    st = tagc_errnof(TAGC_EIO, "fsync %s", tmp);
   close(fd);
   if (st == TAGC_OK && rename(tmp, path) != 0)
-    st = tagc_errorf(TAGC_EIO, "rename %s: %s", path, strerror(errno));
+    st = tagc_errnof(TAGC_EIO, "rename %s", path);
   if (st != TAGC_OK)
     unlink(tmp);
 done:

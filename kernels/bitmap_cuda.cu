@@ -88,7 +88,8 @@ extern "C" tagc_status tagc_bitmap_popcount_cuda(const uint64_t *words, int64_t 
   if (!bits || nwords < 0 || (nwords > 0 && !words))
     return tagc_errorf(TAGC_EINVAL, "bitmap_popcount_cuda: bad arguments (nwords %lld)",
                        (long long)nwords);
-  TAGC_CHECK(cuda_status(cudaMemsetAsync(bits, 0, sizeof *bits, stream), "bitmap_popcount_cuda"));
+  TAGC_CHECK(tagc_cuda_status(cudaMemsetAsync(bits, 0, sizeof *bits, stream),
+                              "bitmap_popcount_cuda: CUDA error"));
   if (nwords == 0)
     return TAGC_OK;
   TAGC_LAUNCH(popcount_kernel, grid_for(nwords, 4 * CUDA_THREADS), CUDA_THREADS, stream)(

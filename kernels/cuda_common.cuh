@@ -1,5 +1,6 @@
 /* Shared helpers of the CUDA kernels (the kernels/ *_cuda.cu files): C linkage for the project's C
- * headers, launch-error conversion to tagc_status, grid sizing and block-level reductions.
+ * headers, the launch check (errors translated by common/cuda_status.h), grid sizing and
+ * block-level reductions.
  * Device code here never synchronises the host and never touches the legacy default stream:
  * every launch and async copy names the caller's stream. */
 #ifndef TAGC_KERNELS_CUDA_COMMON_CUH
@@ -9,9 +10,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-extern "C" {
-#include "common/status.h"
-}
+#include "common/cuda_status.h"
 
 /* Enqueues `kernel` on `stream`: TAGC_LAUNCH(k, grid, block, stream)(args...). A host
  * emulation (tests/kernels_gpu/emu) defines it first to run the kernels without a GPU. */
@@ -24,16 +23,10 @@ extern "C" {
 /* Cap on the x-dimension of grid-stride launches (enough blocks to fill an H200 many times). */
 #define CUDA_MAX_GRID 8192
 
-/* Converts a CUDA runtime error into TAGC_EINTERNAL with the op name and CUDA's message. */
-static inline tagc_status cuda_status(cudaError_t err, const char *op) {
-  if (err == cudaSuccess)
-    return TAGC_OK;
-  return tagc_errorf(TAGC_EINTERNAL, "%s: CUDA error: %s", op, cudaGetErrorString(err));
-}
-
-/* Status of the launches just enqueued (non-blocking: reads the sticky launch error only). */
+/* Status of the launches just enqueued (non-blocking: reads the sticky launch error only),
+ * through the one translator: "<op>: CUDA error: <CUDA's message>". */
 static inline tagc_status cuda_launched(const char *op) {
-  return cuda_status(cudaGetLastError(), op);
+  return tagc_cuda_status(cudaGetLastError(), "%s: CUDA error", op);
 }
 
 /* Blocks for a grid-stride loop over `items` with `per_block` items per block per pass. */

@@ -185,7 +185,8 @@ extern "C" tagc_status tagc_decode_cuda(const tagc_layout *l, const uint32_t *bl
   decode_ws w = ws_layout(l, ws);
   if (ws_bytes < w.bytes)
     return tagc_errorf(TAGC_EINVAL, "decode_cuda: workspace %zu bytes < %zu", ws_bytes, w.bytes);
-  TAGC_CHECK(cuda_status(cudaMemsetAsync(stats, 0, sizeof *stats, stream), "decode_cuda"));
+  TAGC_CHECK(tagc_cuda_status(cudaMemsetAsync(stats, 0, sizeof *stats, stream),
+                              "decode_cuda: CUDA error"));
   TAGC_LAUNCH(init_kernel, grid_for(l->sketch_cells, 4 * CUDA_THREADS), CUDA_THREADS, stream)(
       sketch, w.cells, l->sketch_cells);
   TAGC_LAUNCH(count_kernel, grid_for(l->shard_padded, 4 * CUDA_THREADS), CUDA_THREADS, stream)(

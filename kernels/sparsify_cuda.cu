@@ -243,7 +243,8 @@ extern "C" tagc_status tagc_sparsify_cuda(const tagc_layout *l, float density,
     return tagc_errorf(TAGC_EINVAL, "sparsify_cuda: workspace %zu bytes < %zu", ws_bytes, w.bytes);
   int64_t n = l->shard_numel;
   int64_t k = llround((double)density * (double)n);
-  TAGC_CHECK(cuda_status(cudaMemsetAsync(ws, 0, w.bytes, stream), "sparsify_cuda"));
+  TAGC_CHECK(tagc_cuda_status(cudaMemsetAsync(ws, 0, w.bytes, stream),
+                              "sparsify_cuda: CUDA error"));
   dim3 hist_grid(per_shard_blocks(n, 8 * CUDA_THREADS, l->world), (unsigned)l->world);
   TAGC_LAUNCH(histogram_kernel, hist_grid, CUDA_THREADS, stream)(
       grad, residual, n, w.coarse, NULL, w.sel, w.nonfinite, w.bad_total);

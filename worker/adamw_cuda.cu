@@ -106,12 +106,8 @@ extern "C" tagc_status tagc_adamw_update_range_cuda(const tagc_model_layout *lay
   if (!isfinite(grad_scale) || !isfinite(lr))
     return tagc_errorf(TAGC_ENUMERIC, "adamw_cuda: lr %g or grad_scale %g is not finite", lr,
                        grad_scale);
-  cudaError_t err = cudaMemsetAsync(nonfinite_dev, 0, sizeof(int), stream);
-  if (err != cudaSuccess) {
-    cudaGetLastError();
-    return tagc_errorf(TAGC_EINTERNAL, "adamw_cuda: clearing the flag: %s",
-                       cudaGetErrorString(err));
-  }
+  TAGC_CHECK(tagc_cuda_status(cudaMemsetAsync(nonfinite_dev, 0, sizeof(int), stream),
+                              "adamw_cuda: clearing the flag"));
   if (n == 0)
     return TAGC_OK;
   TAGC_LAUNCH(nonfinite_kernel, blocks_for(n), THREADS, stream)(nonfinite_dev, grads, n);

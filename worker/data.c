@@ -24,7 +24,7 @@ typedef struct byte_buf {
 static tagc_status append_file(byte_buf *b, const char *path) {
   int fd = open(path, O_RDONLY | O_CLOEXEC);
   if (fd < 0)
-    return tagc_errorf(TAGC_EIO, "corpus file %s: %s", path, strerror(errno));
+    return tagc_errnof(TAGC_EIO, "corpus file %s", path);
   tagc_status st = TAGC_OK;
   for (;;) {
     if (b->cap - b->len < 65536) {
@@ -41,7 +41,7 @@ static tagc_status append_file(byte_buf *b, const char *path) {
     if (n < 0 && errno == EINTR)
       continue;
     if (n < 0) {
-      st = tagc_errorf(TAGC_EIO, "corpus file %s: %s", path, strerror(errno));
+      st = tagc_errnof(TAGC_EIO, "corpus file %s", path);
       break;
     }
     if (n == 0)
@@ -66,8 +66,7 @@ static int by_name(const struct dirent **a, const struct dirent **b) {
 static tagc_status walk(byte_buf *b, const char *path, int depth) {
   struct stat sb;
   if (lstat(path, &sb) != 0)
-    return tagc_errorf(errno == ENOENT ? TAGC_ENOTFOUND : TAGC_EIO, "corpus %s: %s", path,
-                       strerror(errno));
+    return tagc_errnof(errno == ENOENT ? TAGC_ENOTFOUND : TAGC_EIO, "corpus %s", path);
   if (S_ISREG(sb.st_mode))
     return append_file(b, path);
   if (!S_ISDIR(sb.st_mode) || depth > 16)
@@ -75,7 +74,7 @@ static tagc_status walk(byte_buf *b, const char *path, int depth) {
   struct dirent **names;
   int n = scandir(path, &names, NULL, by_name);
   if (n < 0)
-    return tagc_errorf(TAGC_EIO, "corpus directory %s: %s", path, strerror(errno));
+    return tagc_errnof(TAGC_EIO, "corpus directory %s", path);
   tagc_status st = TAGC_OK;
   for (int i = 0; i < n; i++) {
     const char *name = names[i]->d_name;

@@ -23,18 +23,9 @@ typedef struct cuda_dev {
   int *nonfinite;                      /* AdamW's flag (the engine checks the norm first) */
 } cuda_dev;
 
-static tagc_status failed(cudaError_t err, const char *what) {
-  if (err == cudaErrorMemoryAllocation)
-    return tagc_errorf(TAGC_ENOMEM, "cuda: %s: out of device memory", what);
-  return tagc_errorf(TAGC_EINTERNAL, "cuda: %s: %s", what, cudaGetErrorString(err));
-}
-
-#define CUDA_TRY(call, what)                                                                    \
-  do {                                                                                          \
-    cudaError_t err_ = (call);                                                                  \
-    if (err_ != cudaSuccess)                                                                    \
-      return failed(err_, what);                                                                \
-  } while (0)
+/* Returns from the caller when a CUDA call fails: "cuda: <what>: <CUDA's message>", translated
+ * by common/cuda_status.h (out of device memory is TAGC_ENOMEM). */
+#define CUDA_TRY(call, what) TAGC_CHECK(tagc_cuda_status((call), "cuda: %s", what))
 
 /* The current device is per host thread; lanes are used from two threads. */
 static cuda_dev *use(void *impl) {
@@ -97,7 +88,7 @@ static tagc_status cuda_open(int index, tagc_device_compute compute, void **impl
       (err = cudaStreamCreateWithFlags(&c->zeroing, cudaStreamNonBlocking)) != cudaSuccess ||
       (err = cudaMalloc(&c->sumsq_ws, tagc_sumsq_cuda_workspace_bytes())) != cudaSuccess ||
       (err = cudaMalloc((void **)&c->nonfinite, sizeof(int))) != cudaSuccess)
-    st = failed(err, "device set-up");
+    st = tagc_cuda_status(err, "cuda: device set-up");
   if (st != TAGC_OK) {
     cuda_close(c);
     *impl = NULL;
@@ -119,18 +110,14 @@ static tagc_status cuda_alloc(void *impl, size_t bytes, void **out) {
   cuda_dev *c = use(impl);
   void *p = NULL;
   cudaError_t err = cudaMalloc(&p, bytes ? bytes : 256);
-  if (err != cudaSuccess) {
-    cudaGetLastError(); /* an allocation failure is not sticky: clear it */
-    char what[64];
-    snprintf(what, sizeof what, "allocation of %zu bytes", bytes);
-    return failed(err, what);
-  }
+  if (err != cudaSuccess)
+    return tagc_cuda_status(err, "cuda: allocation of %zu bytes", bytes);
   err = cudaMemsetAsync(p, 0, bytes ? bytes : 256, c->zeroing);
   if (err == cudaSuccess)
     err = cudaStreamSynchronize(c->zeroing);
   if (err != cudaSuccess) {
     cudaFree(p);
-    return failed(err, "zeroing a new allocation");
+    return tagc_cuda_status(err, "cuda: zeroing a new allocation");
   }
   *out = p;
   return TAGC_OK;

@@ -1,9 +1,7 @@
-/* Elastic mode of tagc-worker: membership, generations and recovery through etcd
- * (ARCHITECTURE §4). The worker registers, waits for plans, trains each generation it is a
- * member of, reports data-path failures, and keeps going in-process until the job is done. */
+/* Elastic mode of tagc-worker: membership, generations and recovery through etcd. */
+#include "elastic.h"
+
 #include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
 #include <unistd.h>
 
 #include <jansson.h>
@@ -13,9 +11,6 @@
 #include "cluster/etcd.h"
 #include "cluster/member.h"
 #include "worker/run.h"
-#include "worker/train.h"
-
-tagc_status tagc_elastic_run(const tagc_train_config *cfg); /* called by tagc_train_run */
 
 typedef struct watcher {
   tagc_run *run;
@@ -48,7 +43,7 @@ static tagc_status supervise(tagc_run *run, tagc_member *m, json_t *info) {
     tagc_status st = tagc_member_wait_plan(m, gen, 5.0, &plan);
     if (st == TAGC_ETIMEDOUT)
       continue;
-    if (st == TAGC_ENOTFOUND && !strcmp(tagc_last_error(), "done")) {
+    if (plan.job_done) {
       LOG_INFO("elastic", "the job is done");
       return TAGC_OK;
     }

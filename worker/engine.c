@@ -1,4 +1,7 @@
-#include "engine.h"
+/* The sharded engine's schedule (engine.h): segments and shards, the communication thread
+ * and its tasks, the parameter slots, the model hooks, the micro-batch passes and the step.
+ * Gradient reduction is the codec's (grad_codec.h); checkpoints are in engine_ckpt.c. */
+#include "worker/engine_internal.h"
 
 #include <math.h>
 #include <pthread.h>
@@ -13,9 +16,6 @@
 
 #define BLOCK 1024 /* shard padding: the compression kernels' block */
 #define ROLLING_SLOTS 3 /* unit parameter buffers when resharding: in use, prefetched, spare */
-#define QUEUE 256
-#define MIN_RHO 1.25    /* below this a sketch costs about as much as a dense bf16 shard */
-#define PROBE_EVERY 16  /* steps between density probes of a segment sent dense */
 #define MARK_SLOT 2048  /* device marks: unit u's gradient is mark u, slot s's release MARK_SLOT + s */
 
 /* Slots of the per-step scalars summed over ranks. */
@@ -28,103 +28,13 @@ enum {
                  densest lane's density (maximum) */
 };
 
-typedef struct segment {
-  char name[48]; /* "u<unit>.<first tensor>": stable across world sizes (checkpoint unit) */
-  int unit;
-  size_t off, len, S; /* arena offset, elements, shard size */
-  tagc_role_policy pol;
-  /* device memory (worker/device.h) from here to `residual` */
-  float *p, *m, *v, *g; /* this rank's shard (S each): params, moments, reduced gradient */
-  /* tagc segments only */
-  float *residual;      /* [W][S]: error feedback of this rank's local gradient */
-  uint32_t *block_rows; /* device copy of lay.block_rows */
-  tagc_layout lay;      /* sketch geometry at rho_used */
-  double rho_used;      /* rho of the current layout (0 = none built yet) */
-  int64_t global_bits;  /* this step: bits set in this rank's ORed bitmap shard */
-  double lane_density;  /* this step: items of the densest lane of that shard / blocks */
-  double lane_density_seen; /* the maximum over ranks at the last step: decides rho */
-  int64_t estimated;    /* this step: elements left to the estimate */
-  int dense;            /* this step: sent dense (rho too small for the sketch to pay) */
-} segment;
-
-/* Scratch of the communication thread for tagc segments, grown on demand (device memory). */
-typedef struct tagc_scratch {
-  float *kept;
-  uint64_t *bitmap, *global_bitmap;
-  float *sketch, *my_sketch;
-  void *ws;
-  void *stats; /* sparsify stats [W], then decode stats, then the lane maximum */
-  size_t kept_cap, bitmap_cap, global_cap, sketch_cap, my_sketch_cap, ws_cap, stats_cap; /* bytes */
-} tagc_scratch;
-
-typedef enum task_kind { TASK_GATHER, TASK_REDUCE } task_kind;
-
-typedef struct task {
-  task_kind kind;
-  int unit;
-  int slot;
-} task;
-
-struct tagc_engine {
-  tagc_engine_config cfg;
-  const tagc_model_layout *L;
-  tagc_device *dev;   /* cfg.device, or the CPU opened by the engine (own_dev) */
-  int own_dev;
-  int rank, world;
-  segment *segs;
-  int n_segs;
-  int *unit_first_seg, *unit_n_segs;
-
-  /* device memory: */
-  float *grads;   /* full local gradient arena (accumulated over micro-batches) */
-  float *staging; /* W * max S floats, used by the communication thread only */
-  void *xfer;     /* per-step scalars of all ranks for the scalar all-gathers */
-  size_t xfer_bytes;
-  int n_slots;         /* ROLLING_SLOTS, or one per unit without resharding */
-  float **slot_buf;
-  int *slot_unit;
-  int64_t *slot_task;
-  size_t max_unit;
-  uint16_t *gather16;  /* bf16 all-gather: [W][max S] received, then [max S] sent */
-
-  tagc_device_model *model;
-  uint8_t *tokens, *targets; /* host */
-  tagc_unit_hooks hooks;
-  int dir;            /* +1 forward, -1 backward */
-  tagc_status mark_status; /* first failure to record a device mark in a pass */
-  int reduce_on_done; /* last micro-batch: hand gradients to the comm thread */
-
-  /* communication thread and its FIFO of tasks */
-  pthread_t thread;
-  int thread_started;
-  pthread_mutex_t mu;
-  pthread_cond_t cv;
-  task queue[QUEUE];
-  int64_t submitted, completed;
-  int stop;
-  tagc_scratch scratch;
-  tagc_status failure; /* first failure of a task; later tasks are skipped */
-  double comm_s;       /* comm thread busy time (guarded by mu) */
-  double exposed_s;    /* compute thread waiting time */
-  int64_t step_now;
-  int64_t train_passes; /* micro-batch passes per step, the same on every rank (0: not yet agreed) */
-  _Atomic double op_delay_s; /* fault "slow" */
-  double feedback[3];  /* check_feedback sums of this step (comm thread, read after drain) */
-  char **seg_names;    /* checkpoint unit names (point into segs[i].name) */
-  int64_t *seg_numel;
-  double *sums;        /* per-step scalars summed over ranks: see tagc_engine_step */
-  const float **sq_x;  /* per segment: reduced gradient shard, its length, its sum of squares */
-  size_t *sq_n;
-  double *sq;
-};
-
 /* ---------- segments ---------- */
 
 static size_t round_up(size_t x, size_t m) { return (x + m - 1) / m * m; }
 
 static tagc_status build_segments(tagc_engine *e) {
   const tagc_model_layout *L = e->L;
-  e->segs = calloc((size_t)L->n_tensors, sizeof(segment));
+  e->segs = calloc((size_t)L->n_tensors, sizeof(engine_segment));
   e->unit_first_seg = calloc((size_t)L->n_units, sizeof(int));
   e->unit_n_segs = calloc((size_t)L->n_units, sizeof(int));
   if (!e->segs || !e->unit_first_seg || !e->unit_n_segs)
@@ -135,12 +45,12 @@ static tagc_status build_segments(tagc_engine *e) {
     for (int t = ui->first_tensor; t < ui->first_tensor + ui->n_tensors; t++) {
       const tagc_tensor_info *ti = &L->tensors[t];
       tagc_role_policy pol = e->cfg.policy.role[ti->role];
-      segment *prev = e->n_segs > e->unit_first_seg[u] ? &e->segs[e->n_segs - 1] : NULL;
+      engine_segment *prev = e->n_segs > e->unit_first_seg[u] ? &e->segs[e->n_segs - 1] : NULL;
       if (prev && tagc_role_policy_equal(&prev->pol, &pol)) {
         prev->len += ti->numel;
         continue;
       }
-      segment *s = &e->segs[e->n_segs++];
+      engine_segment *s = &e->segs[e->n_segs++];
       snprintf(s->name, sizeof s->name, "u%d.%s", u, ti->name);
       s->unit = u;
       s->off = ti->offset;
@@ -153,7 +63,7 @@ static tagc_status build_segments(tagc_engine *e) {
   }
   size_t max_padded = 0;
   for (int i = 0; i < e->n_segs; i++) {
-    segment *s = &e->segs[i];
+    engine_segment *s = &e->segs[i];
     s->S = e->world == 1 ? s->len : round_up((s->len + (size_t)e->world - 1) / (size_t)e->world, BLOCK);
     float *block;
     TAGC_CHECK(tagc_device_alloc(e->dev, 4 * s->S * sizeof(float), (void **)&block));
@@ -163,8 +73,7 @@ static tagc_status build_segments(tagc_engine *e) {
     s->g = block + 3 * s->S;
     if (s->S * (size_t)e->world > max_padded)
       max_padded = s->S * (size_t)e->world;
-    if (s->pol.kind == TAGC_POLICY_TAGC && e->world > 1)
-      TAGC_CHECK(tagc_device_alloc(e->dev, s->S * (size_t)e->world * sizeof(float), (void **)&s->residual));
+    TAGC_CHECK(tagc_grad_segment_new(e->codec, &s->pol, s->len, s->S, (uint32_t)s->unit, &s->codec));
   }
   TAGC_CHECK(tagc_device_alloc(e->dev, max_padded * sizeof(float), (void **)&e->staging));
   if (e->cfg.gather_bf16)
@@ -193,8 +102,7 @@ static void slice(int64_t total, int world, int rank, int64_t *lo, int64_t *hi) 
   *hi = total * (rank + 1) / world;
 }
 
-/* Elements of segment s owned by this rank: [s->off + lo, s->off + lo + *n). */
-static size_t shard_range(const tagc_engine *e, const segment *s, size_t *n) {
+size_t engine_shard_range(const tagc_engine *e, const engine_segment *s, size_t *n) {
   size_t lo = (size_t)e->rank * s->S;
   *n = lo >= s->len ? 0 : (s->len - lo < s->S ? s->len - lo : s->S);
   return lo;
@@ -216,7 +124,7 @@ static tagc_status gather_unit(tagc_engine *e, int unit, float *dst, int for_com
   tagc_lane lane = task_lane(e);
   tagc_kernel_ctx ctx = tagc_device_kernel_ctx(e->dev, lane, NULL, NULL, 0);
   for (int i = e->unit_first_seg[unit]; i < e->unit_first_seg[unit] + e->unit_n_segs[unit]; i++) {
-    segment *s = &e->segs[i];
+    engine_segment *s = &e->segs[i];
     float *out = dst + (s->off - ui->offset);
     if (e->world == 1) {
       TAGC_CHECK(tagc_device_copy(e->dev, lane, out, s->p, s->len * sizeof(float), TAGC_COPY_D2D));
@@ -239,194 +147,21 @@ static tagc_status gather_unit(tagc_engine *e, int unit, float *dst, int for_com
   return TAGC_OK;
 }
 
-/* The segment's gradient as W shards of S floats: grad itself, or a zero-padded copy in the
- * staging buffer when len < W*S. */
-static tagc_status padded(tagc_engine *e, const segment *s, const float *grad, const float **out) {
-  size_t n = s->S * (size_t)e->world;
-  *out = grad;
-  if (n == s->len)
-    return TAGC_OK;
-  tagc_lane lane = task_lane(e);
-  TAGC_CHECK(tagc_device_copy(e->dev, lane, e->staging, grad, s->len * sizeof(float), TAGC_COPY_D2D));
-  TAGC_CHECK(tagc_device_zero(e->dev, lane, e->staging + s->len, (n - s->len) * sizeof(float)));
-  *out = e->staging;
-  return TAGC_OK;
-}
-
-/* Dense reduce-scatter of the segment's W*S floats (grad is already padded). */
-static tagc_status reduce_dense(tagc_engine *e, segment *s, const float *grad, tagc_wire wire) {
-  TAGC_CHECK(tagc_device_sync(e->dev, task_lane(e)));
-  return tagc_comm_reduce_scatter(e->cfg.comm, grad, s->g, s->S, TAGC_DTYPE_F32, TAGC_REDOP_SUM,
-                                  wire, e->cfg.op_timeout_s);
-}
-
-/* Device scratch of at least `bytes` (contents not kept when it grows). */
-static tagc_status grow(tagc_engine *e, void **buf, size_t *cap, size_t bytes) {
-  if (bytes <= *cap)
-    return TAGC_OK;
-  tagc_device_free(e->dev, *buf);
-  *buf = NULL;
-  *cap = 0;
-  TAGC_CHECK(tagc_device_alloc(e->dev, bytes, buf));
-  *cap = bytes;
-  return TAGC_OK;
-}
-
-/* rho for this step: the fixed one, or the advisor's from the density all ranks measured at
- * the previous step, rounded down to a quarter power of two so the sketch layout is rebuilt
- * only when the density moves. 0 means the sketch would not pay: send dense. */
-static tagc_status choose_rho(const tagc_engine *e, const segment *s, double *rho) {
-  if (s->pol.rho > 0) {
-    *rho = s->pol.rho;
-    return TAGC_OK;
-  }
-  /* the densest lane decides whether the sketch peels (kernels/rho.h) */
-  double d = s->lane_density_seen;
-  if (d <= 0) /* nothing measured yet: assume the worst, full lanes (a lossless probe) */
-    d = 1.0;
-  double advised;
-  TAGC_CHECK(tagc_rho_advise(d, (int64_t)s->S, &advised));
-  /* rounded down to a quarter power of two: few distinct layouts */
-  double safe = exp2(floor(4 * log2(fmax(advised, TAGC_RHO_MIN))) / 4);
-  if (advised >= MIN_RHO)
-    *rho = safe;
-  else /* too dense for the sketch to pay: dense, but every PROBE_EVERY steps a (lossless,
-          larger) sketch at the advised rho measures the density again */
-    *rho = e->step_now % PROBE_EVERY == 0 ? safe : 0;
-  return TAGC_OK;
-}
-
-/* Test hook (CPU only: reads the buffers on the host): error-feedback mass of one sparsify
- * call. `in` is the sum of raw gradient and old residual; what was kept (and so sent) plus
- * the new residual must sum to the same. */
-static void record_feedback(tagc_engine *e, const segment *s, double in, double abs_in) {
-  const tagc_layout *l = &s->lay;
-  double out = 0;
-  for (size_t j = 0; j < (size_t)e->world; j++) {
-    const float *kept = e->scratch.kept + j * (size_t)l->shard_padded;
-    const float *res = s->residual + j * s->S;
-    for (size_t i = 0; i < s->S; i++)
-      out += (double)kept[i] + (double)res[i];
-  }
-  e->feedback[0] += in;
-  e->feedback[1] += out;
-  e->feedback[2] += abs_in;
-}
-
-/* Builds the sketch layout of segment s at rho (and its device copy of the block rows). */
-static tagc_status set_layout(tagc_engine *e, segment *s, double rho) {
-  tagc_layout_free(&s->lay);
-  tagc_device_free(e->dev, s->block_rows);
-  s->block_rows = NULL;
-  s->rho_used = 0;
-  TAGC_CHECK(tagc_layout_init(&s->lay, e->world, (int64_t)s->S, rho, 0x7a6cu + (uint32_t)s->unit));
-  size_t bytes = (size_t)s->lay.blocks * 3 * sizeof(uint32_t);
-  TAGC_CHECK(tagc_device_alloc(e->dev, bytes, (void **)&s->block_rows));
-  TAGC_CHECK(tagc_device_copy(e->dev, task_lane(e), s->block_rows, s->lay.block_rows, bytes,
-                              TAGC_COPY_H2D));
-  s->rho_used = rho;
-  return TAGC_OK;
-}
-
-/* One tagc segment: sparsify with error feedback, OR the bitmaps to their owners, encode the
- * W destination sketches, reduce-scatter them, decode this rank's shard. */
-static tagc_status reduce_tagc(tagc_engine *e, segment *s, const float *grad) {
-  size_t W = (size_t)e->world, n = s->S * W;
-  tagc_scratch *sc = &e->scratch;
-  tagc_lane lane = task_lane(e);
-  TAGC_CHECK(padded(e, s, grad, &grad)); /* the kernels read grad as [W][S] */
-  double rho;
-  TAGC_CHECK(choose_rho(e, s, &rho));
-  s->dense = rho == 0;
-  if (s->dense) { /* send v = grad + residual dense; nothing is left behind */
-    if (grad != e->staging)
-      TAGC_CHECK(tagc_device_copy(e->dev, lane, e->staging, grad, n * sizeof(float), TAGC_COPY_D2D));
-    TAGC_CHECK(tagc_device_add(e->dev, lane, e->staging, s->residual, n));
-    TAGC_CHECK(tagc_device_zero(e->dev, lane, s->residual, n * sizeof(float)));
-    s->estimated = 0;
-    s->global_bits = -1; /* not measured */
-    return reduce_dense(e, s, e->staging, e->cfg.policy.sketch_bf16 ? TAGC_WIRE_BF16 : TAGC_WIRE_NATIVE);
-  }
-  if (rho != s->rho_used)
-    TAGC_CHECK(set_layout(e, s, rho));
-  const tagc_layout *l = &s->lay;
-  size_t words = (size_t)l->bitmap_words, cells = (size_t)l->sketch_cells;
-  size_t stats_bytes = W * sizeof(tagc_sparsify_stats) + sizeof(tagc_decode_stats) + sizeof(int64_t);
-  TAGC_CHECK(grow(e, (void **)&sc->kept, &sc->kept_cap, n * sizeof(float)));
-  TAGC_CHECK(grow(e, (void **)&sc->bitmap, &sc->bitmap_cap, W * words * sizeof(uint64_t)));
-  TAGC_CHECK(grow(e, (void **)&sc->global_bitmap, &sc->global_cap, words * sizeof(uint64_t)));
-  TAGC_CHECK(grow(e, (void **)&sc->sketch, &sc->sketch_cap, W * cells * sizeof(float)));
-  TAGC_CHECK(grow(e, (void **)&sc->my_sketch, &sc->my_sketch_cap, cells * sizeof(float)));
-  TAGC_CHECK(grow(e, &sc->stats, &sc->stats_cap, stats_bytes));
-  size_t ws = tagc_kernels_workspace_bytes(tagc_device_is_cuda(e->dev) ? TAGC_DEVICE_CUDA : TAGC_DEVICE_CPU, l, 1);
-  TAGC_CHECK(grow(e, &sc->ws, &sc->ws_cap, ws));
-  tagc_kernel_ctx ctx = tagc_device_kernel_ctx(e->dev, lane, s->block_rows, sc->ws, sc->ws_cap);
-  tagc_sparsify_stats *ss = sc->stats;
-  tagc_decode_stats *ds_dev = (tagc_decode_stats *)(ss + W);
-  int64_t *lane_max_dev = (int64_t *)(ds_dev + 1);
-
-  double in = 0, abs_in = 0;
-  if (e->cfg.check_feedback)
-    for (size_t i = 0; i < n; i++) {
-      in += (double)grad[i] + (double)s->residual[i];
-      abs_in += fabs((double)grad[i]) + fabs((double)s->residual[i]);
-    }
-  TAGC_CHECK(tagc_kernels_sparsify(&ctx, l, (float)s->pol.density, grad, s->residual, sc->kept,
-                                   sc->bitmap, ss));
-  if (e->cfg.check_feedback)
-    record_feedback(e, s, in, abs_in);
-  TAGC_CHECK(tagc_device_sync(e->dev, lane));
-  TAGC_CHECK(tagc_comm_reduce_scatter(e->cfg.comm, sc->bitmap, sc->global_bitmap, words,
-                                      TAGC_DTYPE_U64, TAGC_REDOP_BOR, TAGC_WIRE_NATIVE,
-                                      e->cfg.op_timeout_s));
-  TAGC_CHECK(tagc_kernels_encode(&ctx, l, sc->kept, sc->bitmap, sc->sketch));
-  TAGC_CHECK(tagc_device_sync(e->dev, lane));
-  TAGC_CHECK(tagc_comm_reduce_scatter(e->cfg.comm, sc->sketch, sc->my_sketch, cells,
-                                      TAGC_DTYPE_F32, TAGC_REDOP_SUM,
-                                      e->cfg.policy.sketch_bf16 ? TAGC_WIRE_BF16 : TAGC_WIRE_NATIVE,
-                                      e->cfg.op_timeout_s));
-  TAGC_CHECK(tagc_kernels_decode(&ctx, l, sc->my_sketch, sc->global_bitmap, s->g, ds_dev));
-  TAGC_CHECK(tagc_kernels_lane_max(&ctx, sc->global_bitmap, l->blocks, lane_max_dev));
-  tagc_decode_stats ds;
-  int64_t lane_max;
-  TAGC_CHECK(tagc_device_copy(e->dev, lane, &ds, ds_dev, sizeof ds, TAGC_COPY_D2H));
-  TAGC_CHECK(tagc_device_copy(e->dev, lane, &lane_max, lane_max_dev, sizeof lane_max, TAGC_COPY_D2H));
-  s->global_bits = ds.nonzero;
-  s->estimated = ds.estimated;
-  s->lane_density = (double)lane_max / (double)l->blocks;
-  return TAGC_OK;
-}
-
-static tagc_status reduce_segment(tagc_engine *e, segment *s) {
-  const float *grad = e->grads + s->off;
-  if (e->world == 1) { /* nothing to send; a residual loaded from a checkpoint is folded in */
-    tagc_lane lane = task_lane(e);
-    TAGC_CHECK(tagc_device_copy(e->dev, lane, s->g, grad, s->len * sizeof(float), TAGC_COPY_D2D));
-    if (s->residual) {
-      TAGC_CHECK(tagc_device_add(e->dev, lane, s->g, s->residual, s->len));
-      tagc_device_free(e->dev, s->residual);
-      s->residual = NULL;
-    }
-    return TAGC_OK;
-  }
-  if (s->pol.kind == TAGC_POLICY_TAGC)
-    return reduce_tagc(e, s, grad);
-  TAGC_CHECK(padded(e, s, grad, &grad));
-  return reduce_dense(e, s, grad, s->pol.kind == TAGC_POLICY_BF16 ? TAGC_WIRE_BF16 : TAGC_WIRE_NATIVE);
-}
-
 /* A task on the comm thread first waits for the compute lane's work it depends on (the unit's
  * backward, or the last reader of the slot it overwrites) and leaves its own lane idle, so
  * its results are ready for the compute lane when the task counts as completed. */
-static tagc_status run_task(tagc_engine *e, const task *t) {
+static tagc_status run_task(tagc_engine *e, const engine_task *t) {
   int threaded = e->thread_started;
   if (threaded)
     TAGC_CHECK(tagc_device_wait_mark(e->dev, t->kind == TASK_GATHER ? MARK_SLOT + t->slot : t->unit));
   if (t->kind == TASK_GATHER) {
     TAGC_CHECK(gather_unit(e, t->unit, e->slot_buf[t->slot], 1));
   } else {
-    for (int i = e->unit_first_seg[t->unit]; i < e->unit_first_seg[t->unit] + e->unit_n_segs[t->unit]; i++)
-      TAGC_CHECK(reduce_segment(e, &e->segs[i]));
+    for (int i = e->unit_first_seg[t->unit]; i < e->unit_first_seg[t->unit] + e->unit_n_segs[t->unit]; i++) {
+      engine_segment *s = &e->segs[i];
+      TAGC_CHECK(tagc_grad_reduce(e->codec, s->codec, task_lane(e), e->step_now, e->grads + s->off,
+                                  s->g, e->staging, &s->step));
+    }
   }
   return threaded ? tagc_device_sync(e->dev, TAGC_LANE_COMM) : TAGC_OK;
 }
@@ -439,7 +174,7 @@ static void *comm_thread(void *arg) {
       pthread_cond_wait(&e->cv, &e->mu);
     if (e->stop)
       break;
-    task t = e->queue[e->completed % QUEUE];
+    engine_task t = e->queue[e->completed % ENGINE_QUEUE];
     tagc_status failed = e->failure;
     pthread_mutex_unlock(&e->mu);
     double t0 = tagc_now();
@@ -462,8 +197,8 @@ static void *comm_thread(void *arg) {
 }
 
 /* Queues a task; returns its id. With world size 1 runs it at once. */
-static int64_t submit(tagc_engine *e, task_kind kind, int unit, int slot) {
-  task t = {kind, unit, slot};
+static int64_t submit(tagc_engine *e, engine_task_kind kind, int unit, int slot) {
+  engine_task t = {kind, unit, slot};
   if (!e->thread_started) {
     tagc_status st = e->failure != TAGC_OK ? e->failure : run_task(e, &t);
     if (st != TAGC_OK)
@@ -472,10 +207,10 @@ static int64_t submit(tagc_engine *e, task_kind kind, int unit, int slot) {
     return e->submitted++;
   }
   pthread_mutex_lock(&e->mu);
-  while (e->submitted - e->completed >= QUEUE)
+  while (e->submitted - e->completed >= ENGINE_QUEUE)
     pthread_cond_wait(&e->cv, &e->mu);
   int64_t id = e->submitted++;
-  e->queue[id % QUEUE] = t;
+  e->queue[id % ENGINE_QUEUE] = t;
   pthread_cond_broadcast(&e->cv);
   pthread_mutex_unlock(&e->mu);
   return id;
@@ -497,7 +232,7 @@ static tagc_status wait_task(tagc_engine *e, int64_t id) {
   return TAGC_OK;
 }
 
-static tagc_status drain(tagc_engine *e) { return wait_task(e, e->submitted - 1); }
+tagc_status engine_drain(tagc_engine *e) { return wait_task(e, e->submitted - 1); }
 
 /* ---------- model hooks ---------- */
 
@@ -588,8 +323,8 @@ static tagc_status init_params(tagc_engine *e) {
   tagc_model_init_params(e->L, e->cfg.seed, full);
   tagc_status st = TAGC_OK;
   for (int i = 0; st == TAGC_OK && i < e->n_segs; i++) {
-    segment *s = &e->segs[i];
-    size_t n, lo = shard_range(e, s, &n);
+    engine_segment *s = &e->segs[i];
+    size_t n, lo = engine_shard_range(e, s, &n);
     st = tagc_device_copy(e->dev, TAGC_LANE_COMPUTE, s->p, full + s->off + lo, n * sizeof(float),
                           TAGC_COPY_H2D);
   }
@@ -614,10 +349,9 @@ tagc_status tagc_engine_new(const tagc_engine_config *cfg, tagc_engine **out) {
     TAGC_CHECK_GOTO(tagc_device_open("cpu", TAGC_DEVICE_FP32, &e->dev), st, fail);
     e->own_dev = 1;
   }
-  if (tagc_device_is_cuda(e->dev) && cfg->check_feedback) {
-    st = tagc_errorf(TAGC_EUNSUPPORTED, "the error-feedback check reads buffers on the host: CPU only");
-    goto fail;
-  }
+  tagc_grad_codec_config codec = {e->dev, cfg->comm, cfg->op_timeout_s, cfg->policy.sketch_bf16,
+                                   cfg->check_feedback};
+  TAGC_CHECK_GOTO(tagc_grad_codec_new(&codec, &e->codec), st, fail);
   if (e->L->n_units >= MARK_SLOT || MARK_SLOT + e->L->n_units > TAGC_DEVICE_MARKS) {
     st = tagc_errorf(TAGC_EINVAL, "engine: %d units is more than the %d device marks allow",
                      e->L->n_units, MARK_SLOT);
@@ -683,13 +417,10 @@ void tagc_engine_free(tagc_engine *e) {
   if (d) {
     for (int i = 0; e->segs && i < e->n_segs; i++) {
       tagc_device_free(d, e->segs[i].p);
-      tagc_device_free(d, e->segs[i].residual);
-      tagc_device_free(d, e->segs[i].block_rows);
-      tagc_layout_free(&e->segs[i].lay);
+      tagc_grad_segment_free(e->codec, e->segs[i].codec);
     }
-    void *bufs[] = {e->scratch.kept, e->scratch.bitmap, e->scratch.global_bitmap, e->scratch.sketch,
-                    e->scratch.my_sketch, e->scratch.ws, e->scratch.stats, e->gather16, e->grads,
-                    e->staging, e->xfer};
+    tagc_grad_codec_free(e->codec);
+    void *bufs[] = {e->gather16, e->grads, e->staging, e->xfer};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
       tagc_device_free(d, bufs[i]);
     for (int s = 0; e->slot_buf && s < e->n_slots; s++)
@@ -771,8 +502,6 @@ static tagc_status pass(tagc_engine *e, int count, int train, int last_micro, fl
   return st != TAGC_OK ? st : e->mark_status;
 }
 
-/* Records the global density of each tagc segment (all ranks see the same sums, so they
- * all choose the same rho next step) and the step's compression figures. */
 /* The collectives of a pass without its compute: a rank with no samples in a micro-batch
  * still takes part in every all-gather and reduce-scatter of it, in the model's order. */
 static tagc_status empty_pass(tagc_engine *e, int train, int last_micro) {
@@ -867,18 +596,20 @@ static void val_fill(const tagc_corpus *c, uint64_t seed, int64_t step, int64_t 
   tagc_val_fill(c, first, count, T, tokens, targets);
 }
 
+/* Records the global density of each tagc segment (all ranks see the same sums, so they
+ * all choose the same rho next step) and the step's compression figures. */
 static void update_density(tagc_engine *e, tagc_step_stats *stats) {
   double bits = 0, elements = 0, rho = 0;
   int n = 0;
   for (int i = 0; i < e->n_segs; i++) {
-    segment *s = &e->segs[i];
-    if (s->pol.kind != TAGC_POLICY_TAGC || e->world == 1)
+    engine_segment *s = &e->segs[i];
+    if (!s->step.tagc)
       continue;
     n++;
-    rho += s->dense ? 0 : s->rho_used;
-    if (s->dense)
+    rho += s->step.rho;
+    if (s->step.dense)
       continue; /* sent dense: nothing measured */
-    s->lane_density_seen = e->sums[SUM_SEG0 + e->n_segs + i];
+    tagc_grad_segment_set_density_seen(s->codec, e->sums[SUM_SEG0 + e->n_segs + i]);
     bits += e->sums[SUM_SEG0 + i];
     elements += (double)s->len;
   }
@@ -889,7 +620,6 @@ static void update_density(tagc_engine *e, tagc_step_stats *stats) {
     stats->feedback_error = fabs(e->sums[SUM_FB_IN] - e->sums[SUM_FB_OUT]) / e->sums[SUM_FB_ABS];
   stats->tagc_elements = (uint64_t)bits;
 }
-
 
 tagc_status tagc_engine_step(tagc_engine *e, const tagc_corpus *corpus, int64_t step,
                              tagc_step_stats *stats) {
@@ -913,27 +643,28 @@ tagc_status tagc_engine_step(tagc_engine *e, const tagc_corpus *corpus, int64_t 
     TAGC_CHECK(agree_passes(e, e->cfg.batch, &e->train_passes));
   tagc_status st = run_passes(e, corpus, step, e->cfg.batch, e->train_passes, 1, tagc_batch_fill,
                               &sums[SUM_LOSS]);
-  tagc_status drained = drain(e);
+  tagc_status drained = engine_drain(e);
   if (st == TAGC_OK)
     st = drained;
   if (st != TAGC_OK)
     return st;
-  sums[SUM_FB_IN] = e->feedback[0];
-  sums[SUM_FB_OUT] = e->feedback[1];
-  sums[SUM_FB_ABS] = e->feedback[2];
-  memset(e->feedback, 0, sizeof e->feedback);
+  double feedback[3];
+  tagc_grad_codec_take_feedback(e->codec, feedback);
+  sums[SUM_FB_IN] = feedback[0];
+  sums[SUM_FB_OUT] = feedback[1];
+  sums[SUM_FB_ABS] = feedback[2];
   for (int i = 0; i < e->n_segs; i++) {
     e->sq_x[i] = e->segs[i].g;
     e->sq_n[i] = e->segs[i].S;
   }
   TAGC_CHECK(tagc_device_sumsq_many(e->dev, e->sq_x, e->sq_n, e->n_segs, e->sq));
   for (int i = 0; i < e->n_segs; i++) {
-    segment *s = &e->segs[i];
+    const tagc_grad_stats *g = &e->segs[i].step;
     sums[SUM_SQ] += e->sq[i];
-    if (s->residual) {
-      sums[SUM_ESTIMATED] += (double)s->estimated;
-      sums[SUM_SEG0 + i] = (double)s->global_bits;
-      sums[SUM_SEG0 + e->n_segs + i] = s->lane_density;
+    if (g->tagc) {
+      sums[SUM_ESTIMATED] += (double)g->estimated;
+      sums[SUM_SEG0 + i] = (double)g->global_bits;
+      sums[SUM_SEG0 + e->n_segs + i] = g->lane_density;
     }
   }
   TAGC_CHECK(reduce_over_ranks(e, sums, SUM_SEG0 + 2 * e->n_segs, SUM_SEG0 + e->n_segs));
@@ -948,8 +679,8 @@ tagc_status tagc_engine_step(tagc_engine *e, const tagc_corpus *corpus, int64_t 
     clip = (float)(e->cfg.adam.grad_clip / stats->grad_norm);
   stats->lr = tagc_lr_at(&e->cfg.adam, step);
   for (int i = 0; i < e->n_segs; i++) {
-    segment *s = &e->segs[i];
-    size_t n, off = shard_range(e, s, &n);
+    engine_segment *s = &e->segs[i];
+    size_t n, off = engine_shard_range(e, s, &n);
     TAGC_CHECK(tagc_device_adamw(e->dev, e->L, s->off + off, n, s->p, s->g, s->m, s->v,
                                  &e->cfg.adam, step + 1, (float)stats->lr, clip));
   }
@@ -977,7 +708,7 @@ tagc_status tagc_engine_eval(tagc_engine *e, const tagc_corpus *corpus, int64_t 
   double sum = 0;
   TAGC_CHECK(agree_passes(e, n_windows, &passes));
   tagc_status st = run_passes(e, corpus, 0, n_windows, passes, 0, val_fill, &sum);
-  tagc_status drained = drain(e);
+  tagc_status drained = engine_drain(e);
   TAGC_CHECK(st);
   TAGC_CHECK(drained);
   TAGC_CHECK(reduce_over_ranks(e, &sum, 1, 1));
@@ -986,7 +717,7 @@ tagc_status tagc_engine_eval(tagc_engine *e, const tagc_corpus *corpus, int64_t 
 }
 
 tagc_status tagc_engine_gather_params(tagc_engine *e, float *out) {
-  TAGC_CHECK(drain(e));
+  TAGC_CHECK(engine_drain(e));
   reset_slots(e); /* slot 0 is the device buffer of each gathered unit in turn */
   for (int u = 0; u < e->L->n_units; u++) {
     TAGC_CHECK(gather_unit(e, u, e->slot_buf[0], 0));
@@ -1003,132 +734,6 @@ int tagc_engine_rank(const tagc_engine *e) { return e->rank; }
 int tagc_engine_n_segments(const tagc_engine *e) { return e->n_segs; }
 
 void tagc_engine_segment_info(const tagc_engine *e, int i, tagc_segment_info *out) {
-  const segment *s = &e->segs[i];
+  const engine_segment *s = &e->segs[i];
   *out = (tagc_segment_info){s->unit, s->off, s->len, s->S, s->pol.kind};
-}
-
-/* ---------- checkpoints ---------- */
-
-static const char *const stream_names[TAGC_ENGINE_STREAMS] = {"param", "adam_m", "adam_v", "residual"};
-
-void tagc_engine_ckpt_layout(const tagc_engine *e, tagc_ckpt_layout *layout,
-                             tagc_ckpt_range *ranges) {
-  layout->n_units = e->n_segs;
-  layout->unit_names = (const char *const *)e->seg_names;
-  layout->unit_numel = e->seg_numel;
-  layout->n_streams = TAGC_ENGINE_STREAMS;
-  layout->stream_names = stream_names;
-  for (int i = 0; i < e->n_segs; i++) {
-    ranges[i].lo = (int64_t)((size_t)e->rank * e->segs[i].S);
-    ranges[i].hi = ranges[i].lo + (int64_t)e->segs[i].S;
-  }
-}
-
-/* Replaces each rank's residual by the summed residual of its own shard (zero elsewhere). */
-static tagc_status canonicalise_residual(tagc_engine *e, segment *s) {
-  size_t n = s->S * (size_t)e->world;
-  float *mine = s->residual + (size_t)e->rank * s->S;
-  TAGC_CHECK(tagc_comm_reduce_scatter(e->cfg.comm, s->residual, e->staging, s->S, TAGC_DTYPE_F32,
-                                      TAGC_REDOP_SUM, TAGC_WIRE_NATIVE, e->cfg.op_timeout_s));
-  TAGC_CHECK(tagc_device_zero(e->dev, TAGC_LANE_COMPUTE, s->residual, n * sizeof(float)));
-  return tagc_device_copy(e->dev, TAGC_LANE_COMPUTE, mine, e->staging, s->S * sizeof(float), TAGC_COPY_D2D);
-}
-
-tagc_status tagc_engine_snapshot(tagc_engine *e, float *const *views) {
-  TAGC_CHECK(drain(e));
-  for (int i = 0; i < e->n_segs; i++) {
-    segment *s = &e->segs[i];
-    size_t n;
-    shard_range(e, s, &n);
-    if (s->residual && e->world > 1)
-      TAGC_CHECK(canonicalise_residual(e, s));
-    float *const *v = views + (size_t)i * TAGC_ENGINE_STREAMS;
-    const float *src[TAGC_ENGINE_STREAMS] = {s->p, s->m, s->v,
-                                             s->residual ? s->residual + (size_t)e->rank * s->S : NULL};
-    for (int k = 0; k < TAGC_ENGINE_STREAMS; k++) {
-      if (!n)
-        continue;
-      if (src[k])
-        TAGC_CHECK(tagc_device_copy(e->dev, TAGC_LANE_COMPUTE, v[k], src[k], n * sizeof(float), TAGC_COPY_D2H));
-      else
-        memset(v[k], 0, n * sizeof(float));
-    }
-  }
-  return TAGC_OK;
-}
-
-/* Reads stream k of segment s's range [lo, hi) into the device buffer dst through host. */
-static tagc_status load_stream(tagc_engine *e, tagc_ckpt_reader *rd, int u, int stream,
-                               const segment *s, float *dst, float *host) {
-  int64_t lo = (int64_t)((size_t)e->rank * s->S), hi = lo + (int64_t)s->S;
-  TAGC_CHECK(tagc_ckpt_read(rd, u, stream, lo, hi, host));
-  return tagc_device_copy(e->dev, TAGC_LANE_COMPUTE, dst, host, s->S * sizeof(float), TAGC_COPY_H2D);
-}
-
-static tagc_status load_segment(tagc_engine *e, tagc_ckpt_reader *rd, const int *streams,
-                                segment *s, float *host) {
-  int u = tagc_ckpt_reader_unit_index(rd, s->name);
-  if (u < 0 || tagc_ckpt_reader_unit_numel(rd, u) != (int64_t)s->len)
-    return tagc_errorf(TAGC_ECORRUPT, "%s: unit %s is missing or has another size: the "
-                       "checkpoint is of another model or compression policy",
-                       tagc_ckpt_reader_path(rd), s->name);
-  float *dst[3] = {s->p, s->m, s->v};
-  for (int k = 0; k < 3; k++)
-    TAGC_CHECK(load_stream(e, rd, u, streams[k], s, dst[k], host));
-  if (s->pol.kind != TAGC_POLICY_TAGC)
-    return TAGC_OK;
-  /* at world size 1 the residual is folded into the first step */
-  size_t n = s->S * (size_t)e->world;
-  if (!s->residual)
-    TAGC_CHECK(tagc_device_alloc(e->dev, n * sizeof(float), (void **)&s->residual));
-  TAGC_CHECK(tagc_device_zero(e->dev, TAGC_LANE_COMPUTE, s->residual, n * sizeof(float)));
-  return load_stream(e, rd, u, streams[3], s, s->residual + (size_t)e->rank * s->S, host);
-}
-
-tagc_status tagc_engine_load(tagc_engine *e, tagc_ckpt_reader *rd) {
-  int streams[TAGC_ENGINE_STREAMS];
-  for (int k = 0; k < TAGC_ENGINE_STREAMS; k++)
-    if ((streams[k] = tagc_ckpt_reader_stream_index(rd, stream_names[k])) < 0)
-      return tagc_errorf(TAGC_ECORRUPT, "%s: no '%s' stream", tagc_ckpt_reader_path(rd), stream_names[k]);
-  size_t max_s = 0;
-  for (int i = 0; i < e->n_segs; i++)
-    max_s = e->segs[i].S > max_s ? e->segs[i].S : max_s;
-  float *host = malloc(max_s * sizeof(float)); /* the reader fills host memory */
-  if (!host)
-    return tagc_errorf(TAGC_ENOMEM, "checkpoint read buffer of %zu floats", max_s);
-  tagc_status st = TAGC_OK;
-  for (int i = 0; st == TAGC_OK && i < e->n_segs; i++)
-    st = load_segment(e, rd, streams, &e->segs[i], host);
-  free(host);
-  return st;
-}
-
-json_t *tagc_engine_compression_state(const tagc_engine *e) {
-  json_t *segs = json_array();
-  for (int i = 0; segs && i < e->n_segs; i++) {
-    const segment *s = &e->segs[i];
-    json_array_append_new(segs, json_pack("{s:s, s:s, s:f, s:f, s:f}", "name", s->name,
-                                          "policy", tagc_policy_kind_name(s->pol.kind),
-                                          "lane_density_seen", s->lane_density_seen, "rho",
-                                          s->rho_used, "target_density", s->pol.density));
-  }
-  return json_pack("{s:i, s:o}", "world_size", e->world, "segments", segs);
-}
-
-tagc_status tagc_engine_set_compression_state(tagc_engine *e, const json_t *state) {
-  json_t *segs = json_object_get(state, "segments");
-  size_t i;
-  json_t *item;
-  json_array_foreach(segs, i, item) {
-    const char *name = json_string_value(json_object_get(item, "name"));
-    json_t *ld = json_object_get(item, "lane_density_seen");
-    if (!name || !json_is_number(ld))
-      return tagc_errorf(TAGC_ECORRUPT, "compression state entry %zu is malformed", i);
-    for (int k = 0; k < e->n_segs; k++) {
-      if (!strcmp(e->segs[k].name, name)) {
-        e->segs[k].lane_density_seen = json_number_value(ld);
-      }
-    }
-  }
-  return TAGC_OK;
 }

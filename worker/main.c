@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "common/log.h"
+#include "worker/run_config.h"
 #include "worker/train.h"
 
 int main(int argc, char **argv) {

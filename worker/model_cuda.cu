@@ -15,7 +15,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/cuda_status.h"
 #include "worker/model_cuda.h"
+#include "worker/model_hooks.h"
 #include "worker/model_kernels_cuda.h"
 
 #define CUBLAS_WORKSPACE_BYTES ((size_t)32 << 20)
@@ -59,13 +61,10 @@ struct tagc_model_cuda {
 /* ---------------------------------------------------------------------------------------- */
 /* Errors                                                                                   */
 
+/* "model_cuda: <what>: <CUDA's message>", translated by common/cuda_status.h (out of device
+ * memory is TAGC_ENOMEM; the error is cleared so later checks do not report it again). */
 static tagc_status cuda_check(cudaError_t err, const char *what) {
-  if (err == cudaSuccess)
-    return TAGC_OK;
-  cudaGetLastError(); /* clear a non-sticky error so later checks do not report it again */
-  if (err == cudaErrorMemoryAllocation)
-    return tagc_errorf(TAGC_ENOMEM, "model_cuda: %s: out of device memory", what);
-  return tagc_errorf(TAGC_EINTERNAL, "model_cuda: %s: %s", what, cudaGetErrorString(err));
+  return tagc_cuda_status(err, "model_cuda: %s", what);
 }
 
 static tagc_status blas_check(cublasStatus_t st, const char *what) {
@@ -166,12 +165,10 @@ static tagc_status alloc_buffers(tagc_model_cuda *m) {
     cudaError_t err = cudaMalloc(&m->buf[i], bytes[i]);
     if (err != cudaSuccess) {
       m->buf[i] = NULL;
-      cudaGetLastError();
-      tagc_status st = err == cudaErrorMemoryAllocation ? TAGC_ENOMEM : TAGC_EINTERNAL;
-      return tagc_errorf(st, "model_cuda: cudaMalloc of %zu bytes for %s failed (%s; %zu bytes "
-                         "already allocated, %zu needed in all for micro-batch %d)",
-                         bytes[i], buffer_names[i], cudaGetErrorString(err), m->bytes,
-                         plan_total(bytes), m->max_batch);
+      return tagc_cuda_status(err, "model_cuda: cudaMalloc of %zu bytes for %s (%zu bytes already "
+                              "allocated, %zu needed in all for micro-batch %d)",
+                              bytes[i], buffer_names[i], m->bytes, plan_total(bytes),
+                              m->max_batch);
     }
     m->bytes += (bytes[i] + 255) / 256 * 256;
   }
@@ -507,25 +504,6 @@ static tagc_status embedding_backward(tagc_model_cuda *m, float *g) {
 /* ---------------------------------------------------------------------------------------- */
 /* Passes                                                                                   */
 
-static tagc_status hook_failed(tagc_unit_hooks *h, const char *what, int unit) {
-  if (h->status != TAGC_OK)
-    return h->status;
-  return tagc_errorf(TAGC_EINTERNAL, "model_cuda: %s hook for unit %d returned NULL without a "
-                     "status", what, unit);
-}
-
-static tagc_status get_params(tagc_unit_hooks *h, int unit, const float **out) {
-  h->status = TAGC_OK;
-  *out = h->unit_params(h->ctx, unit);
-  return *out ? TAGC_OK : hook_failed(h, "unit_params", unit);
-}
-
-static tagc_status get_grads(tagc_unit_hooks *h, int unit, float **out) {
-  h->status = TAGC_OK;
-  *out = h->unit_grads(h->ctx, unit);
-  return *out ? TAGC_OK : hook_failed(h, "unit_grads", unit);
-}
-
 static tagc_status record(tagc_model_cuda *m, int unit) {
   return cuda_check(cudaEventRecord(m->events[unit], m->stream), "cudaEventRecord");
 }
@@ -534,7 +512,7 @@ static tagc_status record(tagc_model_cuda *m, int unit) {
 static tagc_status forward_unit(tagc_model_cuda *m, tagc_unit_hooks *h, int u) {
   const tagc_model_config *c = &m->lay.cfg;
   const float *p;
-  TAGC_CHECK(get_params(h, u, &p));
+  TAGC_CHECK(tagc_unit_hooks_params(h, u, &p));
   tagc_status st;
   if (u == 0)
     st = tagc_gpu_encoder_forward(F(D_ENC), (const uint8_t *)m->buf[D_TOKENS],
@@ -546,8 +524,7 @@ static tagc_status forward_unit(tagc_model_cuda *m, tagc_unit_hooks *h, int u) {
     st = head_forward(m, p);
   if (st == TAGC_OK)
     st = record(m, u);
-  if (h->unit_release)
-    h->unit_release(h->ctx, u);
+  tagc_unit_hooks_release(h, u);
   return st;
 }
 
@@ -587,8 +564,8 @@ static tagc_status backward_unit(tagc_model_cuda *m, tagc_unit_hooks *h, int u,
   const float *p = NULL;
   float *g;
   if (needs)
-    TAGC_CHECK(get_params(h, u, &p));
-  tagc_status st = get_grads(h, u, &g);
+    TAGC_CHECK(tagc_unit_hooks_params(h, u, &p));
+  tagc_status st = tagc_unit_hooks_grads(h, u, &g);
   if (st == TAGC_OK) {
     if (u == L + 1)
       st = head_backward(m, p, g, loss_scale);
@@ -601,8 +578,8 @@ static tagc_status backward_unit(tagc_model_cuda *m, tagc_unit_hooks *h, int u,
     st = record(m, u);
   if (st == TAGC_OK)
     st = h->unit_backward_done(h->ctx, u);
-  if (needs && h->unit_release)
-    h->unit_release(h->ctx, u);
+  if (needs)
+    tagc_unit_hooks_release(h, u);
   return st;
 }
 

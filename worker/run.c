@@ -18,7 +18,6 @@
 #include "ckpt/ckpt_saver.h"
 #include "common/crc32c.h"
 #include "common/fsutil.h"
-#include "common/json.h"
 #include "common/log.h"
 #include "common/timeutil.h"
 #include "cluster/member.h"
@@ -27,21 +26,13 @@
 #include "worker/fault.h"
 #include "worker/metrics_http.h"
 #include "worker/model.h"
-
-/* Running totals over the whole process (all generations), for summary.json. */
-typedef struct totals {
-  double tokens, bytes_sent, comm_s, exposed_s, unpeeled, tagc_elements, density, rho;
-  int64_t steps;   /* steps run by this process, recomputed ones included */
-  double *step_s;  /* per step, for the median */
-  int64_t n_times, step_cap;
-} totals;
+#include "worker/report.h"
 
 /* Recovery accounting: one failure at a time. */
 typedef struct recovery {
-  int failures, recoveries;
-  double max_recovery_s, last_recovery_s;
-  double pending_since; /* > 0: a failure awaits its first step */
-  int64_t steps_lost, failed_at_step;
+  tagc_recovery_counts n; /* what summary.json and /metrics show */
+  double pending_since;   /* while n.recovering: when the failure happened */
+  int64_t failed_at_step;
   char pending_kind[16];
 } recovery;
 
@@ -52,19 +43,16 @@ struct tagc_run {
   tagc_corpus corpus;
   int threads;
   char ckpt_root[4096];
-  FILE *metrics; /* rank 0 of the current generation */
-  totals tt;
+  tagc_report report; /* progress, metrics.jsonl, summary.json, /metrics */
   recovery rec;
   tagc_faults faults;
   tagc_member *member; /* elastic mode only */
-  double t0, last_print, last_progress, last_chaos;
+  double last_chaos;
   char chaos_seen[256];
-  double loss, val;
   tagc_metrics_http *http; /* --metrics-addr, else NULL */
   tagc_device *device;     /* --device: kept across generations */
   tagc_device_info dev_info;
   tagc_step_stats last_ss; /* the latest completed step */
-  tagc_worker_sample sample;
 
   /* the current generation */
   int64_t gen;
@@ -76,7 +64,7 @@ struct tagc_run {
   tagc_engine *engine;
   tagc_ckpt_range *ranges;
   tagc_ckpt_saver *saver;
-  int64_t start_step, end_step;
+  int64_t start_step;
 };
 
 /* ---------- the process-wide part ---------- */
@@ -102,7 +90,6 @@ tagc_status tagc_run_new(const tagc_train_config *cfg, tagc_run **out) {
     TAGC_CHECK_GOTO(tagc_metrics_http_start(cfg->metrics_addr, &r->http), st, fail);
     LOG_INFO("train", "serving /metrics and /healthz on port %d (--metrics-addr %s)",
              tagc_metrics_http_port(r->http), cfg->metrics_addr);
-    r->sample = (tagc_worker_sample){.loss = NAN, .rank = -1};
   }
   TAGC_CHECK_GOTO(tagc_device_open(cfg->device, strcmp(cfg->compute, "bf16") ? TAGC_DEVICE_FP32
                                                                           : TAGC_DEVICE_BF16,
@@ -121,9 +108,8 @@ tagc_status tagc_run_new(const tagc_train_config *cfg, tagc_run **out) {
     goto fail;
   }
   snprintf(r->ckpt_root, sizeof r->ckpt_root, "%s%s", root, *cfg->ckpt_dir ? "" : "/ckpt");
-  r->loss = r->val = NAN;
-  r->t0 = tagc_now();
-  r->last_print = -1e9;
+  tagc_report_config rc = {cfg, &r->layout, &r->corpus, r->device, r->threads, r->http};
+  tagc_report_init(&r->report, &rc);
   *out = r;
   return TAGC_OK;
 fail:
@@ -134,17 +120,18 @@ fail:
 void tagc_run_free(tagc_run *r) {
   if (!r)
     return;
+  tagc_report_free(&r->report);
   tagc_metrics_http_stop(r->http);
   tagc_corpus_free(&r->corpus);
   tagc_device_close(r->device);
-  free(r->tt.step_s);
-  if (r->metrics)
-    fclose(r->metrics);
   pthread_mutex_destroy(&r->comm_mu);
   free(r);
 }
 
-void tagc_run_set_member(tagc_run *r, tagc_member *member) { r->member = member; }
+void tagc_run_set_member(tagc_run *r, tagc_member *member) {
+  r->member = member;
+  tagc_report_set_member(&r->report, member);
+}
 
 void tagc_run_abort(tagc_run *r) {
   pthread_mutex_lock(&r->comm_mu);
@@ -199,7 +186,7 @@ static tagc_status shard_files_barrier(void *arg, int64_t step) {
   double deadline = tagc_now() + 10 * t->cfg->op_timeout;
   for (int r = 0; r < t->world; r++) {
     char path[4200];
-    snprintf(path, sizeof path, "%s/step-%lld.tmp/rank-%05d.bin", t->ckpt_root, (long long)step, r);
+    TAGC_CHECK(tagc_ckpt_shard_path(t->ckpt_root, step, r, 1, path, sizeof path));
     while (access(path, F_OK) != 0) {
       if (tagc_now() > deadline || t->aborted)
         return tagc_errorf(TAGC_ETIMEDOUT, "checkpoint %lld: rank %d's shard did not arrive",
@@ -351,6 +338,7 @@ static tagc_status gen_begin(tagc_run *t, const tagc_gen_spec *g) {
   pthread_mutex_unlock(&t->comm_mu);
   t->rank = g->rank;
   t->world = g->world;
+  tagc_report_generation(&t->report, g->gen, g->rank, g->world);
   t->start_step = 0;
   t->boot_peer = -1;
   TAGC_CHECK(connect(t, g));
@@ -381,14 +369,7 @@ static tagc_status gen_begin(tagc_run *t, const tagc_gen_spec *g) {
   TAGC_CHECK(tagc_engine_new(&ec, &t->engine));
   TAGC_CHECK(resume(t, g->resume_path));
   TAGC_CHECK(open_saver(t));
-  if (t->rank == 0 && !t->metrics) {
-    char path[4200];
-    snprintf(path, sizeof path, "%s/metrics.jsonl", cfg->out);
-    t->metrics = fopen(path, t->start_step > 0 ? "a" : "w");
-    if (!t->metrics)
-      return tagc_errorf(TAGC_EIO, "%s: %s", path, strerror(errno));
-  }
-  return TAGC_OK;
+  return tagc_report_open_metrics(&t->report, t->start_step);
 }
 
 static void gen_end(tagc_run *t) {
@@ -404,209 +385,7 @@ static void gen_end(tagc_run *t) {
   t->aborted = 0;
   pthread_mutex_unlock(&t->comm_mu);
   tagc_comm_destroy(comm);
-  if (t->rank != 0 && t->metrics) { /* rank 0 writes metrics; this generation gave it to another */
-    fclose(t->metrics);
-    t->metrics = NULL;
-  }
-}
-
-/* ---------- progress, metrics, summary ---------- */
-
-static void format_duration(double s, char *buf, size_t cap) {
-  if (s < 60)
-    snprintf(buf, cap, "%.1fs", s);
-  else if (s < 3600)
-    snprintf(buf, cap, "%dm%02ds", (int)s / 60, (int)s % 60);
-  else
-    snprintf(buf, cap, "%dh%02dm", (int)s / 3600, (int)s % 3600 / 60);
-}
-
-static void print_progress(const tagc_run *t, int64_t step, double val_loss) {
-  double elapsed = tagc_now() - t->t0;
-  char el[32], eta[32];
-  int64_t done = step + 1;
-  format_duration(elapsed, el, sizeof el);
-  format_duration(elapsed / (double)(t->tt.steps ? t->tt.steps : 1) * (double)(t->cfg->steps - done),
-                  eta, sizeof eta);
-  char val[32] = "";
-  if (!isnan(val_loss))
-    snprintf(val, sizeof val, " val %.4f", val_loss);
-  printf("step %lld/%lld  loss %.4f%s  %.0f tok/s  workers %d  elapsed %s  eta %s\n",
-         (long long)done, (long long)t->cfg->steps, t->loss, val, t->tt.tokens / elapsed,
-         t->world, el, eta);
-  fflush(stdout);
-}
-
-/* Gathers the final parameters (collective): their CRC32C and, when asked, a raw dump. */
-static tagc_status finish_params(tagc_run *t, uint32_t *crc) {
-  size_t bytes = t->layout.n_params * sizeof(float);
-  float *full = malloc(bytes);
-  if (!full)
-    return tagc_errorf(TAGC_ENOMEM, "parameter gather of %zu bytes", bytes);
-  tagc_status st = tagc_engine_gather_params(t->engine, full);
-  if (st == TAGC_OK)
-    *crc = tagc_crc32c(0, full, bytes);
-  const char *path = t->cfg->dump_params;
-  if (st == TAGC_OK && t->rank == 0 && path && *path) {
-    FILE *f = fopen(path, "wb");
-    if (!f || fwrite(full, 1, bytes, f) != bytes)
-      st = tagc_errorf(TAGC_EIO, "%s: %s", path, strerror(errno));
-    if (f && fclose(f) != 0 && st == TAGC_OK)
-      st = tagc_errorf(TAGC_EIO, "%s: %s", path, strerror(errno));
-  }
-  free(full);
-  return st;
-}
-
-static int cmp_double(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return (x > y) - (x < y);
-}
-
-/* Where this worker computed, and its model FLOPs utilisation at the median step when the
- * device's peak is known (the whole job's tokens over all its devices' peaks). */
-static json_t *device_json(const tagc_run *t, double tokens_per_s) {
-  const tagc_device_info *d = &t->dev_info;
-  uint64_t cur, peak;
-  tagc_device_usage(t->device, &cur, &peak);
-  double flops = tokens_per_s * tagc_model_flops_per_token(&t->layout);
-  json_t *j = json_pack("{s:s, s:i, s:s, s:s, s:f, s:I, s:I}", "kind", d->kind, "index", d->index,
-                        "name", d->name, "compute", t->cfg->compute, "model_tflops_per_s",
-                        flops / 1e12, "engine_bytes_peak", (json_int_t)peak, "total_bytes",
-                        (json_int_t)d->total_bytes);
-  if (j)
-    json_object_set_new(j, "mfu", d->peak_tflops > 0
-                                      ? json_real(flops / (d->peak_tflops * 1e12 * t->world))
-                                      : json_null());
-  return j;
-}
-
-static tagc_status write_summary(tagc_run *t, uint32_t params_crc) {
-  const tagc_train_config *cfg = t->cfg;
-  const totals *tt = &t->tt;
-  double n = tt->steps ? (double)tt->steps : 1, wall = tagc_now() - t->t0;
-  qsort(tt->step_s, (size_t)tt->n_times, sizeof(double), cmp_double);
-  double median = tt->n_times ? tt->step_s[tt->n_times / 2] : 0;
-  json_t *s = json_pack(
-      "{s:I, s:f, s:f, s:f, s:f, s:i, s:s, s:s, s:i, s:I, s:I, s:I, s:f, s:f, s:f, s:f, s:f, s:f, s:f}",
-      "steps", (json_int_t)t->end_step, "final_train_loss", isnan(t->loss) ? 0.0 : t->loss,
-      "final_val_loss",
-      isnan(t->val) ? 0.0 : t->val,
-      "tokens_per_s", tt->tokens / wall, "wall_s", wall, "world_size", t->world, "compress",
-      cfg->compress, "blas", openblas_get_config(), "threads", t->threads, "params",
-      (json_int_t)t->layout.n_params, "seed", (json_int_t)cfg->seed, "params_crc32c",
-      (json_int_t)params_crc, "bytes_sent_per_step", tt->bytes_sent / n, "comm_s_per_step",
-      tt->comm_s / n, "exposed_comm_s_per_step", tt->exposed_s / n, "step_s_median", median,
-      "unpeeled_fraction", tt->tagc_elements > 0 ? tt->unpeeled / tt->tagc_elements : 0.0,
-      "global_density", tt->density / n, "rho", tt->rho / n);
-  if (!s)
-    return tagc_errorf(TAGC_ENOMEM, "summary");
-  if (isnan(t->loss)) /* no step of the job ran in this process */
-    json_object_set_new(s, "final_train_loss", json_null());
-  if (isnan(t->val)) /* no evaluation completed in this process */
-    json_object_set_new(s, "final_val_loss", json_null());
-  json_object_set_new(s, "steps_this_run", json_integer(tt->steps));
-  json_object_set_new(s, "resumed_from", json_integer(t->start_step));
-  json_object_set_new(s, "generation", json_integer(t->gen));
-  double step_tokens = (double)cfg->batch * (double)cfg->ctx;
-  json_object_set_new(s, "device", device_json(t, median > 0 ? step_tokens / median : 0));
-  json_object_set_new(s, "failures", json_integer(t->rec.failures));
-  json_object_set_new(s, "recoveries", json_integer(t->rec.recoveries));
-  json_object_set_new(s, "max_recovery_s", json_real(t->rec.max_recovery_s));
-  json_object_set_new(s, "steps_lost", json_integer(t->rec.steps_lost));
-  json_object_set_new(s, "model", model_json(t));
-  if (t->saver) {
-    tagc_ckpt_saver_stats cs;
-    tagc_ckpt_saver_stats_get(t->saver, &cs);
-    json_object_set_new(s, "ckpt", json_pack("{s:I, s:I, s:I, s:f, s:f}", "saves",
-                                             (json_int_t)cs.saves_done, "failed",
-                                             (json_int_t)cs.saves_failed, "backpressure_waits",
-                                             (json_int_t)cs.backpressure_waits, "last_write_s",
-                                             cs.last_write_s, "last_stall_s", cs.last_stall_s));
-  }
-  char path[4200];
-  snprintf(path, sizeof path, "%s/summary.json", cfg->out);
-  tagc_status st = tagc_json_write_file(path, s);
-  json_decref(s);
-  return st;
-}
-
-/* CRC32C of the window starts of global batch `step`: identifies the batch sequence, which
- * must not depend on world size, failures or restarts. */
-static uint32_t batch_crc(const tagc_run *t, int64_t step) {
-  uint32_t crc = 0;
-  for (int64_t i = 0; i < t->cfg->batch; i++) {
-    uint64_t start = tagc_sample_start((uint64_t)t->cfg->seed, step, i, t->corpus.n_train,
-                                       (size_t)t->cfg->ctx + 1);
-    crc = tagc_crc32c(crc, &start, sizeof start);
-  }
-  return crc;
-}
-
-static void write_metrics(tagc_run *t, int64_t step, const tagc_step_stats *ss, double val_loss) {
-  double tok = (double)t->cfg->batch * (double)t->cfg->ctx;
-  json_t *m = json_pack("{s:I, s:f, s:f, s:f, s:f, s:f, s:f, s:I, s:f, s:f, s:f, s:f, s:I, s:i, s:I}",
-                        "step", (json_int_t)(step + 1), "loss", ss->loss, "grad_norm",
-                        ss->grad_norm, "lr", ss->lr, "step_s", ss->step_s, "tokens_per_s",
-                        tok / ss->step_s, "elapsed_s", tagc_now() - t->t0, "bytes_sent",
-                        (json_int_t)ss->bytes_sent, "comm_s", ss->comm_s, "exposed_comm_s",
-                        ss->exposed_comm_s, "global_density", ss->global_density, "rho", ss->rho,
-                        "unpeeled", (json_int_t)ss->unpeeled, "world_size", t->world,
-                        "generation", (json_int_t)t->gen);
-  if (!m)
-    return;
-  if (!isnan(val_loss))
-    json_object_set_new(m, "val_loss", json_real(val_loss));
-  if (t->cfg->check_feedback)
-    json_object_set_new(m, "feedback_error", json_real(ss->feedback_error));
-  json_object_set_new(m, "batch_crc32c", json_integer(batch_crc(t, step)));
-  json_dumpf(m, t->metrics, JSON_COMPACT);
-  fputc('\n', t->metrics);
-  fflush(t->metrics);
-  json_decref(m);
-}
-
-static void accumulate(tagc_run *t, const tagc_step_stats *ss) {
-  totals *tt = &t->tt;
-  if (tt->n_times == tt->step_cap) {
-    int64_t cap = tt->step_cap ? 2 * tt->step_cap : 1024;
-    double *p = realloc(tt->step_s, (size_t)cap * sizeof(double));
-    if (p) { /* else the median leaves the later steps out */
-      tt->step_s = p;
-      tt->step_cap = cap;
-    }
-  }
-  if (tt->n_times < tt->step_cap)
-    tt->step_s[tt->n_times++] = ss->step_s;
-  tt->steps++;
-  tt->tokens += (double)t->cfg->batch * (double)t->cfg->ctx;
-  tt->bytes_sent += (double)ss->bytes_sent;
-  tt->comm_s += ss->comm_s;
-  tt->exposed_s += ss->exposed_comm_s;
-  tt->unpeeled += (double)ss->unpeeled;
-  tt->tagc_elements += (double)ss->tagc_elements;
-  tt->density += ss->global_density;
-  tt->rho += ss->rho;
-}
-
-/* Rank 0 in elastic mode: progress in etcd after step `step` (0-based), at most once a second
- * unless `force`. The final step is published only by finish_job, once summary.json is
- * written: the coordinator ends the job when progress reaches it. */
-static void publish_progress(tagc_run *t, int64_t step, const tagc_step_stats *ss, int force) {
-  double now = tagc_now();
-  if (!t->member || t->rank != 0 || (!force && now - t->last_progress < 1.0))
-    return;
-  if (!force && step + 1 >= t->cfg->steps)
-    return;
-  t->last_progress = now;
-  double tokens_per_s = ss->step_s > 0 ? (double)t->cfg->batch * (double)t->cfg->ctx / ss->step_s : 0;
-  json_t *p = json_pack("{s:I, s:f, s:f, s:I, s:i, s:I}", "step", (json_int_t)(step + 1), "loss",
-                        isfinite(ss->loss) ? ss->loss : 0.0, "tokens_per_s", tokens_per_s,
-                        "bytes_per_step", (json_int_t)ss->bytes_sent, "world_size", t->world,
-                        "generation", (json_int_t)t->gen);
-  if (p && tagc_member_progress(t->member, p) != TAGC_OK)
-    LOG_WARN("train", "progress not recorded: %s", tagc_last_error());
-  json_decref(p);
+  tagc_report_end_generation(&t->report);
 }
 
 /* ---------- faults and failures ---------- */
@@ -691,8 +470,9 @@ static void fail_generation(tagc_run *t, tagc_status st, int64_t step, tagc_gen_
   res->suspected_rank = t->comm ? tagc_comm_failed_peer(t->comm) : t->boot_peer;
   pthread_mutex_unlock(&t->comm_mu);
   snprintf(res->detail, sizeof res->detail, "%s", tagc_last_error());
-  if (t->rec.pending_since <= 0) {
-    t->rec.failures++;
+  if (!t->rec.n.recovering) {
+    t->rec.n.failures++;
+    t->rec.n.recovering = 1;
     t->rec.pending_since = tagc_now();
     t->rec.failed_at_step = step;
     snprintf(t->rec.pending_kind, sizeof t->rec.pending_kind, "%s", superseded ? "membership" : res->kind);
@@ -703,49 +483,61 @@ static void fail_generation(tagc_run *t, tagc_status st, int64_t step, tagc_gen_
 
 /* First completed step after a failure: the recovery is done. */
 static void note_recovery(tagc_run *t, int64_t step) {
-  if (t->rec.pending_since <= 0)
+  recovery *rec = &t->rec;
+  if (!rec->n.recovering)
     return;
-  double s = tagc_now() - t->rec.pending_since;
-  int64_t lost = t->rec.failed_at_step - t->start_step;
-  t->rec.recoveries++;
-  t->rec.steps_lost += lost > 0 ? lost : 0;
-  t->rec.last_recovery_s = s;
-  if (s > t->rec.max_recovery_s)
-    t->rec.max_recovery_s = s;
-  t->rec.pending_since = 0;
+  double s = tagc_now() - rec->pending_since;
+  int64_t lost = rec->failed_at_step - t->start_step;
+  rec->n.recoveries++;
+  rec->n.steps_lost += lost > 0 ? lost : 0;
+  rec->n.last_recovery_s = s;
+  if (s > rec->n.max_recovery_s)
+    rec->n.max_recovery_s = s;
+  rec->n.recovering = 0;
   if (t->rank == 0)
     LOG_WARN("train", "recovered from %s at step %lld in %.2f s with %d workers, %lld steps recomputed",
-             t->rec.pending_kind, (long long)(step + 1), s, t->world, (long long)(lost > 0 ? lost : 0));
+             rec->pending_kind, (long long)(step + 1), s, t->world, (long long)(lost > 0 ? lost : 0));
 }
 
 /* --metrics-addr: the served sample, after a step (ss) or at a generation's start or end. */
-static void publish_metrics(tagc_run *t, int64_t steps_done, const tagc_step_stats *ss) {
-  if (!t->http)
-    return;
-  tagc_worker_sample *m = &t->sample;
-  if (ss) {
-    m->loss = ss->loss;
-    m->step_s = ss->step_s;
-    m->tokens_per_s = (double)t->cfg->batch * (double)t->cfg->ctx / ss->step_s;
-    m->bytes_sent += ss->bytes_sent;
-    m->bytes_recv += ss->bytes_recv;
-  }
-  m->step = steps_done;
-  m->failures = t->rec.failures;
-  m->recoveries = t->rec.recoveries;
-  m->steps_lost = t->rec.steps_lost;
-  m->max_recovery_s = t->rec.max_recovery_s;
-  m->last_recovery_s = t->rec.last_recovery_s;
-  m->recovering = t->rec.pending_since > 0;
-  m->generation = t->gen;
-  m->world_size = t->world;
-  m->rank = t->rank;
-  if (t->comm)
-    m->link_rate = tagc_comm_link_rate(tagc_comm_backend_of(t->comm));
-  tagc_metrics_http_publish(t->http, m);
+static void publish_sample(tagc_run *t, int64_t steps_done, const tagc_step_stats *ss) {
+  tagc_report_sample(&t->report, steps_done, ss, &t->rec.n, t->comm);
 }
 
 /* ---------- the training loop of one generation ---------- */
+
+/* Gathers the final parameters (collective): their CRC32C and, when asked, a raw dump. */
+static tagc_status finish_params(tagc_run *t, uint32_t *crc) {
+  size_t bytes = t->layout.n_params * sizeof(float);
+  float *full = malloc(bytes);
+  if (!full)
+    return tagc_errorf(TAGC_ENOMEM, "parameter gather of %zu bytes", bytes);
+  tagc_status st = tagc_engine_gather_params(t->engine, full);
+  if (st == TAGC_OK)
+    *crc = tagc_crc32c(0, full, bytes);
+  const char *path = t->cfg->dump_params;
+  if (st == TAGC_OK && t->rank == 0 && path && *path) {
+    FILE *f = fopen(path, "wb");
+    if (!f || fwrite(full, 1, bytes, f) != bytes)
+      st = tagc_errorf(TAGC_EIO, "%s: %s", path, strerror(errno));
+    if (f && fclose(f) != 0 && st == TAGC_OK)
+      st = tagc_errorf(TAGC_EIO, "%s: %s", path, strerror(errno));
+  }
+  free(full);
+  return st;
+}
+
+/* Rank 0: summary.json and the final log line (worker/report.h). */
+static tagc_status write_summary(tagc_run *t, int64_t step, int stopped, uint32_t crc) {
+  tagc_ckpt_saver_stats cs;
+  if (t->saver)
+    tagc_ckpt_saver_stats_get(t->saver, &cs);
+  json_t *model = model_json(t);
+  tagc_report_final f = {step, t->start_step, stopped, crc, &t->rec.n, t->saver ? &cs : NULL, model};
+  tagc_status st = tagc_report_finish(&t->report, &f);
+  json_decref(model);
+  return st;
+}
 
 /* The end of the run in this generation (res->end and res->step set): waits for the last
  * save, gathers the final parameters (their CRC identifies the result; collective) and rank
@@ -766,27 +558,18 @@ static tagc_status finish_job(tagc_run *t, int64_t step, tagc_gen_result *res) {
     fail_generation(t, st, step, res);
     return TAGC_OK;
   }
-  char path[4200];
-  snprintf(path, sizeof path, "%s/summary.json", t->cfg->out);
-  if (t->rank == 0 && t->tt.steps == 0 && access(path, F_OK) == 0) {
-    LOG_INFO("train", "the checkpoint is final and %s exists: kept", path);
-  } else if (t->rank == 0) {
-    TAGC_CHECK(write_summary(t, crc));
-    LOG_INFO("train", "%s at step %lld: train loss %.4f, val loss %.4f, %.0f tokens/s",
-             res->end == TAGC_GEN_STOPPED ? "stopped (--stop-at)" : "finished", (long long)step,
-             t->loss, t->val, t->tt.tokens / (tagc_now() - t->t0));
-  }
+  if (t->rank == 0)
+    TAGC_CHECK(write_summary(t, step, res->end == TAGC_GEN_STOPPED, crc));
   if (t->rank == 0 && res->end == TAGC_GEN_FINISHED)
-    publish_progress(t, step - 1, &t->last_ss, 1);
+    tagc_report_progress(&t->report, step - 1, &t->last_ss, 1);
   return TAGC_OK;
 }
 
 static tagc_status train(tagc_run *t, tagc_gen_result *res) {
   const tagc_train_config *cfg = t->cfg;
   int64_t end = cfg->stop_at > t->start_step && cfg->stop_at < cfg->steps ? cfg->stop_at : cfg->steps;
-  t->end_step = end;
   int64_t step = t->start_step;
-  publish_metrics(t, step, NULL);
+  publish_sample(t, step, NULL);
   for (; step < end; step++) {
     tagc_step_stats ss;
     poll_chaos(t, step);
@@ -805,28 +588,22 @@ static tagc_status train(tagc_run *t, tagc_gen_result *res) {
     int last = step + 1 == end;
     if (t->saver && ((step + 1) % cfg->ckpt_every == 0 || last))
       st = save_checkpoint(t, step + 1);
-    t->loss = ss.loss;
-    accumulate(t, &ss);
-    publish_metrics(t, step + 1, &ss);
+    tagc_report_step(&t->report, &ss);
+    publish_sample(t, step + 1, &ss);
     double val = NAN;
     if (st == TAGC_OK && (last || (cfg->eval_every && (step + 1) % cfg->eval_every == 0))) {
       st = tagc_engine_eval(t->engine, &t->corpus, cfg->eval_windows, &val);
-      t->val = st == TAGC_OK ? val : t->val;
+      if (st == TAGC_OK)
+        tagc_report_val_loss(&t->report, val);
     }
     if (st != TAGC_OK) {
       fail_generation(t, st, step + 1, res);
       return TAGC_OK;
     }
     t->last_ss = ss;
-    publish_progress(t, step, &ss, 0);
-    if (t->rank != 0)
-      continue;
-    write_metrics(t, step, &ss, val);
-    double now = tagc_now();
-    if (step == t->start_step || last || !isnan(val) || now - t->last_print >= 1.0) {
-      print_progress(t, step, val);
-      t->last_print = now;
-    }
+    tagc_report_progress(&t->report, step, &ss, 0);
+    if (t->rank == 0)
+      tagc_report_metrics_line(&t->report, step, &ss, val, step == t->start_step || last);
   }
   res->step = step;
   res->end = end < cfg->steps ? TAGC_GEN_STOPPED : TAGC_GEN_FINISHED;
@@ -845,7 +622,7 @@ tagc_status tagc_run_generation(tagc_run *r, const tagc_gen_spec *g, tagc_gen_re
   res->suspected_rank = -1;
   tagc_status st = gen_begin(r, g);
   if (st == TAGC_OK) {
-    if (r->rank == 0 && r->gen <= 1 && r->rec.failures == 0) {
+    if (r->rank == 0 && r->gen <= 1 && r->rec.n.failures == 0) {
       tagc_opts_log(&tagc_train_program, r->cfg);
       LOG_INFO("train", "model: %d layers, width %d, %d heads, context %d, %zu parameters; batch "
                "%lld; world %d; %d threads; BLAS %s", r->layout.cfg.n_layer, r->layout.cfg.d_model,
@@ -862,10 +639,8 @@ tagc_status tagc_run_generation(tagc_run *r, const tagc_gen_spec *g, tagc_gen_re
          ends only once the final progress is published after the summary), or this process
          trained the job's steps earlier: finish here (an existing summary stays when this
          process trained nothing). A static rerun over a finished checkpoint changes nothing. */
-      if (r->member || r->tt.steps > 0) {
-        r->end_step = r->start_step;
+      if (r->member || tagc_report_steps_run(&r->report) > 0)
         st = finish_job(r, r->start_step, res);
-      }
     } else {
       if (r->member)
         st = tagc_member_ready(r->member, r->gen, r->rank);
@@ -877,6 +652,6 @@ tagc_status tagc_run_generation(tagc_run *r, const tagc_gen_spec *g, tagc_gen_re
     st = TAGC_OK;
   }
   gen_end(r);
-  publish_metrics(r, res->step, NULL);
+  publish_sample(r, res->step, NULL);
   return st;
 }

@@ -1,7 +1,7 @@
 /* One training job inside one worker process, run one generation at a time.
  *
  * A tagc_run holds what lives as long as the process: configuration, model layout, corpus,
- * metrics file, running totals and recovery accounting. A generation is a world size, a rank
+ * the report (worker/report.h: metrics file, running totals, summary) and recovery accounting. A generation is a world size, a rank
  * and a bootstrap store: tagc_run_generation() builds the communicator and engine for it,
  * loads the resume state (resharded to this world size), trains until the job's end, an
  * --stop-at, a failure or a newer generation, and tears the generation down again — all
@@ -15,7 +15,7 @@
 
 #include "comm/store.h"
 #include "common/status.h"
-#include "worker/train.h"
+#include "worker/run_config.h"
 
 typedef struct tagc_run tagc_run;
 struct tagc_member; /* coordinator/member.h */
@@ -44,7 +44,7 @@ typedef struct tagc_gen_result {
   char detail[256];
 } tagc_gen_result;
 
-/* Validates the configuration and loads the corpus. Errors as tagc_train_run. */
+/* Validates the configuration and loads the corpus. Errors as tagc_train_run (worker/train.h). */
 tagc_status tagc_run_new(const tagc_train_config *cfg, tagc_run **out);
 void tagc_run_free(tagc_run *r);
 

@@ -1,66 +1,17 @@
-/* The training loop of a worker: data, schedule, steps, evaluation, metrics and summary.
+/* Static mode of a training job: a fixed rank and world size, rendezvous through a shared
+ * directory; or, when cfg->etcd is set, elastic mode (worker/elastic.h).
  *
  * tagc_train_run() trains from step 0 (or a resume point) to cfg->steps, printing one
  * progress line per second (and on the first, last and evaluation steps), appending one JSON
- * object per step to OUT/metrics.jsonl, and writing OUT/summary.json at the end. */
+ * object per step to OUT/metrics.jsonl, and writing OUT/summary.json at the end
+ * (worker/run.h, worker/report.h). */
 #ifndef TAGC_WORKER_TRAIN_H
 #define TAGC_WORKER_TRAIN_H
 
-#include <stdint.h>
-
-#include "common/options.h"
 #include "common/status.h"
+#include "worker/run_config.h"
 
-typedef struct tagc_train_config {
-  char *corpus;
-  char *out;
-  int64_t steps;
-  int64_t batch;       /* global batch, in sequences */
-  int64_t micro_batch; /* sequences per forward/backward; 0 = the whole local batch */
-  int64_t ctx;
-  int64_t layers;
-  int64_t heads;
-  int64_t dim;
-  double lr;
-  double min_lr_ratio;
-  int64_t warmup;
-  double weight_decay;
-  double grad_clip;
-  double beta1, beta2, eps;
-  int64_t seed;
-  int64_t eval_every;
-  int64_t eval_windows;
-  int64_t threads;
-  char *log;
-  char *compress;
-  int64_t rank;       /* this process's rank */
-  int64_t world;      /* number of ranks */
-  char *rendezvous;   /* directory of the static rendezvous store (world > 1) */
-  char *host;         /* address to listen on and advertise */
-  double op_timeout;  /* seconds a collective may take before it counts as failed */
-  char *dump_params;  /* rank 0 writes the final full parameters here ("" = no) */
-  int64_t ckpt_every;
-  char *ckpt_dir;     /* "" = OUT/ckpt */
-  int64_t ckpt_keep_last, ckpt_keep_every;
-  int resume;
-  int64_t stop_at;    /* stop after this step (0 = no) */
-  int check_feedback; /* test hook, see tagc_engine_config */
-  char *gather;       /* "fp32" or "bf16" parameter all-gathers */
-  int reshard_after_forward;
-  char *fault;        /* fault spec (see worker/fault.h) */
-  char *etcd;         /* etcd endpoints: elastic mode */
-  char *job;
-  char *worker_id;
-  double lease_ttl;
-  char *metrics_addr; /* HOST:PORT of /metrics and /healthz ("" = off) */
-  char *device;       /* "cpu", "cuda" or "cuda:N" */
-  char *compute;      /* "fp32" or "bf16" matrix products (CUDA) */
-} tagc_train_config;
-
-/* The option table of tagc-worker (and of tagctl run, which forwards to it). */
-extern const tagc_opt_program tagc_train_program;
-
-/* Runs the training loop described by cfg. Errors: bad configuration or corpus
+/* Runs the training job described by cfg. Errors: bad configuration or corpus
  * (TAGC_EINVAL / TAGC_ENOTFOUND / TAGC_EIO, detail set), out of memory, non-finite loss. */
 tagc_status tagc_train_run(const tagc_train_config *cfg);
 

@@ -1,7 +1,9 @@
 /* GPU test of the CUDA kernels against the CPU oracle (label gpu; exit 77 without a
  * device). Every op runs on the same inputs on both sides; results that the contracts make
  * exact (all of them, given the deterministic encode) must match bit for bit, and the
- * maximum difference is printed either way. Prints kernel timings (cudaEvent) in GB/s. */
+ * maximum difference is printed either way. Prints kernel timings (cudaEvent) in GB/s.
+ * With the argument "quick" (the host emulation's entry in the default suite) the sparsify
+ * shapes and sketch cases over QUICK_MAX_ELEMS elements are left out, and the run says so. */
 #include <cuda_runtime_api.h>
 #include <math.h>
 #include <stdint.h>
@@ -23,10 +25,17 @@
 #define TEST_BIG_WORDS (1 << 22) /* bitmap words */
 #endif
 
+/* Largest unit (W x n elements) of the sparsify shapes and sketch cases in a quick run. */
+#define QUICK_MAX_ELEMS 300000
+
 #define CUDA_OK(expr) CHECK_MSG((expr) == cudaSuccess, "%s: %s", #expr, cudaGetErrorString(cudaGetLastError()))
 
 static cudaStream_t stream;
 static cudaEvent_t ev_start, ev_stop;
+static int quick; /* argv[1] == "quick" */
+
+/* A case of w x n elements that a quick run leaves out. */
+static int skipped_when_quick(int64_t w, int64_t n) { return quick && w * n > QUICK_MAX_ELEMS; }
 
 /* xorshift64* test generator. */
 static uint64_t rng_state = 0x9E3779B97F4A7C15ull;
@@ -221,6 +230,8 @@ static void test_sparsify(void) {
   static const struct { int32_t w; int64_t n; } shapes[] = {{1, 1}, {1, 1000}, {3, 4097}, {8, 100003}};
   static const float densities[] = {0.0f, 0.001f, 0.05f, 0.5f, 1.0f};
   for (size_t s = 0; s < sizeof shapes / sizeof *shapes; s++) {
+    if (skipped_when_quick(shapes[s].w, shapes[s].n))
+      continue;
     tagc_layout l;
     CHECK_OK(tagc_layout_init(&l, shapes[s].w, shapes[s].n, 2.0, 7));
     for (int kind = 0; kind < IN_KINDS; kind++)
@@ -382,6 +393,8 @@ static void test_sketch_pipeline(void) {
       {4, TEST_BIG_SHARD, 8.0, 0.05f, 0, 1},
   };
   for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
+    if (skipped_when_quick(cases[c].w, cases[c].n))
+      continue;
     tagc_layout l;
     CHECK_OK(tagc_layout_init(&l, cases[c].w, cases[c].n, cases[c].rho, 1234 + (uint32_t)c));
     float *kept;
@@ -588,7 +601,8 @@ static void test_lane_max(void) {
   CHECK(tagc_bitmap_lane_max_cuda(NULL, 3, 0, NULL, stream) == TAGC_EINVAL);
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+  quick = argc > 1 && strcmp(argv[1], "quick") == 0;
   int devices = 0;
   if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0)
     TEST_SKIP("no CUDA device");
@@ -608,5 +622,8 @@ int main(void) {
   cudaEventDestroy(ev_start);
   cudaEventDestroy(ev_stop);
   cudaStreamDestroy(stream);
+  if (quick)
+    printf("quick run: sparsify shapes and sketch cases over %d elements left to the full run\n",
+           QUICK_MAX_ELEMS);
   return TEST_END();
 }

@@ -1,0 +1,38 @@
+/* The subcommands of tagctl (tagctl/main.c dispatches to them) and what they share.
+ *
+ * Each subcommand gets argv[0] = its own name ("run", "inject", ...) and returns the exit
+ * status of tagctl: 0 done, 1 failed, 2 bad arguments (one line on stderr). */
+#ifndef TAGC_TAGCTL_TAGCTL_H
+#define TAGC_TAGCTL_TAGCTL_H
+
+#include <stdint.h>
+
+#include "cluster/etcd.h"
+
+int tagctl_run(int argc, char **argv);    /* tagctl/run.c */
+int tagctl_inject(int argc, char **argv); /* tagctl/inject.c */
+int tagctl_status(int argc, char **argv); /* tagctl/status.c */
+
+/* The options of the subcommands that work on a job's etcd keys (inject, status). */
+typedef struct tagctl_etcd_args {
+  char *etcd;
+  char *job;
+  char *worker;
+  int64_t at_step;
+  double seconds;
+  int clear;
+} tagctl_etcd_args;
+
+/* Parses argv into *args (zeroed by the caller; positional arguments into pos[max_pos] and
+ * *n_pos, which may be NULL when max_pos is 0), checks the job id and creates the etcd
+ * client *etcd (caller destroys). `usage` and `summary` are for --help. Returns -1 when the
+ * subcommand should go on, else its exit status: 0 after --help, 2 after a one-line error on
+ * stderr. Free args with tagctl_etcd_args_free() in every case. */
+int tagctl_etcd_setup(const char *name, const char *usage, const char *summary, int argc,
+                      char **argv, tagctl_etcd_args *args, char **pos, int max_pos, int *n_pos,
+                      tagc_etcd **etcd);
+
+/* Frees the strings of *args. Idempotent. */
+void tagctl_etcd_args_free(tagctl_etcd_args *args);
+
+#endif

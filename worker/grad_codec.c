@@ -1,0 +1,339 @@
+/* The gradient codec (grad_codec.h): per-policy reduction of a segment's gradient, the TAGC-2
+ * pipeline with error feedback, and the residual's checkpoint views. */
+#include "worker/grad_codec.h"
+
+#include <math.h>
+#include <stdlib.h>
+
+#include "kernels/tagc_kernels.h"
+
+#define MIN_RHO 1.25   /* below this a sketch costs about as much as a dense bf16 shard */
+#define PROBE_EVERY 16 /* steps between density probes of a segment sent dense */
+
+/* Scratch of the tagc reductions, grown on demand (device memory). */
+typedef struct reduce_scratch {
+  float *kept;
+  uint64_t *bitmap, *global_bitmap;
+  float *sketch, *my_sketch;
+  void *ws;
+  void *stats; /* sparsify stats [W], then decode stats, then the lane maximum */
+  size_t kept_cap, bitmap_cap, global_cap, sketch_cap, my_sketch_cap, ws_cap, stats_cap; /* bytes */
+} reduce_scratch;
+
+struct tagc_grad_codec {
+  tagc_grad_codec_config cfg;
+  tagc_device *dev;
+  int rank, world;
+  reduce_scratch scratch;
+  double feedback[3]; /* check_feedback sums: see tagc_grad_codec_take_feedback */
+};
+
+struct tagc_grad_segment {
+  tagc_role_policy pol;
+  size_t len, S;            /* elements, shard size */
+  uint32_t hash_seed;
+  /* device memory (worker/device.h) */
+  float *residual;          /* [W][S]: error feedback of this rank's local gradient (tagc) */
+  uint32_t *block_rows;     /* device copy of lay.block_rows */
+  tagc_layout lay;          /* sketch geometry at rho_used */
+  double rho_used;          /* rho of the current layout (0 = none built yet) */
+  double lane_density_seen; /* the maximum over ranks at the last step: decides rho */
+};
+
+tagc_status tagc_grad_codec_new(const tagc_grad_codec_config *cfg, tagc_grad_codec **out) {
+  *out = NULL;
+  if (tagc_device_is_cuda(cfg->device) && cfg->check_feedback)
+    return tagc_errorf(TAGC_EUNSUPPORTED, "the error-feedback check reads buffers on the host: CPU only");
+  tagc_grad_codec *c = calloc(1, sizeof *c);
+  if (!c)
+    return tagc_errorf(TAGC_ENOMEM, "gradient codec");
+  c->cfg = *cfg;
+  c->dev = cfg->device;
+  c->rank = cfg->comm ? tagc_comm_rank(cfg->comm) : 0;
+  c->world = cfg->comm ? tagc_comm_world_size(cfg->comm) : 1;
+  *out = c;
+  return TAGC_OK;
+}
+
+void tagc_grad_codec_free(tagc_grad_codec *c) {
+  if (!c)
+    return;
+  reduce_scratch *sc = &c->scratch;
+  void *bufs[] = {sc->kept, sc->bitmap, sc->global_bitmap, sc->sketch, sc->my_sketch, sc->ws, sc->stats};
+  for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
+    tagc_device_free(c->dev, bufs[i]);
+  free(c);
+}
+
+tagc_status tagc_grad_segment_new(tagc_grad_codec *c, const tagc_role_policy *pol, size_t len,
+                                  size_t S, uint32_t hash_seed, tagc_grad_segment **out) {
+  *out = NULL;
+  tagc_grad_segment *s = calloc(1, sizeof *s);
+  if (!s)
+    return tagc_errorf(TAGC_ENOMEM, "gradient codec segment");
+  s->pol = *pol;
+  s->len = len;
+  s->S = S;
+  s->hash_seed = hash_seed;
+  if (pol->kind == TAGC_POLICY_TAGC && c->world > 1) {
+    tagc_status st = tagc_device_alloc(c->dev, S * (size_t)c->world * sizeof(float), (void **)&s->residual);
+    if (st != TAGC_OK) {
+      free(s);
+      return st;
+    }
+  }
+  *out = s;
+  return TAGC_OK;
+}
+
+void tagc_grad_segment_free(tagc_grad_codec *c, tagc_grad_segment *s) {
+  if (!s)
+    return;
+  tagc_device_free(c->dev, s->residual);
+  tagc_device_free(c->dev, s->block_rows);
+  tagc_layout_free(&s->lay);
+  free(s);
+}
+
+void tagc_grad_segment_set_density_seen(tagc_grad_segment *s, double lane_density) {
+  s->lane_density_seen = lane_density;
+}
+
+double tagc_grad_segment_density_seen(const tagc_grad_segment *s) { return s->lane_density_seen; }
+
+double tagc_grad_segment_rho(const tagc_grad_segment *s) { return s->rho_used; }
+
+void tagc_grad_codec_take_feedback(tagc_grad_codec *c, double sums[3]) {
+  for (int k = 0; k < 3; k++) {
+    sums[k] = c->feedback[k];
+    c->feedback[k] = 0;
+  }
+}
+
+/* ---------- reduction ---------- */
+
+static tagc_wire wire_of(int bf16) { return bf16 ? TAGC_WIRE_BF16 : TAGC_WIRE_NATIVE; }
+
+/* The segment's gradient as W shards of S floats: grad itself, or a zero-padded copy in work
+ * when len < W*S. */
+static tagc_status padded(tagc_grad_codec *c, const tagc_grad_segment *s, tagc_lane lane,
+                          const float *grad, float *work, const float **out) {
+  size_t n = s->S * (size_t)c->world;
+  *out = grad;
+  if (n == s->len)
+    return TAGC_OK;
+  TAGC_CHECK(tagc_device_copy(c->dev, lane, work, grad, s->len * sizeof(float), TAGC_COPY_D2D));
+  TAGC_CHECK(tagc_device_zero(c->dev, lane, work + s->len, (n - s->len) * sizeof(float)));
+  *out = work;
+  return TAGC_OK;
+}
+
+/* Dense reduce-scatter of the segment's W*S floats (grad is already padded). */
+static tagc_status reduce_dense(tagc_grad_codec *c, const tagc_grad_segment *s, tagc_lane lane,
+                                const float *grad, float *shard, tagc_wire wire) {
+  TAGC_CHECK(tagc_device_sync(c->dev, lane));
+  return tagc_comm_reduce_scatter(c->cfg.comm, grad, shard, s->S, TAGC_DTYPE_F32, TAGC_REDOP_SUM,
+                                  wire, c->cfg.op_timeout_s);
+}
+
+/* Device scratch of at least `bytes` (contents not kept when it grows). */
+static tagc_status grow(tagc_grad_codec *c, void **buf, size_t *cap, size_t bytes) {
+  if (bytes <= *cap)
+    return TAGC_OK;
+  tagc_device_free(c->dev, *buf);
+  *buf = NULL;
+  *cap = 0;
+  TAGC_CHECK(tagc_device_alloc(c->dev, bytes, buf));
+  *cap = bytes;
+  return TAGC_OK;
+}
+
+/* rho for this step: the fixed one, or the advisor's from the density all ranks measured at
+ * the previous step, rounded down to a quarter power of two so the sketch layout is rebuilt
+ * only when the density moves. 0 means the sketch would not pay: send dense. */
+static tagc_status choose_rho(const tagc_grad_segment *s, int64_t step, double *rho) {
+  if (s->pol.rho > 0) {
+    *rho = s->pol.rho;
+    return TAGC_OK;
+  }
+  /* the densest lane decides whether the sketch peels (kernels/rho.h) */
+  double d = s->lane_density_seen;
+  if (d <= 0) /* nothing measured yet: assume the worst, full lanes (a lossless probe) */
+    d = 1.0;
+  double advised;
+  TAGC_CHECK(tagc_rho_advise(d, (int64_t)s->S, &advised));
+  /* rounded down to a quarter power of two: few distinct layouts */
+  double safe = exp2(floor(4 * log2(fmax(advised, TAGC_RHO_MIN))) / 4);
+  if (advised >= MIN_RHO)
+    *rho = safe;
+  else /* too dense for the sketch to pay: dense, but every PROBE_EVERY steps a (lossless,
+          larger) sketch at the advised rho measures the density again */
+    *rho = step % PROBE_EVERY == 0 ? safe : 0;
+  return TAGC_OK;
+}
+
+/* Test hook (CPU only: reads the buffers on the host): error-feedback mass of one sparsify
+ * call. `in` is the sum of raw gradient and old residual; what was kept (and so sent) plus
+ * the new residual must sum to the same. */
+static void record_feedback(tagc_grad_codec *c, const tagc_grad_segment *s, double in, double abs_in) {
+  const tagc_layout *l = &s->lay;
+  double out = 0;
+  for (size_t j = 0; j < (size_t)c->world; j++) {
+    const float *kept = c->scratch.kept + j * (size_t)l->shard_padded;
+    const float *res = s->residual + j * s->S;
+    for (size_t i = 0; i < s->S; i++)
+      out += (double)kept[i] + (double)res[i];
+  }
+  c->feedback[0] += in;
+  c->feedback[1] += out;
+  c->feedback[2] += abs_in;
+}
+
+/* Builds the sketch layout of segment s at rho (and its device copy of the block rows). */
+static tagc_status set_layout(tagc_grad_codec *c, tagc_grad_segment *s, tagc_lane lane, double rho) {
+  tagc_layout_free(&s->lay);
+  tagc_device_free(c->dev, s->block_rows);
+  s->block_rows = NULL;
+  s->rho_used = 0;
+  TAGC_CHECK(tagc_layout_init(&s->lay, c->world, (int64_t)s->S, rho, 0x7a6cu + s->hash_seed));
+  size_t bytes = (size_t)s->lay.blocks * 3 * sizeof(uint32_t);
+  TAGC_CHECK(tagc_device_alloc(c->dev, bytes, (void **)&s->block_rows));
+  TAGC_CHECK(tagc_device_copy(c->dev, lane, s->block_rows, s->lay.block_rows, bytes, TAGC_COPY_H2D));
+  s->rho_used = rho;
+  return TAGC_OK;
+}
+
+/* Grows the scratch to the needs of segment s at its current layout. */
+static tagc_status grow_scratch(tagc_grad_codec *c, const tagc_grad_segment *s) {
+  const tagc_layout *l = &s->lay;
+  size_t W = (size_t)c->world, n = s->S * W;
+  size_t words = (size_t)l->bitmap_words, cells = (size_t)l->sketch_cells;
+  size_t stats_bytes = W * sizeof(tagc_sparsify_stats) + sizeof(tagc_decode_stats) + sizeof(int64_t);
+  reduce_scratch *sc = &c->scratch;
+  TAGC_CHECK(grow(c, (void **)&sc->kept, &sc->kept_cap, n * sizeof(float)));
+  TAGC_CHECK(grow(c, (void **)&sc->bitmap, &sc->bitmap_cap, W * words * sizeof(uint64_t)));
+  TAGC_CHECK(grow(c, (void **)&sc->global_bitmap, &sc->global_cap, words * sizeof(uint64_t)));
+  TAGC_CHECK(grow(c, (void **)&sc->sketch, &sc->sketch_cap, W * cells * sizeof(float)));
+  TAGC_CHECK(grow(c, (void **)&sc->my_sketch, &sc->my_sketch_cap, cells * sizeof(float)));
+  TAGC_CHECK(grow(c, &sc->stats, &sc->stats_cap, stats_bytes));
+  size_t ws = tagc_kernels_workspace_bytes(tagc_device_is_cuda(c->dev) ? TAGC_DEVICE_CUDA : TAGC_DEVICE_CPU, l, 1);
+  return grow(c, &sc->ws, &sc->ws_cap, ws);
+}
+
+/* Sends v = grad + residual dense (grad already padded); nothing is left behind. */
+static tagc_status reduce_tagc_dense(tagc_grad_codec *c, tagc_grad_segment *s, tagc_lane lane,
+                                     const float *grad, float *shard, float *work) {
+  size_t n = s->S * (size_t)c->world;
+  if (grad != work)
+    TAGC_CHECK(tagc_device_copy(c->dev, lane, work, grad, n * sizeof(float), TAGC_COPY_D2D));
+  TAGC_CHECK(tagc_device_add(c->dev, lane, work, s->residual, n));
+  TAGC_CHECK(tagc_device_zero(c->dev, lane, s->residual, n * sizeof(float)));
+  return reduce_dense(c, s, lane, work, shard, wire_of(c->cfg.sketch_bf16));
+}
+
+/* One tagc segment: sparsify with error feedback, OR the bitmaps to their owners, encode the
+ * W destination sketches, reduce-scatter them, decode this rank's shard. */
+static tagc_status reduce_tagc(tagc_grad_codec *c, tagc_grad_segment *s, tagc_lane lane, int64_t step,
+                               const float *grad, float *shard, float *work, tagc_grad_stats *stats) {
+  size_t W = (size_t)c->world, n = s->S * W;
+  reduce_scratch *sc = &c->scratch;
+  TAGC_CHECK(padded(c, s, lane, grad, work, &grad)); /* the kernels read grad as [W][S] */
+  double rho;
+  TAGC_CHECK(choose_rho(s, step, &rho));
+  stats->tagc = 1;
+  stats->dense = rho == 0;
+  if (stats->dense) {
+    stats->global_bits = -1; /* not measured */
+    return reduce_tagc_dense(c, s, lane, grad, shard, work);
+  }
+  if (rho != s->rho_used)
+    TAGC_CHECK(set_layout(c, s, lane, rho));
+  const tagc_layout *l = &s->lay;
+  size_t words = (size_t)l->bitmap_words, cells = (size_t)l->sketch_cells;
+  TAGC_CHECK(grow_scratch(c, s));
+  tagc_kernel_ctx ctx = tagc_device_kernel_ctx(c->dev, lane, s->block_rows, sc->ws, sc->ws_cap);
+  tagc_sparsify_stats *ss = sc->stats;
+  tagc_decode_stats *ds_dev = (tagc_decode_stats *)(ss + W);
+  int64_t *lane_max_dev = (int64_t *)(ds_dev + 1);
+
+  double in = 0, abs_in = 0;
+  if (c->cfg.check_feedback)
+    for (size_t i = 0; i < n; i++) {
+      in += (double)grad[i] + (double)s->residual[i];
+      abs_in += fabs((double)grad[i]) + fabs((double)s->residual[i]);
+    }
+  TAGC_CHECK(tagc_kernels_sparsify(&ctx, l, (float)s->pol.density, grad, s->residual, sc->kept,
+                                   sc->bitmap, ss));
+  if (c->cfg.check_feedback)
+    record_feedback(c, s, in, abs_in);
+  TAGC_CHECK(tagc_device_sync(c->dev, lane));
+  TAGC_CHECK(tagc_comm_reduce_scatter(c->cfg.comm, sc->bitmap, sc->global_bitmap, words,
+                                      TAGC_DTYPE_U64, TAGC_REDOP_BOR, TAGC_WIRE_NATIVE,
+                                      c->cfg.op_timeout_s));
+  TAGC_CHECK(tagc_kernels_encode(&ctx, l, sc->kept, sc->bitmap, sc->sketch));
+  TAGC_CHECK(tagc_device_sync(c->dev, lane));
+  TAGC_CHECK(tagc_comm_reduce_scatter(c->cfg.comm, sc->sketch, sc->my_sketch, cells,
+                                      TAGC_DTYPE_F32, TAGC_REDOP_SUM, wire_of(c->cfg.sketch_bf16),
+                                      c->cfg.op_timeout_s));
+  TAGC_CHECK(tagc_kernels_decode(&ctx, l, sc->my_sketch, sc->global_bitmap, shard, ds_dev));
+  TAGC_CHECK(tagc_kernels_lane_max(&ctx, sc->global_bitmap, l->blocks, lane_max_dev));
+  tagc_decode_stats ds;
+  int64_t lane_max;
+  TAGC_CHECK(tagc_device_copy(c->dev, lane, &ds, ds_dev, sizeof ds, TAGC_COPY_D2H));
+  TAGC_CHECK(tagc_device_copy(c->dev, lane, &lane_max, lane_max_dev, sizeof lane_max, TAGC_COPY_D2H));
+  stats->rho = rho;
+  stats->global_bits = ds.nonzero;
+  stats->estimated = ds.estimated;
+  stats->lane_density = (double)lane_max / (double)l->blocks;
+  return TAGC_OK;
+}
+
+tagc_status tagc_grad_reduce(tagc_grad_codec *c, tagc_grad_segment *s, tagc_lane lane,
+                             int64_t step, const float *grad, float *shard, float *work,
+                             tagc_grad_stats *stats) {
+  *stats = (tagc_grad_stats){0};
+  if (c->world == 1) { /* nothing to send; a residual loaded from a checkpoint is folded in */
+    TAGC_CHECK(tagc_device_copy(c->dev, lane, shard, grad, s->len * sizeof(float), TAGC_COPY_D2D));
+    if (s->residual) {
+      TAGC_CHECK(tagc_device_add(c->dev, lane, shard, s->residual, s->len));
+      tagc_device_free(c->dev, s->residual);
+      s->residual = NULL;
+    }
+    return TAGC_OK;
+  }
+  if (s->pol.kind == TAGC_POLICY_TAGC)
+    return reduce_tagc(c, s, lane, step, grad, shard, work, stats);
+  TAGC_CHECK(padded(c, s, lane, grad, work, &grad));
+  return reduce_dense(c, s, lane, grad, shard, wire_of(s->pol.kind == TAGC_POLICY_BF16));
+}
+
+/* ---------- checkpoints ---------- */
+
+tagc_status tagc_grad_segment_canonicalise(tagc_grad_codec *c, tagc_grad_segment *s,
+                                           tagc_lane lane, float *work) {
+  if (!s->residual || c->world == 1)
+    return TAGC_OK;
+  size_t n = s->S * (size_t)c->world;
+  float *mine = s->residual + (size_t)c->rank * s->S;
+  TAGC_CHECK(tagc_comm_reduce_scatter(c->cfg.comm, s->residual, work, s->S, TAGC_DTYPE_F32,
+                                      TAGC_REDOP_SUM, TAGC_WIRE_NATIVE, c->cfg.op_timeout_s));
+  TAGC_CHECK(tagc_device_zero(c->dev, lane, s->residual, n * sizeof(float)));
+  return tagc_device_copy(c->dev, lane, mine, work, s->S * sizeof(float), TAGC_COPY_D2D);
+}
+
+float *tagc_grad_segment_residual_shard(const tagc_grad_codec *c, const tagc_grad_segment *s) {
+  return s->residual ? s->residual + (size_t)c->rank * s->S : NULL;
+}
+
+tagc_status tagc_grad_segment_reset_residual(tagc_grad_codec *c, tagc_grad_segment *s,
+                                             tagc_lane lane, float **shard) {
+  *shard = NULL;
+  if (s->pol.kind != TAGC_POLICY_TAGC)
+    return TAGC_OK;
+  size_t n = s->S * (size_t)c->world;
+  if (!s->residual)
+    TAGC_CHECK(tagc_device_alloc(c->dev, n * sizeof(float), (void **)&s->residual));
+  TAGC_CHECK(tagc_device_zero(c->dev, lane, s->residual, n * sizeof(float)));
+  *shard = s->residual + (size_t)c->rank * s->S;
+  return TAGC_OK;
+}

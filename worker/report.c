@@ -1,0 +1,298 @@
+#include "report.h"
+
+#include <cblas.h>
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cluster/member.h"
+#include "common/crc32c.h"
+#include "common/json.h"
+#include "common/log.h"
+#include "common/timeutil.h"
+
+void tagc_report_init(tagc_report *rp, const tagc_report_config *c) {
+  memset(rp, 0, sizeof *rp);
+  rp->c = *c;
+  tagc_device_get_info(c->device, &rp->dev_info);
+  if (c->http)
+    rp->sample = (tagc_worker_sample){.loss = NAN, .rank = -1};
+  rp->loss = rp->val = NAN;
+  rp->t0 = tagc_now();
+  rp->last_print = -1e9;
+}
+
+void tagc_report_free(tagc_report *rp) {
+  free(rp->tt.step_s);
+  rp->tt.step_s = NULL;
+  rp->tt.n_times = rp->tt.step_cap = 0;
+  if (rp->metrics)
+    fclose(rp->metrics);
+  rp->metrics = NULL;
+}
+
+void tagc_report_set_member(tagc_report *rp, struct tagc_member *member) { rp->member = member; }
+
+void tagc_report_generation(tagc_report *rp, int64_t gen, int rank, int world) {
+  rp->gen = gen;
+  rp->rank = rank;
+  rp->world = world;
+}
+
+tagc_status tagc_report_open_metrics(tagc_report *rp, int64_t start_step) {
+  if (rp->rank != 0 || rp->metrics)
+    return TAGC_OK;
+  char path[4200];
+  snprintf(path, sizeof path, "%s/metrics.jsonl", rp->c.cfg->out);
+  rp->metrics = fopen(path, start_step > 0 ? "a" : "w");
+  if (!rp->metrics)
+    return tagc_errorf(TAGC_EIO, "%s: %s", path, strerror(errno));
+  return TAGC_OK;
+}
+
+void tagc_report_end_generation(tagc_report *rp) {
+  if (rp->rank != 0 && rp->metrics) {
+    fclose(rp->metrics);
+    rp->metrics = NULL;
+  }
+}
+
+static double step_tokens(const tagc_report *rp) {
+  return (double)rp->c.cfg->batch * (double)rp->c.cfg->ctx;
+}
+
+void tagc_report_step(tagc_report *rp, const tagc_step_stats *ss) {
+  rp->loss = ss->loss;
+  tagc_report_totals *tt = &rp->tt;
+  if (tt->n_times == tt->step_cap) {
+    int64_t cap = tt->step_cap ? 2 * tt->step_cap : 1024;
+    double *p = realloc(tt->step_s, (size_t)cap * sizeof(double));
+    if (p) { /* else the median leaves the later steps out */
+      tt->step_s = p;
+      tt->step_cap = cap;
+    }
+  }
+  if (tt->n_times < tt->step_cap)
+    tt->step_s[tt->n_times++] = ss->step_s;
+  tt->steps++;
+  tt->tokens += step_tokens(rp);
+  tt->bytes_sent += (double)ss->bytes_sent;
+  tt->comm_s += ss->comm_s;
+  tt->exposed_s += ss->exposed_comm_s;
+  tt->unpeeled += (double)ss->unpeeled;
+  tt->tagc_elements += (double)ss->tagc_elements;
+  tt->density += ss->global_density;
+  tt->rho += ss->rho;
+}
+
+void tagc_report_val_loss(tagc_report *rp, double val_loss) { rp->val = val_loss; }
+
+int64_t tagc_report_steps_run(const tagc_report *rp) { return rp->tt.steps; }
+
+/* ---------- the progress line and metrics.jsonl ---------- */
+
+static void format_duration(double s, char *buf, size_t cap) {
+  if (s < 60)
+    snprintf(buf, cap, "%.1fs", s);
+  else if (s < 3600)
+    snprintf(buf, cap, "%dm%02ds", (int)s / 60, (int)s % 60);
+  else
+    snprintf(buf, cap, "%dh%02dm", (int)s / 3600, (int)s % 3600 / 60);
+}
+
+static void print_progress(const tagc_report *rp, int64_t step, double val_loss) {
+  double elapsed = tagc_now() - rp->t0;
+  char el[32], eta[32];
+  int64_t done = step + 1, steps = rp->c.cfg->steps;
+  format_duration(elapsed, el, sizeof el);
+  format_duration(elapsed / (double)(rp->tt.steps ? rp->tt.steps : 1) * (double)(steps - done),
+                  eta, sizeof eta);
+  char val[32] = "";
+  if (!isnan(val_loss))
+    snprintf(val, sizeof val, " val %.4f", val_loss);
+  printf("step %lld/%lld  loss %.4f%s  %.0f tok/s  workers %d  elapsed %s  eta %s\n",
+         (long long)done, (long long)steps, rp->loss, val, rp->tt.tokens / elapsed, rp->world,
+         el, eta);
+  fflush(stdout);
+}
+
+/* CRC32C of the window starts of global batch `step`: identifies the batch sequence, which
+ * must not depend on world size, failures or restarts. */
+static uint32_t batch_crc(const tagc_report *rp, int64_t step) {
+  const tagc_train_config *cfg = rp->c.cfg;
+  uint32_t crc = 0;
+  for (int64_t i = 0; i < cfg->batch; i++) {
+    uint64_t start = tagc_sample_start((uint64_t)cfg->seed, step, i, rp->c.corpus->n_train,
+                                       (size_t)cfg->ctx + 1);
+    crc = tagc_crc32c(crc, &start, sizeof start);
+  }
+  return crc;
+}
+
+static void write_metrics(tagc_report *rp, int64_t step, const tagc_step_stats *ss,
+                          double val_loss) {
+  json_t *m = json_pack("{s:I, s:f, s:f, s:f, s:f, s:f, s:f, s:I, s:f, s:f, s:f, s:f, s:I, s:i, s:I}",
+                        "step", (json_int_t)(step + 1), "loss", ss->loss, "grad_norm",
+                        ss->grad_norm, "lr", ss->lr, "step_s", ss->step_s, "tokens_per_s",
+                        step_tokens(rp) / ss->step_s, "elapsed_s", tagc_now() - rp->t0,
+                        "bytes_sent", (json_int_t)ss->bytes_sent, "comm_s", ss->comm_s,
+                        "exposed_comm_s", ss->exposed_comm_s, "global_density",
+                        ss->global_density, "rho", ss->rho, "unpeeled",
+                        (json_int_t)ss->unpeeled, "world_size", rp->world, "generation",
+                        (json_int_t)rp->gen);
+  if (!m)
+    return;
+  if (!isnan(val_loss))
+    json_object_set_new(m, "val_loss", json_real(val_loss));
+  if (rp->c.cfg->check_feedback)
+    json_object_set_new(m, "feedback_error", json_real(ss->feedback_error));
+  json_object_set_new(m, "batch_crc32c", json_integer(batch_crc(rp, step)));
+  json_dumpf(m, rp->metrics, JSON_COMPACT);
+  fputc('\n', rp->metrics);
+  fflush(rp->metrics);
+  json_decref(m);
+}
+
+void tagc_report_metrics_line(tagc_report *rp, int64_t step, const tagc_step_stats *ss,
+                              double val_loss, int force) {
+  write_metrics(rp, step, ss, val_loss);
+  double now = tagc_now();
+  if (force || !isnan(val_loss) || now - rp->last_print >= 1.0) {
+    print_progress(rp, step, val_loss);
+    rp->last_print = now;
+  }
+}
+
+/* ---------- etcd progress and /metrics ---------- */
+
+void tagc_report_progress(tagc_report *rp, int64_t step, const tagc_step_stats *ss, int force) {
+  double now = tagc_now();
+  if (!rp->member || rp->rank != 0 || (!force && now - rp->last_progress < 1.0))
+    return;
+  if (!force && step + 1 >= rp->c.cfg->steps)
+    return;
+  rp->last_progress = now;
+  double tokens_per_s = ss->step_s > 0 ? step_tokens(rp) / ss->step_s : 0;
+  json_t *p = json_pack("{s:I, s:f, s:f, s:I, s:i, s:I}", "step", (json_int_t)(step + 1), "loss",
+                        isfinite(ss->loss) ? ss->loss : 0.0, "tokens_per_s", tokens_per_s,
+                        "bytes_per_step", (json_int_t)ss->bytes_sent, "world_size", rp->world,
+                        "generation", (json_int_t)rp->gen);
+  if (p && tagc_member_progress(rp->member, p) != TAGC_OK)
+    LOG_WARN("train", "progress not recorded: %s", tagc_last_error());
+  json_decref(p);
+}
+
+void tagc_report_sample(tagc_report *rp, int64_t steps_done, const tagc_step_stats *ss,
+                        const tagc_recovery_counts *rec, const tagc_comm *comm) {
+  if (!rp->c.http)
+    return;
+  tagc_worker_sample *m = &rp->sample;
+  if (ss) {
+    m->loss = ss->loss;
+    m->step_s = ss->step_s;
+    m->tokens_per_s = step_tokens(rp) / ss->step_s;
+    m->bytes_sent += ss->bytes_sent;
+    m->bytes_recv += ss->bytes_recv;
+  }
+  m->step = steps_done;
+  m->failures = rec->failures;
+  m->recoveries = rec->recoveries;
+  m->steps_lost = rec->steps_lost;
+  m->max_recovery_s = rec->max_recovery_s;
+  m->last_recovery_s = rec->last_recovery_s;
+  m->recovering = rec->recovering;
+  m->generation = rp->gen;
+  m->world_size = rp->world;
+  m->rank = rp->rank;
+  if (comm)
+    m->link_rate = tagc_comm_link_rate(tagc_comm_backend_of(comm));
+  tagc_metrics_http_publish(rp->c.http, m);
+}
+
+/* ---------- summary.json ---------- */
+
+static int cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
+/* Where this worker computed, and its model FLOPs utilisation at the median step when the
+ * device's peak is known (the whole job's tokens over all its devices' peaks). */
+static json_t *device_json(const tagc_report *rp, double tokens_per_s) {
+  const tagc_device_info *d = &rp->dev_info;
+  uint64_t cur, peak;
+  tagc_device_usage(rp->c.device, &cur, &peak);
+  double flops = tokens_per_s * tagc_model_flops_per_token(rp->c.layout);
+  json_t *j = json_pack("{s:s, s:i, s:s, s:s, s:f, s:I, s:I}", "kind", d->kind, "index", d->index,
+                        "name", d->name, "compute", rp->c.cfg->compute, "model_tflops_per_s",
+                        flops / 1e12, "engine_bytes_peak", (json_int_t)peak, "total_bytes",
+                        (json_int_t)d->total_bytes);
+  if (j)
+    json_object_set_new(j, "mfu", d->peak_tflops > 0
+                                      ? json_real(flops / (d->peak_tflops * 1e12 * rp->world))
+                                      : json_null());
+  return j;
+}
+
+static tagc_status write_summary(tagc_report *rp, const tagc_report_final *f, const char *path) {
+  const tagc_train_config *cfg = rp->c.cfg;
+  const tagc_report_totals *tt = &rp->tt;
+  const tagc_recovery_counts *rec = f->recovery;
+  double n = tt->steps ? (double)tt->steps : 1, wall = tagc_now() - rp->t0;
+  qsort(tt->step_s, (size_t)tt->n_times, sizeof(double), cmp_double);
+  double median = tt->n_times ? tt->step_s[tt->n_times / 2] : 0;
+  json_t *s = json_pack(
+      "{s:I, s:f, s:f, s:f, s:f, s:i, s:s, s:s, s:i, s:I, s:I, s:I, s:f, s:f, s:f, s:f, s:f, s:f, s:f}",
+      "steps", (json_int_t)f->step, "final_train_loss", isnan(rp->loss) ? 0.0 : rp->loss,
+      "final_val_loss", isnan(rp->val) ? 0.0 : rp->val, "tokens_per_s", tt->tokens / wall,
+      "wall_s", wall, "world_size", rp->world, "compress", cfg->compress, "blas",
+      openblas_get_config(), "threads", rp->c.threads, "params",
+      (json_int_t)rp->c.layout->n_params, "seed", (json_int_t)cfg->seed, "params_crc32c",
+      (json_int_t)f->params_crc32c, "bytes_sent_per_step", tt->bytes_sent / n,
+      "comm_s_per_step", tt->comm_s / n, "exposed_comm_s_per_step", tt->exposed_s / n,
+      "step_s_median", median, "unpeeled_fraction",
+      tt->tagc_elements > 0 ? tt->unpeeled / tt->tagc_elements : 0.0, "global_density",
+      tt->density / n, "rho", tt->rho / n);
+  if (!s)
+    return tagc_errorf(TAGC_ENOMEM, "summary");
+  if (isnan(rp->loss)) /* no step of the job ran in this process */
+    json_object_set_new(s, "final_train_loss", json_null());
+  if (isnan(rp->val)) /* no evaluation completed in this process */
+    json_object_set_new(s, "final_val_loss", json_null());
+  json_object_set_new(s, "steps_this_run", json_integer(tt->steps));
+  json_object_set_new(s, "resumed_from", json_integer(f->resumed_from));
+  json_object_set_new(s, "generation", json_integer(rp->gen));
+  json_object_set_new(s, "device", device_json(rp, median > 0 ? step_tokens(rp) / median : 0));
+  json_object_set_new(s, "failures", json_integer(rec->failures));
+  json_object_set_new(s, "recoveries", json_integer(rec->recoveries));
+  json_object_set_new(s, "max_recovery_s", json_real(rec->max_recovery_s));
+  json_object_set_new(s, "steps_lost", json_integer(rec->steps_lost));
+  json_object_set(s, "model", f->model);
+  if (f->ckpt)
+    json_object_set_new(s, "ckpt", json_pack("{s:I, s:I, s:I, s:f, s:f}", "saves",
+                                             (json_int_t)f->ckpt->saves_done, "failed",
+                                             (json_int_t)f->ckpt->saves_failed,
+                                             "backpressure_waits",
+                                             (json_int_t)f->ckpt->backpressure_waits,
+                                             "last_write_s", f->ckpt->last_write_s,
+                                             "last_stall_s", f->ckpt->last_stall_s));
+  tagc_status st = tagc_json_write_file(path, s);
+  json_decref(s);
+  return st;
+}
+
+tagc_status tagc_report_finish(tagc_report *rp, const tagc_report_final *f) {
+  char path[4200];
+  snprintf(path, sizeof path, "%s/summary.json", rp->c.cfg->out);
+  if (rp->tt.steps == 0 && access(path, F_OK) == 0) {
+    LOG_INFO("train", "the checkpoint is final and %s exists: kept", path);
+    return TAGC_OK;
+  }
+  TAGC_CHECK(write_summary(rp, f, path));
+  LOG_INFO("train", "%s at step %lld: train loss %.4f, val loss %.4f, %.0f tokens/s",
+           f->stopped ? "stopped (--stop-at)" : "finished", (long long)f->step, rp->loss, rp->val,
+           rp->tt.tokens / (tagc_now() - rp->t0));
+  return TAGC_OK;
+}

@@ -1,0 +1,133 @@
+/* What a training job in one worker process tells the world: the progress line on stdout,
+ * OUT/metrics.jsonl (one JSON object per step, rank 0), OUT/summary.json (rank 0, at the end),
+ * rank 0's progress record in etcd (elastic mode) and the sample served on /metrics.
+ *
+ * A tagc_report lives as long as the process (worker/run.c owns it): it keeps the running
+ * totals over every generation, the latest losses, the clock of the job and the metrics file.
+ * worker/run.c tells it which generation runs (tagc_report_generation) and hands it each
+ * completed step; the recovery accounting stays in run.c and comes in as tagc_recovery_counts.
+ *
+ * Threading: one thread (the training thread) calls these. */
+#ifndef TAGC_WORKER_REPORT_H
+#define TAGC_WORKER_REPORT_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include <jansson.h>
+
+#include "ckpt/ckpt_saver.h"
+#include "comm/comm.h"
+#include "common/status.h"
+#include "worker/data.h"
+#include "worker/device.h"
+#include "worker/engine.h"
+#include "worker/metrics_http.h"
+#include "worker/model.h"
+#include "worker/run_config.h"
+
+struct tagc_member; /* cluster/member.h */
+
+/* Failures and recoveries over the process, as summary.json and /metrics show them. */
+typedef struct tagc_recovery_counts {
+  int failures, recoveries;
+  double max_recovery_s, last_recovery_s; /* failure -> first completed step */
+  int64_t steps_lost;                     /* steps recomputed since the checkpoint */
+  int recovering;                         /* a failure awaits its first completed step */
+} tagc_recovery_counts;
+
+/* Running totals over the whole process (all generations), for summary.json. */
+typedef struct tagc_report_totals {
+  double tokens, bytes_sent, comm_s, exposed_s, unpeeled, tagc_elements, density, rho;
+  int64_t steps;  /* steps run by this process, recomputed ones included */
+  double *step_s; /* per step, for the median */
+  int64_t n_times, step_cap;
+} tagc_report_totals;
+
+/* What the report reads and never owns (all borrowed; they outlive the report). */
+typedef struct tagc_report_config {
+  const tagc_train_config *cfg;
+  const tagc_model_layout *layout;
+  const tagc_corpus *corpus; /* the batch CRC of each metrics line */
+  tagc_device *device;       /* summary.json: where the model computed, its memory peak */
+  int threads;               /* compute threads, for summary.json */
+  tagc_metrics_http *http;   /* --metrics-addr server, or NULL */
+} tagc_report_config;
+
+typedef struct tagc_report {
+  tagc_report_config c;
+  tagc_device_info dev_info;
+  struct tagc_member *member; /* elastic mode: progress records; else NULL */
+  int64_t gen;                /* the current (or last) generation */
+  int rank, world;
+  FILE *metrics;              /* OUT/metrics.jsonl while this process is rank 0 */
+  tagc_report_totals tt;
+  double t0, last_print, last_progress;
+  double loss, val;           /* latest training and validation loss, NAN until known */
+  tagc_worker_sample sample;  /* what /metrics serves */
+} tagc_report;
+
+/* Initialises rp (caller-owned) and starts the job's clock: elapsed and wall times count
+ * from here. Cannot fail. */
+void tagc_report_init(tagc_report *rp, const tagc_report_config *c);
+
+/* Closes the metrics file and frees the totals. Idempotent. */
+void tagc_report_free(tagc_report *rp);
+
+/* Elastic mode: rank 0's progress goes to etcd through member (borrowed). */
+void tagc_report_set_member(tagc_report *rp, struct tagc_member *member);
+
+/* The generation the following reports come from. */
+void tagc_report_generation(tagc_report *rp, int64_t gen, int rank, int world);
+
+/* Rank 0: opens OUT/metrics.jsonl unless it is open already, appending when the generation
+ * resumes from a checkpoint (start_step > 0), else truncating it. Other ranks: nothing.
+ * TAGC_EIO with the path when it cannot be opened. */
+tagc_status tagc_report_open_metrics(tagc_report *rp, int64_t start_step);
+
+/* At a generation's end: a rank other than 0 closes the metrics file (the generation gave
+ * rank 0 to another process). */
+void tagc_report_end_generation(tagc_report *rp);
+
+/* A completed step (every rank): its loss and the running totals. */
+void tagc_report_step(tagc_report *rp, const tagc_step_stats *ss);
+
+/* A completed evaluation: the validation loss of the summary. */
+void tagc_report_val_loss(tagc_report *rp, double val_loss);
+
+/* Rank 0, after step `step` (0-based): one line of metrics.jsonl, and the progress line on
+ * stdout when `force`, on evaluation steps (val_loss not NAN) and otherwise once a second. */
+void tagc_report_metrics_line(tagc_report *rp, int64_t step, const tagc_step_stats *ss,
+                              double val_loss, int force);
+
+/* Elastic mode, rank 0: the progress record in etcd after step `step` (0-based), at most once
+ * a second unless `force`. The final step is published only with force, once summary.json
+ * is written: the coordinator ends the job when progress reaches it. A failed write is
+ * logged. Blocks for an etcd round trip when it writes. */
+void tagc_report_progress(tagc_report *rp, int64_t step, const tagc_step_stats *ss, int force);
+
+/* --metrics-addr: the served sample after a step (ss) or, with ss NULL, at a generation's
+ * start or end. comm (borrowed, may be NULL) gives the measured link rate. */
+void tagc_report_sample(tagc_report *rp, int64_t steps_done, const tagc_step_stats *ss,
+                        const tagc_recovery_counts *rec, const tagc_comm *comm);
+
+/* Steps this process has run so far (recomputed ones included). */
+int64_t tagc_report_steps_run(const tagc_report *rp);
+
+/* The end of the job in this process, for summary.json. */
+typedef struct tagc_report_final {
+  int64_t step;         /* the job's steps done */
+  int64_t resumed_from; /* the step the generation started from */
+  int stopped;          /* 1: --stop-at, 0: finished */
+  uint32_t params_crc32c;
+  const tagc_recovery_counts *recovery;
+  const tagc_ckpt_saver_stats *ckpt; /* NULL when the run saves no checkpoints */
+  json_t *model;        /* the model configuration (borrowed; the summary takes a reference) */
+} tagc_report_final;
+
+/* Rank 0: writes OUT/summary.json and logs the result, except that an existing summary is
+ * kept when this process trained no step (its checkpoint was already final). Errors of the
+ * write (TAGC_EIO, TAGC_ENOMEM). */
+tagc_status tagc_report_finish(tagc_report *rp, const tagc_report_final *f);
+
+#endif

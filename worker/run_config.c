@@ -1,0 +1,97 @@
+/* The option table of tagc-worker (worker/run_config.h). */
+#include "run_config.h"
+
+#include <stddef.h>
+
+#include "worker/data.h"
+
+#define OFF(f) offsetof(tagc_train_config, f)
+
+static const tagc_opt train_opts[] = {
+    {"corpus", TAGC_OPT_STRING, OFF(corpus), TAGC_DEFAULT_CORPUS, 0, -1, NULL,
+     "text file or directory to train on (*.dat and symlinks skipped)"},
+    {"out", TAGC_OPT_STRING, OFF(out), "out", 0, -1, NULL,
+     "output directory: metrics.jsonl, summary.json"},
+    {"steps", TAGC_OPT_INT, OFF(steps), "300", 1, 1e9, NULL, "optimizer steps to run"},
+    {"batch", TAGC_OPT_INT, OFF(batch), "16", 1, 1 << 20, NULL, "global batch in sequences"},
+    {"micro-batch", TAGC_OPT_INT, OFF(micro_batch), "0", 0, 1 << 20, NULL,
+     "sequences per forward/backward (0 = whole local batch); same math for any value"},
+    {"ctx", TAGC_OPT_INT, OFF(ctx), "64", 2, 4096, NULL, "context length in bytes"},
+    {"layers", TAGC_OPT_INT, OFF(layers), "2", 1, 64, NULL, "transformer blocks"},
+    {"heads", TAGC_OPT_INT, OFF(heads), "4", 1, 256, NULL, "attention heads"},
+    {"dim", TAGC_OPT_INT, OFF(dim), "64", 4, 16384, NULL, "model width (divisible by heads)"},
+    {"lr", TAGC_OPT_DOUBLE, OFF(lr), "0.003", 0, 10, NULL, "peak learning rate"},
+    {"min-lr-ratio", TAGC_OPT_DOUBLE, OFF(min_lr_ratio), "0.1", 0, 1, NULL,
+     "final learning rate as a fraction of the peak (cosine decay)"},
+    {"warmup", TAGC_OPT_INT, OFF(warmup), "20", 0, 1e9, NULL, "linear warmup steps"},
+    {"weight-decay", TAGC_OPT_DOUBLE, OFF(weight_decay), "0.1", 0, 10, NULL,
+     "AdamW decoupled weight decay (not on norms and biases)"},
+    {"grad-clip", TAGC_OPT_DOUBLE, OFF(grad_clip), "1.0", 0, 1e9, NULL,
+     "global gradient norm clip (0 = off)"},
+    {"beta1", TAGC_OPT_DOUBLE, OFF(beta1), "0.9", 0, 0.999999, NULL, "AdamW beta1"},
+    {"beta2", TAGC_OPT_DOUBLE, OFF(beta2), "0.95", 0, 0.999999, NULL, "AdamW beta2"},
+    {"eps", TAGC_OPT_DOUBLE, OFF(eps), "1e-8", 1e-30, 1, NULL, "AdamW epsilon"},
+    {"seed", TAGC_OPT_INT, OFF(seed), "1337", 0, 9.2e18, NULL, "seed of init and sampler"},
+    {"eval-every", TAGC_OPT_INT, OFF(eval_every), "50", 0, 1e9, NULL,
+     "validation every N steps (0 = only at the end)"},
+    {"eval-windows", TAGC_OPT_INT, OFF(eval_windows), "64", 1, 1 << 20, NULL,
+     "validation windows per evaluation"},
+    {"threads", TAGC_OPT_INT, OFF(threads), "0", 0, 1024, NULL,
+     "compute threads (BLAS and OpenMP; 0 = all cores)"},
+    {"log", TAGC_OPT_STRING, OFF(log), "info", 0, -1, NULL,
+     "log filter, e.g. info or warn,train=debug"},
+    {"compress", TAGC_OPT_STRING, OFF(compress), "tagc", 0, -1, NULL,
+     "gradient compression: tagc|bf16|none, optionally with role=kind[:density[:rho]] rules"},
+    {"rank", TAGC_OPT_INT, OFF(rank), "0", 0, 4095, NULL, "rank of this worker"},
+    {"world", TAGC_OPT_INT, OFF(world), "1", 1, 4096, NULL, "number of workers"},
+    {"rendezvous", TAGC_OPT_STRING, OFF(rendezvous), "", 0, -1, NULL,
+     "directory shared by the workers for the static rendezvous (world > 1)"},
+    {"ckpt-every", TAGC_OPT_INT, OFF(ckpt_every), "100", 0, 1e9, NULL,
+     "save a checkpoint every N steps and at the end (0 = never)"},
+    {"ckpt-dir", TAGC_OPT_STRING, OFF(ckpt_dir), "", 0, -1, NULL,
+     "checkpoint root (default OUT/ckpt); shared by all workers"},
+    {"ckpt-keep-last", TAGC_OPT_INT, OFF(ckpt_keep_last), "3", 0, 1e6, NULL,
+     "keep the newest N checkpoints (0 = keep all) ..."},
+    {"ckpt-keep-every", TAGC_OPT_INT, OFF(ckpt_keep_every), "0", 0, 1e9, NULL,
+     "... and every checkpoint whose step is a multiple of N (0 = none)"},
+    {"resume", TAGC_OPT_BOOL, OFF(resume), "true", 0, -1, NULL,
+     "continue from the newest valid checkpoint in the checkpoint root"},
+    {"stop-at", TAGC_OPT_INT, OFF(stop_at), "0", 0, 1e9, NULL,
+     "stop after this step as if interrupted, without changing the schedule (0 = run to --steps)"},
+    {"check-feedback", TAGC_OPT_BOOL, OFF(check_feedback), "false", 0, -1, NULL,
+     "test hook: measure error-feedback mass conservation each step (metrics: feedback_error)"},
+    {"fault", TAGC_OPT_STRING, OFF(fault), "", 0, -1, NULL,
+     "arm fault points: crash|exit|oom|hang|drop@STEP, slow=SECONDS, ckpt:STAGE (also TAGC_FAULT)"},
+    {"etcd", TAGC_OPT_STRING, OFF(etcd), "", 0, -1, NULL,
+     "etcd endpoints (comma-separated URLs): elastic mode, membership and rendezvous through etcd"},
+    {"job", TAGC_OPT_STRING, OFF(job), "default", 0, -1, NULL, "job name (etcd key prefix)"},
+    {"worker-id", TAGC_OPT_STRING, OFF(worker_id), "", 0, -1, NULL,
+     "this worker's id in etcd (default HOSTNAME-PID)"},
+    {"lease-ttl", TAGC_OPT_DOUBLE, OFF(lease_ttl), "3", 1, 600, NULL,
+     "seconds of the worker's etcd lease: how soon a vanished worker is noticed"},
+    {"dump-params", TAGC_OPT_STRING, OFF(dump_params), "", 0, -1, NULL,
+     "at the end, rank 0 writes the full fp32 parameter arena to this file (tests, tools)"},
+    {"gather", TAGC_OPT_CHOICE, OFF(gather), "fp32", 0, -1, "fp32|bf16",
+     "parameter all-gather precision (bf16 = mixed-precision FSDP: fp32 master shards)"},
+    {"reshard-after-forward", TAGC_OPT_BOOL, OFF(reshard_after_forward), "true", 0, -1, NULL,
+     "free a unit's gathered parameters after forward and gather again for backward (ZeRO-3); "
+     "false keeps them for the whole step"},
+    {"device", TAGC_OPT_STRING, OFF(device), "cpu", 0, -1, NULL,
+     "where the model computes: cpu, cuda (device 0) or cuda:N; cuda uses NCCL between workers"},
+    {"compute", TAGC_OPT_CHOICE, OFF(compute), "fp32", 0, -1, "fp32|bf16",
+     "precision of the matrix products on cuda (bf16 operands, fp32 accumulation and master "
+     "weights); the CPU computes in fp32"},
+    {"host", TAGC_OPT_STRING, OFF(host), "127.0.0.1", 0, -1, NULL,
+     "address this worker listens on and advertises to its peers"},
+    {"op-timeout", TAGC_OPT_DOUBLE, OFF(op_timeout), "60", 0.1, 86400, NULL,
+     "base seconds a collective may take before the worker treats it as failed; large "
+     "collectives get 3x their transfer time at the measured link rate on top"},
+    {"metrics-addr", TAGC_OPT_STRING, OFF(metrics_addr), "", 0, -1, NULL,
+     "serve /metrics (Prometheus) and /healthz on HOST:PORT (port 0 = any free one; "
+     "empty = off)"},
+};
+
+const tagc_opt_program tagc_train_program = {
+    "tagc-worker", "[options]",
+    "Trains a GPT-style byte-level transformer on a text corpus.", train_opts,
+    sizeof train_opts / sizeof train_opts[0]};
