@@ -599,22 +599,22 @@ static void val_fill(const tagc_corpus *c, uint64_t seed, int64_t step, int64_t 
 /* Records the global density of each tagc segment (all ranks see the same sums, so they
  * all choose the same rho next step) and the step's compression figures. */
 static void update_density(tagc_engine *e, tagc_step_stats *stats) {
-  double bits = 0, elements = 0, rho = 0;
-  int n = 0;
+  double bits = 0, elements = 0, rho = 0, tagc_len = 0;
   for (int i = 0; i < e->n_segs; i++) {
     engine_segment *s = &e->segs[i];
     if (!s->step.tagc)
       continue;
-    n++;
-    rho += s->step.rho;
+    tagc_len += (double)s->len;
     if (s->step.dense)
       continue; /* sent dense: nothing measured */
     tagc_grad_segment_set_density_seen(s->codec, e->sums[SUM_SEG0 + e->n_segs + i]);
     bits += e->sums[SUM_SEG0 + i];
     elements += (double)s->len;
+    rho += s->step.rho * (double)s->len;
   }
   stats->global_density = elements > 0 ? bits / elements : 0;
-  stats->rho = n ? rho / n : 0;
+  stats->rho = elements > 0 ? rho / elements : 0;
+  stats->sketch_coverage = tagc_len > 0 ? elements / tagc_len : 0;
   stats->unpeeled = (uint64_t)e->sums[SUM_ESTIMATED];
   if (e->sums[SUM_FB_ABS] > 0)
     stats->feedback_error = fabs(e->sums[SUM_FB_IN] - e->sums[SUM_FB_OUT]) / e->sums[SUM_FB_ABS];

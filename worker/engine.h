@@ -77,7 +77,10 @@ typedef struct tagc_step_stats {
   uint64_t bytes_sent;    /* payload bytes this rank sent during the step */
   uint64_t bytes_recv;
   double global_density;  /* tagc segments: non-zeros of the ORed index / elements */
-  double rho;             /* tagc segments: mean rho used (0 when no tagc segment) */
+  double rho;             /* tagc segments sent as sketches: their rho, weighted by elements
+                             (0 when none was) */
+  double sketch_coverage; /* fraction of the tagc segments' elements sent as sketches (the rest
+                             went dense: the sketch would not have paid) */
   uint64_t unpeeled;      /* tagc segments: elements left to the estimate, all ranks */
   uint64_t tagc_elements; /* tagc segments: elements set in the ORed bitmaps, all ranks */
   double feedback_error;  /* check_feedback: |sum(grad + old residual) - sum(kept + new

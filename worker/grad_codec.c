@@ -262,7 +262,7 @@ static tagc_status reduce_tagc(tagc_grad_codec *c, tagc_grad_segment *s, tagc_la
       in += (double)grad[i] + (double)s->residual[i];
       abs_in += fabs((double)grad[i]) + fabs((double)s->residual[i]);
     }
-  TAGC_CHECK(tagc_kernels_sparsify(&ctx, l, (float)s->pol.density, grad, s->residual, sc->kept,
+  TAGC_CHECK(tagc_kernels_sparsify(&ctx, l, (float)tagc_policy_rank_density(s->pol.density, c->world), grad, s->residual, sc->kept,
                                    sc->bitmap, ss));
   if (c->cfg.check_feedback)
     record_feedback(c, s, in, abs_in);
@@ -276,7 +276,7 @@ static tagc_status reduce_tagc(tagc_grad_codec *c, tagc_grad_segment *s, tagc_la
                                       TAGC_DTYPE_F32, TAGC_REDOP_SUM, wire_of(c->cfg.sketch_bf16),
                                       c->cfg.op_timeout_s));
   TAGC_CHECK(tagc_kernels_decode(&ctx, l, sc->my_sketch, sc->global_bitmap, shard, ds_dev));
-  TAGC_CHECK(tagc_kernels_lane_max(&ctx, sc->global_bitmap, l->blocks, lane_max_dev));
+  TAGC_CHECK(tagc_kernels_lane_max(&ctx, sc->global_bitmap, l->blocks, l->seed, lane_max_dev));
   tagc_decode_stats ds;
   int64_t lane_max;
   TAGC_CHECK(tagc_device_copy(c->dev, lane, &ds, ds_dev, sizeof ds, TAGC_COPY_D2H));

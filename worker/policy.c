@@ -1,8 +1,15 @@
 #include "policy.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+double tagc_policy_rank_density(double union_density, int world) {
+  if (world <= 1 || union_density >= 1)
+    return union_density;
+  return 1.0 - pow(1.0 - union_density, 1.0 / (double)world);
+}
 
 const char *tagc_policy_kind_name(tagc_policy_kind kind) {
   switch (kind) {

@@ -85,6 +85,7 @@ void tagc_report_step(tagc_report *rp, const tagc_step_stats *ss) {
   tt->tagc_elements += (double)ss->tagc_elements;
   tt->density += ss->global_density;
   tt->rho += ss->rho;
+  tt->coverage += ss->sketch_coverage;
 }
 
 void tagc_report_val_loss(tagc_report *rp, double val_loss) { rp->val = val_loss; }
@@ -148,6 +149,7 @@ static void write_metrics(tagc_report *rp, int64_t step, const tagc_step_stats *
     json_object_set_new(m, "val_loss", json_real(val_loss));
   if (rp->c.cfg->check_feedback)
     json_object_set_new(m, "feedback_error", json_real(ss->feedback_error));
+  json_object_set_new(m, "sketch_coverage", json_real(ss->sketch_coverage));
   json_object_set_new(m, "batch_crc32c", json_integer(batch_crc(rp, step)));
   json_dumpf(m, rp->metrics, JSON_COMPACT);
   fputc('\n', rp->metrics);
@@ -257,6 +259,7 @@ static tagc_status write_summary(tagc_report *rp, const tagc_report_final *f, co
       tt->density / n, "rho", tt->rho / n);
   if (!s)
     return tagc_errorf(TAGC_ENOMEM, "summary");
+  json_object_set_new(s, "sketch_coverage", json_real(tt->coverage / n));
   if (isnan(rp->loss)) /* no step of the job ran in this process */
     json_object_set_new(s, "final_train_loss", json_null());
   if (isnan(rp->val)) /* no evaluation completed in this process */
