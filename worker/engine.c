@@ -16,6 +16,7 @@
 
 #define BLOCK 1024 /* shard padding: the compression kernels' block */
 #define ROLLING_SLOTS 3 /* unit parameter buffers when resharding: in use, prefetched, spare */
+#define AUTO_EVERY 16 /* steps between wire decisions of `--compress auto` (after each probe) */
 #define MARK_SLOT 2048  /* device marks: unit u's gradient is mark u, slot s's release MARK_SLOT + s */
 
 /* Slots of the per-step scalars summed over ranks. */
@@ -25,7 +26,9 @@ enum {
   SUM_FB_OUT, /* ... sum of what was kept (sent) + new residuals */
   SUM_FB_ABS, /* ... sum of their absolute values (scale of the comparison) */
   SUM_SEG0    /* + segment index: global bits (summed); then + n_segs + segment index: the
-                 densest lane's density (maximum) */
+                 densest lane's density (maximum); then at + 2 n_segs minus the link rate
+                 (maximum: the slowest rank's), then + 2 n_segs + 1 + segment index: the codec's
+                 seconds (maximum) */
 };
 
 /* ---------- segments ---------- */
@@ -79,7 +82,7 @@ static tagc_status build_segments(tagc_engine *e) {
   if (e->cfg.gather_bf16)
     TAGC_CHECK(tagc_device_alloc(e->dev, (max_padded + max_padded / (size_t)e->world) * sizeof(uint16_t),
                                  (void **)&e->gather16));
-  size_t n_sums = (size_t)(SUM_SEG0 + 2 * e->n_segs);
+  size_t n_sums = (size_t)(SUM_SEG0 + 3 * e->n_segs + 1);
   e->xfer_bytes = n_sums * ((size_t)e->world + 1) * sizeof(double);
   TAGC_CHECK(tagc_device_alloc(e->dev, e->xfer_bytes, &e->xfer));
   e->sums = malloc(n_sums * sizeof(double));
@@ -596,14 +599,49 @@ static void val_fill(const tagc_corpus *c, uint64_t seed, int64_t step, int64_t 
   tagc_val_fill(c, first, count, T, tokens, targets);
 }
 
+/* `--compress auto`: after each density probe (every PROBE_EVERY steps), every adaptive
+ * segment takes the wire auto_policy.h predicts cheapest, from figures all ranks share (the
+ * slowest link, the largest codec time, the agreed density), so all ranks choose the same.
+ * Rank 0 logs each change with its reason. */
+static void choose_wires(tagc_engine *e, int64_t step, double link_rate) {
+  if (step % AUTO_EVERY != 0)
+    return;
+  for (int i = 0; i < e->n_segs; i++) {
+    engine_segment *s = &e->segs[i];
+    if (!s->pol.adaptive)
+      continue;
+    tagc_auto_input in = {(int64_t)s->len, e->world, link_rate,
+                          tagc_grad_segment_advised_rho(s->codec), s->codec_s};
+    tagc_wire_mode now = tagc_grad_segment_mode(s->codec);
+    tagc_wire_mode next = tagc_auto_choose(&in, now, s->switches);
+    if (next == now)
+      continue;
+    double cost[TAGC_MODE_COUNT];
+    tagc_auto_costs(&in, cost);
+    if (e->rank == 0)
+      LOG_INFO("engine", "auto: step %lld, %s: %s -> %s (link %.1f MB/s, rho %.2f, codec %.2f ms; "
+               "predicted %.2f -> %.2f ms per step)", (long long)step + 1, s->name,
+               tagc_wire_mode_name(now), tagc_wire_mode_name(next), link_rate / 1e6, in.rho,
+               1e3 * (s->codec_s), 1e3 * cost[now], 1e3 * cost[next]);
+    tagc_grad_segment_set_mode(s->codec, next);
+    s->switches++;
+  }
+}
+
 /* Records the global density of each tagc segment (all ranks see the same sums, so they
  * all choose the same rho next step) and the step's compression figures. */
 static void update_density(tagc_engine *e, tagc_step_stats *stats) {
-  double bits = 0, elements = 0, rho = 0, tagc_len = 0;
+  double bits = 0, elements = 0, rho = 0, tagc_len = 0, all = 0, path[TAGC_MODE_COUNT] = {0};
   for (int i = 0; i < e->n_segs; i++) {
     engine_segment *s = &e->segs[i];
-    if (!s->step.tagc)
+    all += (double)s->len;
+    if (!s->step.tagc) { /* a fixed dense policy */
+      path[s->pol.kind == TAGC_POLICY_BF16 ? TAGC_MODE_BF16 : TAGC_MODE_FP32] += (double)s->len;
       continue;
+    }
+    path[s->step.wire] += (double)s->len;
+    if (s->step.wire == TAGC_MODE_SKETCH)
+      s->codec_s = e->sums[SUM_SEG0 + 2 * e->n_segs + 1 + i];
     tagc_len += (double)s->len;
     if (s->step.dense)
       continue; /* sent dense: nothing measured */
@@ -615,6 +653,8 @@ static void update_density(tagc_engine *e, tagc_step_stats *stats) {
   stats->global_density = elements > 0 ? bits / elements : 0;
   stats->rho = elements > 0 ? rho / elements : 0;
   stats->sketch_coverage = tagc_len > 0 ? elements / tagc_len : 0;
+  for (int m = 0; m < TAGC_MODE_COUNT; m++)
+    stats->path_fraction[m] = all > 0 ? path[m] / all : 0;
   stats->unpeeled = (uint64_t)e->sums[SUM_ESTIMATED];
   if (e->sums[SUM_FB_ABS] > 0)
     stats->feedback_error = fabs(e->sums[SUM_FB_IN] - e->sums[SUM_FB_OUT]) / e->sums[SUM_FB_ABS];
@@ -638,7 +678,8 @@ tagc_status tagc_engine_step(tagc_engine *e, const tagc_corpus *corpus, int64_t 
   TAGC_CHECK(tagc_device_zero(e->dev, TAGC_LANE_COMPUTE, e->grads, e->L->n_params * sizeof(float)));
   e->step_now = step;
   double *sums = e->sums;
-  memset(sums, 0, (size_t)(SUM_SEG0 + 2 * e->n_segs) * sizeof(double));
+  int n_sums = SUM_SEG0 + 3 * e->n_segs + 1, at_rate = SUM_SEG0 + 2 * e->n_segs;
+  memset(sums, 0, (size_t)n_sums * sizeof(double));
   if (e->train_passes == 0) /* first step of this engine */
     TAGC_CHECK(agree_passes(e, e->cfg.batch, &e->train_passes));
   tagc_status st = run_passes(e, corpus, step, e->cfg.batch, e->train_passes, 1, tagc_batch_fill,
@@ -665,15 +706,20 @@ tagc_status tagc_engine_step(tagc_engine *e, const tagc_corpus *corpus, int64_t 
       sums[SUM_ESTIMATED] += (double)g->estimated;
       sums[SUM_SEG0 + i] = (double)g->global_bits;
       sums[SUM_SEG0 + e->n_segs + i] = g->lane_density;
+      sums[at_rate + 1 + i] = g->codec_s;
     }
   }
-  TAGC_CHECK(reduce_over_ranks(e, sums, SUM_SEG0 + 2 * e->n_segs, SUM_SEG0 + e->n_segs));
+  if (e->n_adaptive && e->cfg.comm)
+    sums[at_rate] = -tagc_comm_link_rate(tagc_comm_backend_of(e->cfg.comm));
+  TAGC_CHECK(reduce_over_ranks(e, sums, n_sums, SUM_SEG0 + e->n_segs));
   stats->loss = sums[SUM_LOSS] / ((double)e->cfg.batch * T);
   stats->grad_norm = sqrt(sums[SUM_SQ]);
   if (!isfinite(stats->loss) || !isfinite(stats->grad_norm))
     return tagc_errorf(TAGC_ENUMERIC, "step %lld: loss %g, gradient norm %g", (long long)step,
                        stats->loss, stats->grad_norm);
   update_density(e, stats);
+  if (e->n_adaptive && e->world > 1)
+    choose_wires(e, step, -sums[at_rate]);
   float clip = 1.0f;
   if (e->cfg.adam.grad_clip > 0 && stats->grad_norm > e->cfg.adam.grad_clip)
     clip = (float)(e->cfg.adam.grad_clip / stats->grad_norm);

@@ -81,6 +81,8 @@ typedef struct tagc_step_stats {
                              (0 when none was) */
   double sketch_coverage; /* fraction of the tagc segments' elements sent as sketches (the rest
                              went dense: the sketch would not have paid) */
+  double path_fraction[3]; /* of all gradient elements: sent as sketches, dense bf16, dense fp32
+                              (indexed by tagc_wire_mode, worker/auto_policy.h) */
   uint64_t unpeeled;      /* tagc segments: elements left to the estimate, all ranks */
   uint64_t tagc_elements; /* tagc segments: elements set in the ORed bitmaps, all ranks */
   double feedback_error;  /* check_feedback: |sum(grad + old residual) - sum(kept + new

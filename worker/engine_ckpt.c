@@ -90,11 +90,15 @@ json_t *tagc_engine_compression_state(const tagc_engine *e) {
   json_t *segs = json_array();
   for (int i = 0; segs && i < e->n_segs; i++) {
     const engine_segment *s = &e->segs[i];
-    json_array_append_new(segs, json_pack("{s:s, s:s, s:f, s:f, s:f}", "name", s->name,
-                                          "policy", tagc_policy_kind_name(s->pol.kind),
-                                          "lane_density_seen", tagc_grad_segment_density_seen(s->codec),
-                                          "rho", tagc_grad_segment_rho(s->codec),
-                                          "target_density", s->pol.density));
+    json_t *item = json_pack("{s:s, s:s, s:f, s:f, s:f}", "name", s->name,
+                             "policy", tagc_policy_kind_name(s->pol.kind),
+                             "lane_density_seen", tagc_grad_segment_density_seen(s->codec),
+                             "rho", tagc_grad_segment_rho(s->codec), "target_density", s->pol.density);
+    if (item && s->pol.adaptive) /* `auto`: the wire chosen so far, and how often it changed */
+      json_object_update_new(item, json_pack("{s:s, s:i, s:f}", "wire",
+                                             tagc_wire_mode_name(tagc_grad_segment_mode(s->codec)),
+                                             "switches", s->switches, "codec_s", s->codec_s));
+    json_array_append_new(segs, item);
   }
   return json_pack("{s:i, s:o}", "world_size", e->world, "segments", segs);
 }
@@ -110,7 +114,15 @@ tagc_status tagc_engine_set_compression_state(tagc_engine *e, const json_t *stat
       return tagc_errorf(TAGC_ECORRUPT, "compression state entry %zu is malformed", i);
     for (int k = 0; k < e->n_segs; k++) {
       if (!strcmp(e->segs[k].name, name)) {
-        tagc_grad_segment_set_density_seen(e->segs[k].codec, json_number_value(ld));
+        engine_segment *s = &e->segs[k];
+        tagc_grad_segment_set_density_seen(s->codec, json_number_value(ld));
+        const char *wire = json_string_value(json_object_get(item, "wire"));
+        for (int m = 0; wire && s->pol.adaptive && m < TAGC_MODE_COUNT; m++)
+          if (!strcmp(wire, tagc_wire_mode_name((tagc_wire_mode)m))) {
+            tagc_grad_segment_set_mode(s->codec, (tagc_wire_mode)m);
+            s->switches = (int)json_integer_value(json_object_get(item, "switches"));
+            s->codec_s = json_number_value(json_object_get(item, "codec_s"));
+          }
       }
     }
   }

@@ -21,6 +21,8 @@ typedef struct engine_segment {
   float *p, *m, *v, *g; /* this rank's shard (S each): params, moments, reduced gradient */
   tagc_grad_segment *codec; /* residual and sketch state */
   tagc_grad_stats step;     /* the codec's figures of this step (comm thread; read after drain) */
+  double codec_s;           /* adaptive: the codec's seconds at the last sketched step (max over ranks) */
+  int switches;             /* adaptive: wire changes so far (auto_policy.h) */
 } engine_segment;
 
 typedef enum engine_task_kind { TASK_GATHER, TASK_REDUCE } engine_task_kind;
@@ -40,6 +42,7 @@ struct tagc_engine {
   tagc_grad_codec *codec;
   engine_segment *segs;
   int n_segs;
+  int n_adaptive;     /* segments whose wire `--compress auto` chooses */
   int *unit_first_seg, *unit_n_segs;
 
   /* device memory: */

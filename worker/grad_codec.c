@@ -5,10 +5,13 @@
 #include <math.h>
 #include <stdlib.h>
 
+#include "common/timeutil.h"
 #include "kernels/tagc_kernels.h"
 
 #define MIN_RHO 1.25   /* below this a sketch costs about as much as a dense bf16 shard */
 #define PROBE_EVERY 16 /* steps between density probes of a segment sent dense */
+#define DENSITY_HEADROOM 1.1 /* the next step's densest lane may exceed the last one's: size
+                                the sketch for 10% more (tests/train/tagc_train.py: 0 unpeeled) */
 
 /* Scratch of the tagc reductions, grown on demand (device memory). */
 typedef struct reduce_scratch {
@@ -38,6 +41,7 @@ struct tagc_grad_segment {
   tagc_layout lay;          /* sketch geometry at rho_used */
   double rho_used;          /* rho of the current layout (0 = none built yet) */
   double lane_density_seen; /* the maximum over ranks at the last step: decides rho */
+  tagc_wire_mode mode;      /* tagc segments: sketch, or dense bf16/fp32 (with probes) */
 };
 
 tagc_status tagc_grad_codec_new(const tagc_grad_codec_config *cfg, tagc_grad_codec **out) {
@@ -75,6 +79,7 @@ tagc_status tagc_grad_segment_new(tagc_grad_codec *c, const tagc_role_policy *po
   s->len = len;
   s->S = S;
   s->hash_seed = hash_seed;
+  s->mode = pol->adaptive ? TAGC_MODE_BF16 : TAGC_MODE_SKETCH;
   if (pol->kind == TAGC_POLICY_TAGC && c->world > 1) {
     tagc_status st = tagc_device_alloc(c->dev, S * (size_t)c->world * sizeof(float), (void **)&s->residual);
     if (st != TAGC_OK) {
@@ -102,6 +107,18 @@ void tagc_grad_segment_set_density_seen(tagc_grad_segment *s, double lane_densit
 double tagc_grad_segment_density_seen(const tagc_grad_segment *s) { return s->lane_density_seen; }
 
 double tagc_grad_segment_rho(const tagc_grad_segment *s) { return s->rho_used; }
+
+double tagc_grad_segment_advised_rho(const tagc_grad_segment *s) {
+  double rho;
+  double d = fmin(1.0, DENSITY_HEADROOM * s->lane_density_seen);
+  if (!(d > 0) || tagc_rho_advise(d, (int64_t)s->S, &rho) != TAGC_OK)
+    return 0;
+  return rho >= MIN_RHO ? rho : 0;
+}
+
+void tagc_grad_segment_set_mode(tagc_grad_segment *s, tagc_wire_mode mode) { s->mode = mode; }
+
+tagc_wire_mode tagc_grad_segment_mode(const tagc_grad_segment *s) { return s->mode; }
 
 void tagc_grad_codec_take_feedback(tagc_grad_codec *c, double sums[3]) {
   for (int k = 0; k < 3; k++) {
@@ -157,7 +174,7 @@ static tagc_status choose_rho(const tagc_grad_segment *s, int64_t step, double *
     return TAGC_OK;
   }
   /* the densest lane decides whether the sketch peels (kernels/rho.h) */
-  double d = s->lane_density_seen;
+  double d = fmin(1.0, DENSITY_HEADROOM * s->lane_density_seen);
   if (d <= 0) /* nothing measured yet: assume the worst, full lanes (a lossless probe) */
     d = 1.0;
   double advised;
@@ -220,15 +237,15 @@ static tagc_status grow_scratch(tagc_grad_codec *c, const tagc_grad_segment *s) 
   return grow(c, &sc->ws, &sc->ws_cap, ws);
 }
 
-/* Sends v = grad + residual dense (grad already padded); nothing is left behind. */
+/* Sends v = grad + residual dense (grad already padded) on `wire`; nothing is left behind. */
 static tagc_status reduce_tagc_dense(tagc_grad_codec *c, tagc_grad_segment *s, tagc_lane lane,
-                                     const float *grad, float *shard, float *work) {
+                                     const float *grad, float *shard, float *work, tagc_wire wire) {
   size_t n = s->S * (size_t)c->world;
   if (grad != work)
     TAGC_CHECK(tagc_device_copy(c->dev, lane, work, grad, n * sizeof(float), TAGC_COPY_D2D));
   TAGC_CHECK(tagc_device_add(c->dev, lane, work, s->residual, n));
   TAGC_CHECK(tagc_device_zero(c->dev, lane, s->residual, n * sizeof(float)));
-  return reduce_dense(c, s, lane, work, shard, wire_of(c->cfg.sketch_bf16));
+  return reduce_dense(c, s, lane, work, shard, wire);
 }
 
 /* One tagc segment: sparsify with error feedback, OR the bitmaps to their owners, encode the
@@ -238,14 +255,20 @@ static tagc_status reduce_tagc(tagc_grad_codec *c, tagc_grad_segment *s, tagc_la
   size_t W = (size_t)c->world, n = s->S * W;
   reduce_scratch *sc = &c->scratch;
   TAGC_CHECK(padded(c, s, lane, grad, work, &grad)); /* the kernels read grad as [W][S] */
-  double rho;
-  TAGC_CHECK(choose_rho(s, step, &rho));
+  double rho = 0;
+  if (s->mode == TAGC_MODE_SKETCH || step % PROBE_EVERY == 0) /* dense wires still probe */
+    TAGC_CHECK(choose_rho(s, step, &rho));
   stats->tagc = 1;
   stats->dense = rho == 0;
   if (stats->dense) {
     stats->global_bits = -1; /* not measured */
-    return reduce_tagc_dense(c, s, lane, grad, shard, work);
+    stats->wire = s->mode == TAGC_MODE_FP32 ? TAGC_MODE_FP32 : TAGC_MODE_BF16;
+    return reduce_tagc_dense(c, s, lane, grad, shard, work,
+                             s->mode == TAGC_MODE_SKETCH ? wire_of(c->cfg.sketch_bf16)
+                                                         : wire_of(s->mode == TAGC_MODE_BF16));
   }
+  stats->wire = TAGC_MODE_SKETCH;
+  double t0 = tagc_now();
   if (rho != s->rho_used)
     TAGC_CHECK(set_layout(c, s, lane, rho));
   const tagc_layout *l = &s->lay;
@@ -267,20 +290,25 @@ static tagc_status reduce_tagc(tagc_grad_codec *c, tagc_grad_segment *s, tagc_la
   if (c->cfg.check_feedback)
     record_feedback(c, s, in, abs_in);
   TAGC_CHECK(tagc_device_sync(c->dev, lane));
+  double t_index = tagc_now();
   TAGC_CHECK(tagc_comm_reduce_scatter(c->cfg.comm, sc->bitmap, sc->global_bitmap, words,
                                       TAGC_DTYPE_U64, TAGC_REDOP_BOR, TAGC_WIRE_NATIVE,
                                       c->cfg.op_timeout_s));
+  t_index = tagc_now() - t_index; /* the index exchange is wire time, not codec time */
   TAGC_CHECK(tagc_kernels_encode(&ctx, l, sc->kept, sc->bitmap, sc->sketch));
   TAGC_CHECK(tagc_device_sync(c->dev, lane));
+  stats->codec_s = tagc_now() - t0 - t_index;
   TAGC_CHECK(tagc_comm_reduce_scatter(c->cfg.comm, sc->sketch, sc->my_sketch, cells,
                                       TAGC_DTYPE_F32, TAGC_REDOP_SUM, wire_of(c->cfg.sketch_bf16),
                                       c->cfg.op_timeout_s));
+  double t1 = tagc_now();
   TAGC_CHECK(tagc_kernels_decode(&ctx, l, sc->my_sketch, sc->global_bitmap, shard, ds_dev));
   TAGC_CHECK(tagc_kernels_lane_max(&ctx, sc->global_bitmap, l->blocks, l->seed, lane_max_dev));
   tagc_decode_stats ds;
   int64_t lane_max;
   TAGC_CHECK(tagc_device_copy(c->dev, lane, &ds, ds_dev, sizeof ds, TAGC_COPY_D2H));
   TAGC_CHECK(tagc_device_copy(c->dev, lane, &lane_max, lane_max_dev, sizeof lane_max, TAGC_COPY_D2H));
+  stats->codec_s += tagc_now() - t1;
   stats->rho = rho;
   stats->global_bits = ds.nonzero;
   stats->estimated = ds.estimated;

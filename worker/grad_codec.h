@@ -30,6 +30,7 @@
 
 #include "comm/comm.h"
 #include "common/status.h"
+#include "worker/auto_policy.h"
 #include "worker/device.h"
 #include "worker/policy.h"
 
@@ -55,6 +56,8 @@ typedef struct tagc_grad_stats {
   int64_t global_bits;  /* bits set in this rank's ORed bitmap shard; -1 when not measured */
   double lane_density;  /* items in the densest lane of that shard / blocks; 0 if not measured */
   int64_t estimated;    /* elements of this rank's shard left to the estimate (not peeled) */
+  tagc_wire_mode wire;  /* tagc segments: the wire used this step (a dense one when `dense`) */
+  double codec_s;       /* seconds in the sketch kernels this step (0 when dense) */
 } tagc_grad_stats;
 
 /* Creates a codec (no device memory yet: scratch grows on demand). Errors: TAGC_ENOMEM,
@@ -94,6 +97,17 @@ double tagc_grad_segment_density_seen(const tagc_grad_segment *s);
 
 /* rho of the segment's current sketch layout (0 = none built yet). */
 double tagc_grad_segment_rho(const tagc_grad_segment *s);
+
+/* The rho the advisor gives for the density seen last (0 when nothing was measured yet or the
+ * sketch would not pay). */
+double tagc_grad_segment_advised_rho(const tagc_grad_segment *s);
+
+/* A tagc segment's wire: the sketch (the default), or dense bf16 / fp32 with the residual
+ * folded in, still probing the density with a sketch every few steps. Adaptive segments
+ * (policy `auto`) start on bf16; the engine moves them (worker/auto_policy.h). All ranks must
+ * set the same mode. */
+void tagc_grad_segment_set_mode(tagc_grad_segment *s, tagc_wire_mode mode);
+tagc_wire_mode tagc_grad_segment_mode(const tagc_grad_segment *s);
 
 /* The error-feedback sums of the reductions since the last call, then reset: [0] the raw
  * gradients plus old residuals, [1] what was kept (sent) plus the new residuals, [2] the sum

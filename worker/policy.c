@@ -11,6 +11,15 @@ double tagc_policy_rank_density(double union_density, int world) {
   return 1.0 - pow(1.0 - union_density, 1.0 / (double)world);
 }
 
+int tagc_policy_gather_bf16(const char *gather, const tagc_compress_policy *p) {
+  if (strcmp(gather, "auto") != 0)
+    return strcmp(gather, "bf16") == 0;
+  for (int r = 0; r < TAGC_ROLE_COUNT; r++)
+    if (p->role[r].kind != TAGC_POLICY_NONE)
+      return 1;
+  return 0;
+}
+
 const char *tagc_policy_kind_name(tagc_policy_kind kind) {
   switch (kind) {
   case TAGC_POLICY_NONE: return "none";
@@ -21,14 +30,14 @@ const char *tagc_policy_kind_name(tagc_policy_kind kind) {
 }
 
 int tagc_role_policy_equal(const tagc_role_policy *a, const tagc_role_policy *b) {
-  if (a->kind != b->kind)
+  if (a->kind != b->kind || a->adaptive != b->adaptive)
     return 0;
   return a->kind != TAGC_POLICY_TAGC || (a->density == b->density && a->rho == b->rho);
 }
 
 static void preset(tagc_compress_policy *p, tagc_policy_kind all) {
   for (int r = 0; r < TAGC_ROLE_COUNT; r++)
-    p->role[r] = (tagc_role_policy){all, TAGC_DEFAULT_DENSITY, 0};
+    p->role[r] = (tagc_role_policy){all, TAGC_DEFAULT_DENSITY, 0, 0};
   p->sketch_bf16 = 1;
   if (all != TAGC_POLICY_TAGC)
     return;
@@ -45,16 +54,21 @@ static tagc_status parse_kind(const char *s, size_t n, tagc_policy_kind *out) {
       return TAGC_OK;
     }
   }
-  return tagc_errorf(TAGC_EINVAL, "compression '%.*s' is not none|bf16|tagc", (int)n, s);
+  return tagc_errorf(TAGC_EINVAL, "compression '%.*s' is not none|bf16|tagc|auto", (int)n, s);
 }
 
-/* Parses "kind[:density[:rho|auto]]" into *rp. */
+/* Parses "kind[:density[:rho|auto]]" or "auto" into *rp. */
 static tagc_status parse_rule_value(const char *s, size_t n, tagc_role_policy *rp) {
   char buf[128];
   if (n >= sizeof buf)
     return tagc_errorf(TAGC_EINVAL, "compression rule value '%.*s' is too long", (int)n, s);
   memcpy(buf, s, n);
   buf[n] = '\0';
+  rp->adaptive = 0;
+  if (!strcmp(buf, "auto")) {
+    *rp = (tagc_role_policy){TAGC_POLICY_TAGC, rp->density, 0, 1};
+    return TAGC_OK;
+  }
   char *colon = strchr(buf, ':');
   TAGC_CHECK(parse_kind(buf, colon ? (size_t)(colon - buf) : n, &rp->kind));
   if (!colon)
@@ -100,8 +114,12 @@ tagc_status tagc_policy_parse(const char *spec, tagc_compress_policy *out) {
       tagc_policy_kind k = TAGC_POLICY_NONE;
       if (!first)
         return tagc_errorf(TAGC_EINVAL, "compression rule '%.*s' needs role=kind", (int)len, s);
-      TAGC_CHECK(parse_kind(s, len, &k));
-      preset(&p, k);
+      int adaptive = len == 4 && !strncmp(s, "auto", 4);
+      if (!adaptive)
+        TAGC_CHECK(parse_kind(s, len, &k));
+      preset(&p, adaptive ? TAGC_POLICY_TAGC : k);
+      for (int r = 0; adaptive && r < TAGC_ROLE_COUNT; r++)
+        p.role[r].adaptive = p.role[r].kind == TAGC_POLICY_TAGC;
     } else {
       int matched = 0;
       size_t nlen = (size_t)(eq - s);

@@ -2,7 +2,10 @@
  *
  * A spec is either a preset or a comma-separated list of role=kind rules:
  *   "tagc"  the paper's best setting: tagc for the MLP matrices, embeddings and head, bf16 for
- *           attention, none for norms (the default)
+ *           attention, none for norms
+ *   "auto"  the tagc preset, but every tagc role's wire (fp32, bf16 or the sketch) is chosen
+ *           at run time from the measured link rate and codec cost (worker/auto_policy.h);
+ *           a rule "role=auto" makes one role adaptive
  *   "bf16"  bf16 wire for every role;  "none"  fp32 reduce-scatter for every role (the FSDP
  *           baseline)
  *   "tagc,attn_qkv=none,mlp_fc=tagc:0.05:4"  a preset followed by per-role overrides; a tagc
@@ -21,6 +24,8 @@ typedef struct tagc_role_policy {
   double density; /* tagc: target density of the union of all ranks' kept elements (0 < d <= 1);
                      each rank keeps tagc_policy_rank_density(density, W) */
   double rho;     /* tagc: sketch compression ratio; 0 = auto */
+  int adaptive;   /* tagc role under `auto`: the engine picks its wire (fp32, bf16 or the
+                     sketch) from the measured link rate and codec cost (worker/auto_policy.h) */
 } tagc_role_policy;
 
 typedef struct tagc_compress_policy {
@@ -28,17 +33,23 @@ typedef struct tagc_compress_policy {
   int sketch_bf16; /* tagc sketches travel as bf16 (TAGC-2) rather than fp32 */
 } tagc_compress_policy;
 
-#define TAGC_DEFAULT_DENSITY 0.2
+#define TAGC_DEFAULT_DENSITY 0.1
 
 /* The density each of W ranks keeps so that the union of their kept sets has density about
  * `union_density` when the ranks choose independently: 1 - (1 - d)^(1/W). The sketch's size
  * follows the union (its rows grow with the items per lane), so this keeps the sketch as
- * small at W = 8 as at W = 2: 0.2 -> 0.106 per rank at W = 2, 0.054 at W = 4, 0.028 at W = 8.
+ * small at W = 8 as at W = 2: 0.1 -> 0.051 per rank at W = 2, 0.026 at W = 4, 0.013 at W = 8.
  * W = 1 keeps d itself. */
 double tagc_policy_rank_density(double union_density, int world);
 
 /* Parses spec into *out. TAGC_EINVAL with a detail naming the bad rule. */
 tagc_status tagc_policy_parse(const char *spec, tagc_compress_policy *out);
+
+/* Whether parameters are all-gathered as bf16 for a --gather setting ("auto", "fp32", "bf16"):
+ * "auto" gathers bf16 exactly when the policy compresses some role (bf16 or tagc), the
+ * mixed-precision setting of FSDP/ZeRO++ that pairs with compressed gradients; a policy of
+ * `none` everywhere stays the fp32 ZeRO-3 baseline. */
+int tagc_policy_gather_bf16(const char *gather, const tagc_compress_policy *p);
 
 /* "none", "bf16" or "tagc". */
 const char *tagc_policy_kind_name(tagc_policy_kind kind);

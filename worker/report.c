@@ -12,6 +12,8 @@
 #include "common/json.h"
 #include "common/log.h"
 #include "common/timeutil.h"
+#include "worker/auto_policy.h"
+#include "worker/policy.h"
 
 void tagc_report_init(tagc_report *rp, const tagc_report_config *c) {
   memset(rp, 0, sizeof *rp);
@@ -86,6 +88,8 @@ void tagc_report_step(tagc_report *rp, const tagc_step_stats *ss) {
   tt->density += ss->global_density;
   tt->rho += ss->rho;
   tt->coverage += ss->sketch_coverage;
+  for (int m = 0; m < TAGC_MODE_COUNT; m++)
+    tt->paths[m] += ss->path_fraction[m];
 }
 
 void tagc_report_val_loss(tagc_report *rp, double val_loss) { rp->val = val_loss; }
@@ -132,6 +136,15 @@ static uint32_t batch_crc(const tagc_report *rp, int64_t step) {
   return crc;
 }
 
+/* {"sketch": x, "bf16": y, "fp32": z}: the fractions of gradient elements sent each way,
+ * from sums over n steps. */
+static json_t *paths_json(const double *sums, double n) {
+  json_t *o = json_object();
+  for (int m = 0; o && m < TAGC_MODE_COUNT; m++)
+    json_object_set_new(o, tagc_wire_mode_name((tagc_wire_mode)m), json_real(sums[m] / n));
+  return o;
+}
+
 static void write_metrics(tagc_report *rp, int64_t step, const tagc_step_stats *ss,
                           double val_loss) {
   json_t *m = json_pack("{s:I, s:f, s:f, s:f, s:f, s:f, s:f, s:I, s:f, s:f, s:f, s:f, s:I, s:i, s:I}",
@@ -150,6 +163,7 @@ static void write_metrics(tagc_report *rp, int64_t step, const tagc_step_stats *
   if (rp->c.cfg->check_feedback)
     json_object_set_new(m, "feedback_error", json_real(ss->feedback_error));
   json_object_set_new(m, "sketch_coverage", json_real(ss->sketch_coverage));
+  json_object_set_new(m, "paths", paths_json(ss->path_fraction, 1));
   json_object_set_new(m, "batch_crc32c", json_integer(batch_crc(rp, step)));
   json_dumpf(m, rp->metrics, JSON_COMPACT);
   fputc('\n', rp->metrics);
@@ -260,6 +274,11 @@ static tagc_status write_summary(tagc_report *rp, const tagc_report_final *f, co
   if (!s)
     return tagc_errorf(TAGC_ENOMEM, "summary");
   json_object_set_new(s, "sketch_coverage", json_real(tt->coverage / n));
+  json_object_set_new(s, "paths", paths_json(tt->paths, n));
+  tagc_compress_policy pol; /* the gather precision in effect (--gather auto follows it) */
+  if (tagc_policy_parse(cfg->compress, &pol) == TAGC_OK)
+    json_object_set_new(s, "gather",
+                        json_string(tagc_policy_gather_bf16(cfg->gather, &pol) ? "bf16" : "fp32"));
   if (isnan(rp->loss)) /* no step of the job ran in this process */
     json_object_set_new(s, "final_train_loss", json_null());
   if (isnan(rp->val)) /* no evaluation completed in this process */

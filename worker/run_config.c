@@ -40,8 +40,9 @@ static const tagc_opt train_opts[] = {
      "compute threads (BLAS and OpenMP; 0 = all cores)"},
     {"log", TAGC_OPT_STRING, OFF(log), "info", 0, -1, NULL,
      "log filter, e.g. info or warn,train=debug"},
-    {"compress", TAGC_OPT_STRING, OFF(compress), "tagc", 0, -1, NULL,
-     "gradient compression: tagc|bf16|none, optionally with role=kind[:density[:rho]] rules"},
+    {"compress", TAGC_OPT_STRING, OFF(compress), "auto", 0, -1, NULL,
+     "gradient compression: auto|tagc|bf16|none, optionally with role=kind[:density[:rho]] rules "
+     "(auto: each MLP/embedding segment's wire, fp32, bf16 or the sketch, from the measured link)"},
     {"rank", TAGC_OPT_INT, OFF(rank), "0", 0, 4095, NULL, "rank of this worker"},
     {"world", TAGC_OPT_INT, OFF(world), "1", 1, 4096, NULL, "number of workers"},
     {"rendezvous", TAGC_OPT_STRING, OFF(rendezvous), "", 0, -1, NULL,
@@ -71,8 +72,9 @@ static const tagc_opt train_opts[] = {
      "seconds of the worker's etcd lease: how soon a vanished worker is noticed"},
     {"dump-params", TAGC_OPT_STRING, OFF(dump_params), "", 0, -1, NULL,
      "at the end, rank 0 writes the full fp32 parameter arena to this file (tests, tools)"},
-    {"gather", TAGC_OPT_CHOICE, OFF(gather), "fp32", 0, -1, "fp32|bf16",
-     "parameter all-gather precision (bf16 = mixed-precision FSDP: fp32 master shards)"},
+    {"gather", TAGC_OPT_CHOICE, OFF(gather), "auto", 0, -1, "auto|fp32|bf16",
+     "parameter all-gather precision (bf16 = mixed-precision FSDP: fp32 master shards; auto = bf16 "
+     "when --compress compresses any role, else fp32)"},
     {"reshard-after-forward", TAGC_OPT_BOOL, OFF(reshard_after_forward), "true", 0, -1, NULL,
      "free a unit's gathered parameters after forward and gather again for backward (ZeRO-3); "
      "false keeps them for the whole step"},

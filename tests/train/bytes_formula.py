@@ -4,9 +4,11 @@ analytic formula of docs/compression.md within 2% for each compression policy.
 
 Per rank and step, with W ranks, M micro-batches, and each segment of len elements split in
 shards of S = roundup(ceil(len / W), 1024) elements:
-  all-gather of parameters   2 M (W-1) S 4       (before forward and before backward;
-                                                  M (W-1) S 4 for the embedding unit, whose
-                                                  backward needs no parameters)
+  all-gather of parameters   2 M (W-1) S g       (before forward and before backward;
+                                                  M (W-1) S g for the embedding unit, whose
+                                                  backward needs no parameters); g = 4 bytes
+                                                  (fp32 gathers) or 2 (bf16: --gather auto
+                                                  picks it when any role is compressed)
   reduce-scatter, none       (W-1) S 4
   reduce-scatter, bf16       (W-1) S 2
   tagc: bitmap OR            (W-1) (S / 64) 8
@@ -51,12 +53,12 @@ def segments(policy):
     return units, segs
 
 
-def expected(policy, W, M, rho):
+def expected(policy, W, M, rho, gather_bytes):
     units, segs = segments(policy)
     total = 0
     for n, kind, unit in segs:
         S = math.ceil(math.ceil(n / W) / 1024) * 1024
-        total += (M if unit == 0 else 2 * M) * (W - 1) * S * 4
+        total += (M if unit == 0 else 2 * M) * (W - 1) * S * gather_bytes
         if kind == "none":
             total += (W - 1) * S * 4
         elif kind == "bf16":
@@ -78,25 +80,30 @@ def policy_of(name):
 RHO = 2.0
 SPEC = {"none": "none", "bf16": "bf16",
         "tagc": "tagc,mlp=tagc:0.1:2,tok_emb=tagc:0.1:2,pos_emb=tagc:0.1:2,head=tagc:0.1:2"}
+# (policy, --gather, bytes per gathered element): the default (auto) and both explicit settings
+CASES = [("none", "auto", 4), ("bf16", "auto", 2), ("tagc", "auto", 2), ("none", "bf16", 2),
+         ("tagc", "fp32", 4)]
 passed = failed = 0
 with tempfile.TemporaryDirectory() as tmp:
     for W, M in ((2, 1), (3, 2)):
-        for name, spec in SPEC.items():
-            out = os.path.join(tmp, "%s%d" % (name, W))
+        for name, gather, gather_bytes in CASES:
+            spec = SPEC[name]
+            out = os.path.join(tmp, "%s-%s%d" % (name, gather, W))
             batch = 6
             subprocess.run([tagctl, "run", "--workers", str(W), "--steps", "4", "--layers", str(L),
                             "--dim", str(C), "--heads", str(NH), "--ctx", str(T), "--batch",
                             str(batch), "--micro-batch", str(math.ceil(batch / W / M)),
-                            "--compress", spec, "--ckpt-every", "0", "--eval-every", "0",
+                            "--compress", spec, "--gather", gather, "--ckpt-every", "0",
+                            "--eval-every", "0",
                             "--eval-windows", "6", "--log", "warn", "--out", out],
                            check=True, stdout=subprocess.DEVNULL)
             rows_ = [json.loads(l) for l in open(os.path.join(out, "metrics.jsonl"))]
             got = sorted(r["bytes_sent"] for r in rows_)[len(rows_) // 2]
-            want = expected(policy_of(name), W, M, RHO)
+            want = expected(policy_of(name), W, M, RHO, gather_bytes)
             err = abs(got - want) / want
             ok = err <= 0.02
-            print("W=%d M=%d %-5s measured %9d  formula %9d  error %.4f%%  %s" %
-                  (W, M, name, got, want, 100 * err, "ok" if ok else "FAILED"))
+            print("W=%d M=%d %-5s gather %-4s measured %9d  formula %9d  error %.4f%%  %s" %
+                  (W, M, name, gather, got, want, 100 * err, "ok" if ok else "FAILED"))
             passed += ok
             failed += not ok
 print("%d passed, %d failed" % (passed, failed))

@@ -1,0 +1,94 @@
+/* `--compress auto` (worker/auto_policy.h, worker/policy.h): the cost model picks fp32 on a
+ * fast link, the sketch on a slow one when it compresses, bf16 in between; unknown rates change
+ * nothing; hysteresis and the switch budget stop oscillation; the spec parser makes tagc roles
+ * adaptive and --gather auto follows the policy. */
+#include <math.h>
+
+#include "test.h"
+#include "worker/auto_policy.h"
+#include "worker/policy.h"
+
+static tagc_auto_input seg(double rate, double rho, double codec_s) {
+  return (tagc_auto_input){.elements = 524288, .world = 2, .link_bytes_per_s = rate, .rho = rho,
+                           .codec_s = codec_s};
+}
+
+static void test_choices(void) {
+  tagc_auto_input fast = seg(3e9, 2.0, 4e-3), gbit = seg(125e6, 2.0, 4e-3), slow = seg(12.5e6, 2.0, 4e-3);
+  CHECK_EQ_INT(tagc_auto_choose(&fast, TAGC_MODE_BF16, 0), TAGC_MODE_FP32);
+  CHECK_EQ_INT(tagc_auto_choose(&fast, TAGC_MODE_SKETCH, 0), TAGC_MODE_FP32);
+  CHECK_EQ_INT(tagc_auto_choose(&gbit, TAGC_MODE_FP32, 0), TAGC_MODE_BF16);
+  CHECK_EQ_INT(tagc_auto_choose(&slow, TAGC_MODE_BF16, 0), TAGC_MODE_SKETCH);
+  CHECK_EQ_INT(tagc_auto_choose(&slow, TAGC_MODE_FP32, 0), TAGC_MODE_SKETCH);
+  /* a sketch that does not compress is no candidate, however slow the link */
+  tagc_auto_input dense = seg(12.5e6, 0, 1e-3);
+  CHECK_EQ_INT(tagc_auto_choose(&dense, TAGC_MODE_SKETCH, 0), TAGC_MODE_BF16);
+  double cost[TAGC_MODE_COUNT];
+  tagc_auto_costs(&dense, cost);
+  CHECK(isinf(cost[TAGC_MODE_SKETCH]));
+  /* an unknown link rate keeps what is there */
+  tagc_auto_input unknown = seg(0, 4.0, 1e-3);
+  CHECK_EQ_INT(tagc_auto_choose(&unknown, TAGC_MODE_FP32, 0), TAGC_MODE_FP32);
+  /* the costs follow the documented formulas */
+  tagc_auto_costs(&slow, cost);
+  double n = 524288, share = 0.5;
+  CHECK_NEAR(cost[TAGC_MODE_FP32], 4 * n * share / 12.5e6, 1e-12);
+  CHECK_NEAR(cost[TAGC_MODE_BF16], 2 * n * share / 12.5e6 + TAGC_AUTO_BF16_S_PER_ELEMENT * n, 1e-12);
+  CHECK_NEAR(cost[TAGC_MODE_SKETCH], (n / 8 + n) * share / 12.5e6 + 4e-3, 1e-12);
+}
+
+static void test_hysteresis(void) {
+  /* sketch vs bf16 within the gain: no change in either direction */
+  double n = 524288, share = 0.5, rate = 12.5e6;
+  double bf16 = 2 * n * share / rate + TAGC_AUTO_BF16_S_PER_ELEMENT * n;
+  double wire_sketch = (n / 8 + 2 * n / 1.6) * share / rate;
+  double codec = 0.95 * bf16 - wire_sketch; /* sketch 5% cheaper: below the 10% gain */
+  tagc_auto_input close = seg(rate, 1.6, codec);
+  CHECK_EQ_INT(tagc_auto_choose(&close, TAGC_MODE_BF16, 0), TAGC_MODE_BF16);
+  CHECK_EQ_INT(tagc_auto_choose(&close, TAGC_MODE_SKETCH, 0), TAGC_MODE_SKETCH);
+  /* 15% cheaper: changes while the switch budget lasts, not after it (needs 20%) */
+  close.codec_s = 0.85 * bf16 - wire_sketch;
+  CHECK_EQ_INT(tagc_auto_choose(&close, TAGC_MODE_BF16, 0), TAGC_MODE_SKETCH);
+  CHECK_EQ_INT(tagc_auto_choose(&close, TAGC_MODE_BF16, TAGC_AUTO_MAX_SWITCHES), TAGC_MODE_BF16);
+  /* a rate flapping between two links cannot flip a segment more than the budget allows */
+  tagc_wire_mode m = TAGC_MODE_BF16;
+  int switches = 0;
+  for (int k = 0; k < 40; k++) {
+    tagc_auto_input in = seg(k % 2 ? 12.5e6 : 25e6, 1.6, 4e-3);
+    tagc_wire_mode next = tagc_auto_choose(&in, m, switches);
+    switches += next != m;
+    m = next;
+  }
+  CHECK(switches <= TAGC_AUTO_MAX_SWITCHES + 1);
+}
+
+static void test_policy_spec(void) {
+  tagc_compress_policy p;
+  CHECK_OK(tagc_policy_parse("auto", &p));
+  CHECK(p.role[TAGC_ROLE_MLP_FC].kind == TAGC_POLICY_TAGC && p.role[TAGC_ROLE_MLP_FC].adaptive);
+  CHECK(p.role[TAGC_ROLE_NORM].kind == TAGC_POLICY_NONE && !p.role[TAGC_ROLE_NORM].adaptive);
+  CHECK(p.role[TAGC_ROLE_ATTN_QKV].kind == TAGC_POLICY_BF16 && !p.role[TAGC_ROLE_ATTN_QKV].adaptive);
+  CHECK_OK(tagc_policy_parse("tagc,mlp=auto", &p));
+  CHECK(p.role[TAGC_ROLE_MLP_PROJ].adaptive && !p.role[TAGC_ROLE_TOK_EMB].adaptive);
+  CHECK(!tagc_role_policy_equal(&p.role[TAGC_ROLE_MLP_PROJ], &p.role[TAGC_ROLE_TOK_EMB]));
+  CHECK_EQ_INT(tagc_policy_parse("tagc,auto", &p), TAGC_EINVAL);
+  CHECK_EQ_INT(tagc_policy_parse("automatic", &p), TAGC_EINVAL);
+  /* --gather auto: bf16 when any role is compressed, fp32 for the baseline */
+  CHECK_OK(tagc_policy_parse("none", &p));
+  CHECK_EQ_INT(tagc_policy_gather_bf16("auto", &p), 0);
+  CHECK_EQ_INT(tagc_policy_gather_bf16("bf16", &p), 1);
+  CHECK_OK(tagc_policy_parse("auto", &p));
+  CHECK_EQ_INT(tagc_policy_gather_bf16("auto", &p), 1);
+  CHECK_EQ_INT(tagc_policy_gather_bf16("fp32", &p), 0);
+  /* the tagc density is a union target: each rank keeps less as W grows */
+  CHECK_NEAR(tagc_policy_rank_density(0.2, 1), 0.2, 1e-12);
+  CHECK_NEAR(1 - pow(1 - tagc_policy_rank_density(0.2, 4), 4), 0.2, 1e-12);
+  CHECK(tagc_policy_rank_density(0.2, 8) < tagc_policy_rank_density(0.2, 2));
+}
+
+int main(void) {
+  test_choices();
+  test_hysteresis();
+  test_policy_spec();
+  return TEST_END();
+}

@@ -1,0 +1,39 @@
+/* The cost model of `--compress auto` (auto_policy.h). */
+#include "worker/auto_policy.h"
+
+#include <math.h>
+
+void tagc_auto_costs(const tagc_auto_input *in, double cost[TAGC_MODE_COUNT]) {
+  double n = (double)in->elements, share = (double)(in->world - 1) / (double)in->world;
+  double rate = in->link_bytes_per_s;
+  cost[TAGC_MODE_FP32] = 4.0 * n * share / rate;
+  cost[TAGC_MODE_BF16] = 2.0 * n * share / rate + TAGC_AUTO_BF16_S_PER_ELEMENT * n;
+  if (!(in->rho >= TAGC_AUTO_MIN_RHO)) {
+    cost[TAGC_MODE_SKETCH] = HUGE_VAL;
+    return;
+  }
+  double codec = in->codec_s > 0 ? in->codec_s : TAGC_AUTO_CODEC_S_PER_ELEMENT * n;
+  cost[TAGC_MODE_SKETCH] = (n / 8.0 + 2.0 * n / in->rho) * share / rate + codec;
+}
+
+tagc_wire_mode tagc_auto_choose(const tagc_auto_input *in, tagc_wire_mode current, int switches) {
+  if (!(in->link_bytes_per_s > 0) || in->world < 2 || in->elements < 1)
+    return current;
+  double cost[TAGC_MODE_COUNT];
+  tagc_auto_costs(in, cost);
+  tagc_wire_mode best = current;
+  for (int m = 0; m < TAGC_MODE_COUNT; m++)
+    if (cost[m] < cost[best])
+      best = (tagc_wire_mode)m;
+  double gain = switches >= TAGC_AUTO_MAX_SWITCHES ? 2 * TAGC_AUTO_GAIN : TAGC_AUTO_GAIN;
+  return cost[best] <= (1.0 - gain) * cost[current] ? best : current;
+}
+
+const char *tagc_wire_mode_name(tagc_wire_mode m) {
+  switch (m) {
+  case TAGC_MODE_SKETCH: return "sketch";
+  case TAGC_MODE_BF16: return "bf16";
+  case TAGC_MODE_FP32: return "fp32";
+  default: return "?";
+  }
+}

@@ -1,0 +1,53 @@
+/* `--compress auto`: which wire an adaptive gradient segment uses, from what the ranks
+ * measured (pure functions; the engine feeds them and applies the result).
+ *
+ * Per segment of n elements on W ranks and per step, the predicted cost of each wire is
+ *   fp32    4 n (W-1)/W bytes / link rate
+ *   bf16    2 n (W-1)/W bytes / link rate + TAGC_AUTO_BF16_S_PER_ELEMENT * n (conversions)
+ *   sketch  (n/8 + 2 n / rho) (W-1)/W bytes / link rate + the codec's measured seconds
+ *           (sparsify + encode + decode; until measured, TAGC_AUTO_CODEC_S_PER_ELEMENT * n)
+ * with the slowest rank's link rate (comm/deadline.c measures it) and the largest codec time
+ * over ranks, so every rank computes the same choice. The sketch is a candidate only when the
+ * advisor's rho makes it pay (rho >= 1.25). A segment changes wire only when the new one is
+ * predicted at least TAGC_AUTO_GAIN cheaper (hysteresis), and after TAGC_AUTO_MAX_SWITCHES
+ * changes it needs twice that gain, so it cannot oscillate. The link is not free when the
+ * transfer overlaps compute (two cores here: the codec competes with the model), so the model
+ * charges both terms in full. */
+#ifndef TAGC_WORKER_AUTO_POLICY_H
+#define TAGC_WORKER_AUTO_POLICY_H
+
+#include <stdint.h>
+
+typedef enum tagc_wire_mode {
+  TAGC_MODE_SKETCH = 0, /* TAGC-2: sparsify + OR index + count sketch */
+  TAGC_MODE_BF16,       /* dense, bf16 on the wire, residual folded in */
+  TAGC_MODE_FP32,       /* dense fp32 reduce-scatter, residual folded in */
+  TAGC_MODE_COUNT
+} tagc_wire_mode;
+
+#define TAGC_AUTO_GAIN 0.1               /* a change must save this fraction of the cost */
+#define TAGC_AUTO_BF16_S_PER_ELEMENT 1e-9  /* bf16 encode + accumulate, measured ~8 GB/s each */
+#define TAGC_AUTO_MAX_SWITCHES 4         /* then changes need twice the gain */
+#define TAGC_AUTO_CODEC_S_PER_ELEMENT 1e-8 /* codec estimate before a measurement (1 thread) */
+#define TAGC_AUTO_MIN_RHO 1.25           /* below this the sketch is no candidate */
+
+typedef struct tagc_auto_input {
+  int64_t elements;        /* n: the segment's elements */
+  int world;               /* W >= 2 */
+  double link_bytes_per_s; /* the slowest rank's measured rate; <= 0: unknown */
+  double rho;              /* the rho the sketch would use now (advisor); 0: would not pay */
+  double codec_s;          /* measured codec seconds for this segment; <= 0: unknown */
+} tagc_auto_input;
+
+/* Predicted seconds per step of each wire (cost[mode]); the sketch's is HUGE_VAL when it is no
+ * candidate. */
+void tagc_auto_costs(const tagc_auto_input *in, double cost[TAGC_MODE_COUNT]);
+
+/* The wire for the next steps given the current one and how often this segment changed wire
+ * already; `current` when the link rate is unknown. Pure. */
+tagc_wire_mode tagc_auto_choose(const tagc_auto_input *in, tagc_wire_mode current, int switches);
+
+/* "sketch", "bf16" or "fp32". */
+const char *tagc_wire_mode_name(tagc_wire_mode m);
+
+#endif
