@@ -207,6 +207,9 @@ static void test_join_and_plans(tagc_etcd *c) {
   CHECK_EQ_INT(p.micro_batch, 4);
   tagc_plan_free(&p);
   CHECK_EQ_INT(tagc_member_gen(m), 1);
+  /* the change callback runs on the watch thread: it may come just after wait_plan returns */
+  for (double until = tagc_now() + 5; atomic_load(&ch.calls) < 1 && tagc_now() < until;)
+    tagc_sleep(0.01);
   CHECK(atomic_load(&ch.calls) >= 1 && atomic_load(&ch.last) == 1);
 
   /* A generation without me: rank -1. */

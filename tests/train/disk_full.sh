@@ -14,7 +14,7 @@ pid=
 cleanup() { [ -n "$pid" ] && kill "$pid" 2>/dev/null; umount "$mnt"; rm -rf "$tmp"; }
 trap cleanup EXIT
 dd if=/dev/zero of="$mnt/filler" bs=1M count=5 status=none
-"$worker" --steps 1500 --ckpt-every 50 --ckpt-keep-last 1 --ckpt-dir "$mnt" --eval-every 0 \
+"$worker" --steps 600 --ckpt-every 50 --ckpt-keep-last 1 --ckpt-dir "$mnt" --eval-every 0 \
   --eval-windows 8 --out "$tmp/out" --log info > "$tmp/log" 2>&1 &
 pid=$!
 pass=0 fail=0
@@ -27,9 +27,9 @@ wait "$pid"; rc=$?; pid=
 check $rc "training went on and finished (status $rc)"
 [ "$valid_while_full" -eq 0 ]; check $? "no checkpoint was listed valid while the disk was full ($valid_while_full)"
 "$tagctl" ckpt verify "$mnt" > "$tmp/verify" 2>&1; check $? "the checkpoints left verify"
-grep -q "step-1500: ok" "$tmp/verify"; check $? "the final checkpoint (step 1500) is there and valid"
+grep -q "step-600: ok" "$tmp/verify"; check $? "the final checkpoint (step 600) is there and valid"
 [ -z "$(ls "$mnt" | grep '\.tmp$')" ]; check $? "no partial directory is left"
-python3 -c 'import json,sys; assert json.load(open(sys.argv[1]))["steps"] == 1500' "$tmp/out/summary.json"; check $? "summary at step 1500"
+python3 -c 'import json,sys; assert json.load(open(sys.argv[1]))["steps"] == 600' "$tmp/out/summary.json"; check $? "summary at step 600"
 [ $fail -ne 0 ] && tail -5 "$tmp/log"
 echo "$pass passed, $fail failed"
 [ $fail -eq 0 ]
