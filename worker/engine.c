@@ -4,6 +4,7 @@
 #include "worker/engine_internal.h"
 
 #include <math.h>
+#include <omp.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -171,6 +172,11 @@ static tagc_status run_task(tagc_engine *e, const engine_task *t) {
 
 static void *comm_thread(void *arg) {
   tagc_engine *e = arg;
+  /* The CPU kernels this thread runs (bf16 conversions, sparsify, encode, decode) overlap the
+   * model's compute: one thread. A new pthread starts from OpenMP's global default (all
+   * cores), and those spinning teams took the cores from the compute thread: bf16 gathers and
+   * tagc were 2.5-3x slower per step than fp32 on a fast link with 2 cores. */
+  omp_set_num_threads(1);
   pthread_mutex_lock(&e->mu);
   for (;;) {
     while (!e->stop && e->completed == e->submitted)
