@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Step time and bytes per step of `none`, `bf16` and `tagc` at W = 2 and 4 over emulated links
+# Step time and bytes per step of compression policies at W = 2 and 4 over emulated links
 # (unlimited veth, tbf 1 Gbit/s, tbf 100 Mbit/s), printed as ratios against `none` of the same
 # link and W. Needs root. Each worker runs in its own network namespace, joined to the others
 # by a bridge in a hub namespace; both directions of every worker's link are shaped. Addresses
@@ -11,7 +11,7 @@ build=${1:?usage: bench/netns_bench.sh BUILD_DIR [STEPS] [WORLDS] [LINKS] [POLIC
 steps=${2:-20}
 worlds=${3:-"2 4"}
 links=${4:-"unlimited 1gbit 100mbit"}
-policies=${5:-"none bf16 tagc"}
+policies=${5:-"none/fp32 none/bf16 bf16 tagc auto"}
 worker=$(readlink -f "$build/bin/tagc-worker")
 model=${TAGC_BENCH_MODEL:-"--layers 4 --dim 256 --heads 4 --ctx 128 --batch 8"}
 tmp=$(mktemp -d /tmp/tagc-netns.XXXXXX)
@@ -56,21 +56,20 @@ shape() { # shape RATE|unlimited: egress of both ends of every worker link
   done
 }
 
-spec_of() {
-  case $1 in
-    none|bf16|tagc) echo "$1" ;;
-    *) echo "$1" ;;
-  esac
-}
+# A policy is COMPRESS[/GATHER]: the --compress spec, then optionally the --gather precision
+# (default auto: bf16 when anything is compressed); e.g. none/fp32 = fp32 ZeRO-3, none/bf16,
+# bf16, tagc, auto.
+spec_of() { echo "--compress ${1%%/*} --gather $( [ "${1#*/}" != "$1" ] && echo "${1#*/}" || echo auto)"; }
 
 run() { # run W POLICY LINK -> prints one result line
-  local w=$1 policy=$2 link=$3 out=$tmp/$w-$policy-$link
+  local w=$1 policy=$2 link=$3 out=$tmp/$w-${2//\//-}-$link
   local threads=$(( $(nproc) / w )); [ "$threads" -lt 1 ] && threads=1
   mkdir -p "$out"
   local pids=()
   for r in $(seq 0 $((w - 1))); do
     # shellcheck disable=SC2086
-    ip netns exec "$pfx-$r" "$worker" $model --steps "$steps" --compress "$(spec_of "$policy")" \
+    # shellcheck disable=SC2046
+    ip netns exec "$pfx-$r" "$worker" $model --steps "$steps" $(spec_of "$policy") \
       --rank "$r" --world "$w" --rendezvous "$out/rdzv" --host "10.231.0.$((r + 1))" \
       --threads "$threads" --ckpt-every 0 --eval-every 0 --eval-windows 16 --log warn \
       --op-timeout 120 --out "$out" > "$out/rank$r.log" 2>&1 &
@@ -80,35 +79,36 @@ run() { # run W POLICY LINK -> prints one result line
   for p in "${pids[@]}"; do wait "$p" || rc=1; done
   if [ $rc -ne 0 ]; then echo "run $w $policy $link failed:"; tail -3 "$out"/rank*.log; return 1; fi
   if [ -n "${TAGC_BENCH_KEEP:-}" ]; then # keep each run's summary and metrics (comparisons)
-    mkdir -p "$TAGC_BENCH_KEEP/$w-$policy-$link"
-    cp "$out/summary.json" "$out/metrics.jsonl" "$TAGC_BENCH_KEEP/$w-$policy-$link/"
+    mkdir -p "$TAGC_BENCH_KEEP/$w-${policy//\//-}-$link"
+    cp "$out/summary.json" "$out/metrics.jsonl" "$TAGC_BENCH_KEEP/$w-${policy//\//-}-$link/"
   fi
   python3 - "$out/summary.json" "$w" "$policy" "$link" <<'PY'
 import json, sys
 s = json.load(open(sys.argv[1]))
-print("%s %s %s %.4f %d %.4f %.4f %.4f %.4f" % (sys.argv[2], sys.argv[3], sys.argv[4],
+print("%s %s %s %.4f %d %.4f %.4f %.4f %.4f %.3f" % (sys.argv[2], sys.argv[3], sys.argv[4],
       s["step_s_median"], s["bytes_sent_per_step"], s["comm_s_per_step"],
-      s["exposed_comm_s_per_step"], s["final_val_loss"], s["unpeeled_fraction"]))
+      s["exposed_comm_s_per_step"], s["final_val_loss"], s["unpeeled_fraction"],
+      s.get("paths", {}).get("sketch", 0.0)))
 PY
 }
 
 echo "model: $model, $steps steps; $(nproc) cores"
-printf '%-3s %-8s %-6s %10s %8s %12s %8s %9s %10s %9s %9s\n' W link policy step_ms ratio MB_sent bytes_x comm_ms exposed_% val_loss unpeeled
+printf '%-3s %-9s %-10s %9s %7s %9s %8s %8s %9s %9s %9s %7s\n' W link policy step_ms ratio MB_sent bytes_x comm_ms exposed_% val_loss unpeeled sketch%
 for link in $links; do
   shape "$link"
   for w in $worlds; do
     base_t= base_b=
     for policy in $policies; do
       line=$(run "$w" "$policy" "$link") || { echo "$line"; continue; }
-      read -r _ _ _ t b c x v u <<<"$line"
+      read -r _ _ _ t b c x v u k <<<"$line"
       [ -z "$base_t" ] && base_t=$t base_b=$b
       python3 -c "
 import sys
-w,link,pol,t,b,c,x,v,u,bt,bb=sys.argv[1:]
+w,link,pol,t,b,c,x,v,u,k,bt,bb=sys.argv[1:]
 t,b,c,x,bt,bb=map(float,(t,b,c,x,bt,bb))
-print('%-3s %-8s %-6s %10.1f %8.2f %12.2f %8.2f %9.1f %10.0f %9.4f %9.4f' % (w,link,pol,1e3*t,bt/t,b/1e6,bb/b,1e3*c,100*x/c if c else 0,float(v),float(u)))
-" "$w" "$link" "$policy" "$t" "$b" "$c" "$x" "$v" "$u" "$base_t" "$base_b"
+print('%-3s %-9s %-10s %9.1f %7.2f %9.2f %8.2f %8.1f %9.0f %9.4f %9.4f %7.0f' % (w,link,pol,1e3*t,bt/t,b/1e6,bb/b,1e3*c,100*x/c if c else 0,float(v),float(u),100*float(k)))
+" "$w" "$link" "$policy" "$t" "$b" "$c" "$x" "$v" "$u" "$k" "$base_t" "$base_b"
     done
   done
 done
-echo "ratio = step time of the first policy (none) / this policy's; bytes_x likewise for bytes sent"
+echo "ratio = step time of the first policy (none/fp32: fp32 ZeRO-3) / this policy's; bytes_x likewise for bytes sent; sketch% = gradient elements sent as sketches"
