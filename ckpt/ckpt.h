@@ -11,8 +11,9 @@
  * Commit protocol (every rank, then rank 0):
  *   tagc_ckpt_write_shard()   each rank: step-<s>.tmp/rank-<r>.bin.tmp, fsync, rename, fsync dir
  *   barrier                   the caller's collective barrier (all shards durable)
- *   tagc_ckpt_commit()        rank 0: check every shard, manifest.json (temp + fsync + rename),
- *                             rename step-<s>.tmp -> step-<s>, fsync root, LATEST by rename
+ *   tagc_ckpt_commit()        rank 0: check every shard, sealed manifest.json (temp + fsync +
+ *                             rename), rename (or exchange) step-<s>.tmp -> step-<s>, fsync
+ *                             root, LATEST by rename
  * tagc_ckpt_save() runs the three in order; ckpt_saver.h runs it on a background thread.
  *
  * Paths: `dir` is the checkpoint root (holding step-<s>/ directories and LATEST). All strings
@@ -110,11 +111,11 @@ tagc_status tagc_ckpt_write_shard(const char *dir, int64_t step, int rank, int w
 
 /* Rank 0, after the barrier: checks that the W shard files of step-<step>.tmp exist and are
  * complete (header, size, trailer) and that their ranges tile every unit, then writes
- * manifest.json (temp + fsync + rename), renames the directory to step-<step> (a committed
- * directory of the same step, which can only be an invalid leftover, is replaced), fsyncs the
- * root and points LATEST at it (temp + fsync + rename). `out` may be NULL.
+ * manifest.json with its own checksum (temp + fsync + rename), renames the directory to
+ * step-<step> (a committed directory of the same step is replaced in one atomic exchange),
+ * fsyncs the root and points LATEST at it (temp + fsync + rename). `out` may be NULL.
  * Errors: TAGC_ENOTFOUND (missing shard), TAGC_ECORRUPT (bad shard), TAGC_EINVAL, TAGC_EIO.
- * Fault points before-manifest, before-rename, before-latest. */
+ * Fault points before-manifest, before-rename, replacing, before-latest. */
 tagc_status tagc_ckpt_commit(const char *dir, int64_t step, int world_size,
                              const tagc_ckpt_layout *layout, const tagc_ckpt_meta *meta,
                              tagc_ckpt_committed *out);
@@ -122,8 +123,9 @@ tagc_status tagc_ckpt_commit(const char *dir, int64_t step, int world_size,
 /* One synchronous save: write_shard, barrier, and on rank 0 commit, retention (a failure is
  * logged, not returned) and cfg->on_commit (its failure is returned). `meta` and `out` are
  * used on rank 0 only (either may be NULL). Other ranks return once the barrier passed; they
- * do not learn whether rank 0's commit succeeded. Blocks; calls cfg->barrier and
- * cfg->on_commit on the calling thread. */
+ * do not learn whether rank 0's commit succeeded. When the barrier or the commit fails, rank
+ * 0 removes step-<step>.tmp. Blocks; calls cfg->barrier and cfg->on_commit on the calling
+ * thread. */
 tagc_status tagc_ckpt_save(const tagc_ckpt_writer_config *cfg, int64_t step,
                            const float *const *data, const tagc_ckpt_meta *meta,
                            tagc_ckpt_committed *out);
@@ -134,16 +136,18 @@ tagc_status tagc_ckpt_save(const tagc_ckpt_writer_config *cfg, int64_t step,
  * *n_removed (may be NULL) gets the number of directories removed. Rank 0 only. */
 tagc_status tagc_ckpt_retain(const char *dir, int keep_last, int keep_every, int *n_removed);
 
-/* Removes every step-*.tmp directory under dir (saves that never committed). For rank 0 at
- * start or resume, before any rank saves: a leftover shard of an abandoned attempt at a step
- * could otherwise satisfy a file-based barrier of a new attempt at the same step.
- * *n_removed (may be NULL) gets the count. */
+/* Removes every step-*.tmp directory under dir (saves that never committed, or the old copy
+ * of a replaced step-<s>) and every step-*.replaced one (left by a crash during a replacement
+ * where the file system cannot exchange names). For rank 0 at start or resume, before any
+ * rank saves: a leftover shard of an abandoned attempt at a step could otherwise satisfy a
+ * file-based barrier of a new attempt at the same step. *n_removed (may be NULL) gets the
+ * count. */
 tagc_status tagc_ckpt_remove_partial(const char *dir, int *n_removed);
 
 /* ---- loading ---- */
 
 typedef enum tagc_ckpt_verify {
-  TAGC_CKPT_VERIFY_MANIFEST = 0, /* manifest only; each file's header is checked on first read */
+  TAGC_CKPT_VERIFY_MANIFEST = 0, /* manifest (and its checksum) only; each file's header is checked on first read */
   TAGC_CKPT_VERIFY_QUICK = 1,    /* + every file: size, header, trailer CRC matches the manifest */
   TAGC_CKPT_VERIFY_FULL = 2      /* + every file read whole and its CRC32C recomputed */
 } tagc_ckpt_verify;
@@ -151,12 +155,14 @@ typedef enum tagc_ckpt_verify {
 typedef struct tagc_ckpt_reader tagc_ckpt_reader;
 
 /* Opens the committed checkpoint directory step_dir and verifies it at `level`.
- * Errors: TAGC_ENOTFOUND (no manifest), TAGC_EPROTO (malformed manifest JSON),
- * TAGC_ECORRUPT (what is wrong, naming the file), TAGC_EIO, TAGC_ENOMEM. */
+ * The manifest's own checksum is checked first (version 1 manifests, written before it
+ * existed, have none). Errors: TAGC_ENOTFOUND (no manifest), TAGC_EPROTO (malformed manifest
+ * JSON), TAGC_ECORRUPT (what is wrong, naming the file), TAGC_EIO, TAGC_ENOMEM. */
 tagc_status tagc_ckpt_open(const char *step_dir, tagc_ckpt_verify level, tagc_ckpt_reader **out);
 
 /* Opens the newest checkpoint under dir that verifies at `level`; each defective newer one is
- * logged (one warning line) and skipped. TAGC_ENOTFOUND when none is valid. */
+ * logged (one warning line) and skipped. TAGC_ENOTFOUND when there is no committed checkpoint,
+ * TAGC_ECORRUPT when there are some and none is valid. */
 tagc_status tagc_ckpt_find_latest_valid(const char *dir, tagc_ckpt_verify level,
                                         tagc_ckpt_reader **out);
 
@@ -176,6 +182,9 @@ int64_t tagc_ckpt_reader_step(const tagc_ckpt_reader *rd);
 int tagc_ckpt_reader_world_size(const tagc_ckpt_reader *rd);
 const char *tagc_ckpt_reader_path(const tagc_ckpt_reader *rd);
 const json_t *tagc_ckpt_reader_manifest(const tagc_ckpt_reader *rd);
+/* CRC32C of manifest.json's bytes: the manifest_crc32c of tagc_ckpt_committed (and of the etcd
+ * record), so that ranks and plans can tell one checkpoint from another of the same step. */
+uint32_t tagc_ckpt_reader_manifest_crc32c(const tagc_ckpt_reader *rd);
 int tagc_ckpt_reader_n_units(const tagc_ckpt_reader *rd);
 int tagc_ckpt_reader_n_streams(const tagc_ckpt_reader *rd);
 /* Index of the unit / stream with that name; -1 when absent. */
@@ -193,10 +202,16 @@ void tagc_ckpt_close(tagc_ckpt_reader *rd);
 
 /* Arms the checkpoint fault points from a spec "ckpt:<stage>" or "ckpt:<stage>@<rank>"
  * (stages: after-open, mid-write, before-fsync, after-shard, before-manifest, before-rename,
- * before-latest); the process kills itself with SIGKILL on reaching that stage. The spec may
+ * before-latest, replacing); the process kills itself with SIGKILL on reaching that stage.
+ * The stage abort-snapshot kills nothing: see tagc_ckpt_fault_abort_snapshot(). The spec may
  * be a comma-separated list: items of other subsystems are ignored, the first "ckpt:" item
  * counts. NULL reads the environment variable TAGC_FAULT again; "" disarms. Without a call, TAGC_FAULT is read once on first use.
  * Errors: TAGC_EINVAL for an unknown stage. Call before saving, not concurrently with it. */
 tagc_status tagc_ckpt_fault_configure(const char *spec);
+
+/* 1 (once, then disarmed) when "ckpt:abort-snapshot[@rank]" is armed for this rank: the
+ * caller, between tagc_ckpt_saver_begin and finish, then breaks its snapshot the way a newer
+ * generation or a lost lease does (it aborts its communicator). Else 0; one compare when off. */
+int tagc_ckpt_fault_abort_snapshot(int rank);
 
 #endif

@@ -80,7 +80,7 @@ static int64_t latest_step(const char *dir) {
 static int cmd_ls(const char *dir) {
   int64_t *steps = NULL, *tmps = NULL;
   int n = 0, n_tmp = 0;
-  if (ckpt_list_steps(dir, 0, &steps, &n) != TAGC_OK || ckpt_list_steps(dir, 1, &tmps, &n_tmp) != TAGC_OK) {
+  if (ckpt_list_steps(dir, "", &steps, &n) != TAGC_OK || ckpt_list_steps(dir, CKPT_SUFFIX_TMP, &tmps, &n_tmp) != TAGC_OK) {
     fprintf(stderr, "tagctl ckpt ls: %s\n", tagc_last_error());
     free(steps);
     return EXIT_USAGE;
@@ -94,8 +94,9 @@ static int cmd_ls(const char *dir) {
     human_bytes(dir_bytes(path), size, sizeof size);
     tagc_ckpt_reader *rd;
     if (tagc_ckpt_open(path, TAGC_CKPT_VERIFY_QUICK, &rd) == TAGC_OK) {
-      printf("%-12lld %-6d %-12s valid%s\n", (long long)steps[i], tagc_ckpt_reader_world_size(rd), size,
-             steps[i] == latest ? " (LATEST)" : "");
+      /* quick check: manifest checksum, file sizes, headers, trailers; the payload is read by verify */
+      printf("%-12lld %-6d %-12s valid%s, payload unverified\n", (long long)steps[i],
+             tagc_ckpt_reader_world_size(rd), size, steps[i] == latest ? " (LATEST)" : "");
       tagc_ckpt_close(rd);
     } else {
       printf("%-12lld %-6s %-12s INVALID: %s\n", (long long)steps[i], "-", size, tagc_last_error());
@@ -138,7 +139,7 @@ static int cmd_verify(const char *path) {
     return verify_one(path) ? EXIT_OK : EXIT_INVALID;
   int64_t *steps;
   int n;
-  if (ckpt_list_steps(path, 0, &steps, &n) != TAGC_OK) {
+  if (ckpt_list_steps(path, "", &steps, &n) != TAGC_OK) {
     fprintf(stderr, "tagctl ckpt verify: %s\n", tagc_last_error());
     return EXIT_USAGE;
   }

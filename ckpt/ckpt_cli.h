@@ -5,7 +5,8 @@
 /* argv[0] = "ckpt", argv[1] = ls | verify | inspect, argv[2] = a checkpoint root or one
  * step-<n> directory. Prints to stdout (errors to stderr) and returns the exit status:
  * 0 ok, 1 verify (or inspect) found an invalid checkpoint, 2 usage or unreadable input.
- *   ls DIR       every checkpoint: step, world size, size, validity (quick check), LATEST
+ *   ls DIR       every checkpoint: step, world size, size, validity (quick check: payload
+ *                unverified), LATEST
  *   verify PATH  full check (sizes, headers, CRC32C of every file); prints each defect
  *   inspect PATH manifest summary: units, ranges per rank, files, saved state
  * Single-threaded; reads only. */

@@ -61,14 +61,35 @@ uint64_t ckpt_shard_data_bytes(const tagc_ckpt_range *ranges, const tagc_ckpt_la
 tagc_status ckpt_path_fmt(char *buf, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 tagc_status ckpt_write_full(int fd, const void *buf, size_t len, const char *name);
+/* Writes len bytes to path atomically: path.tmp, fsync, rename (the caller fsyncs the
+ * directory). The temporary file is removed on failure. */
+tagc_status ckpt_write_file_atomic(const char *path, const void *buf, size_t len);
 tagc_status ckpt_pread_full(int fd, void *buf, size_t len, uint64_t off, const char *name);
 tagc_status ckpt_fsync_path(const char *path);
 /* Removes a directory and the plain files in it (checkpoint directories are one level). */
 tagc_status ckpt_remove_dir(const char *path);
 
-/* Steps of the committed (kind 0) or temporary (kind 1) checkpoint directories under dir,
- * sorted descending; *steps is malloc'd (caller frees). A missing dir gives 0 entries. */
-tagc_status ckpt_list_steps(const char *dir, int tmp, int64_t **steps, int *n);
+/* Steps of the checkpoint directories under dir named step-<s><suffix>: "" committed,
+ * CKPT_SUFFIX_TMP a save in progress, CKPT_SUFFIX_REPLACED a directory moved aside while a
+ * commit replaced it. Sorted descending; *steps is malloc'd (caller frees). A missing dir
+ * gives 0 entries. */
+#define CKPT_SUFFIX_TMP ".tmp"
+#define CKPT_SUFFIX_REPLACED ".replaced"
+tagc_status ckpt_list_steps(const char *dir, const char *suffix, int64_t **steps, int *n);
+
+/* manifest.json's own checksum (docs/checkpoint-format.md): the file begins with
+ * CKPT_MANIFEST_SEAL then 8 lowercase hex digits, the CRC32C of the whole file with those
+ * digits written as "00000000". */
+#define CKPT_MANIFEST_SEAL "{\n  \"manifest_crc32c\": \""
+#define CKPT_MANIFEST_VERSION 2 /* sealed; version 1 manifests have no checksum */
+
+/* The text of a sealed manifest: `man` (which must not hold "manifest_crc32c") dumped with
+ * sorted keys and the checksum in front, plus a newline. *text is malloc'd (caller frees). */
+tagc_status ckpt_manifest_seal(const json_t *man, char **text, size_t *len);
+
+/* Checks the seal of manifest text: *sealed = 1 and TAGC_OK when it matches, *sealed = 0
+ * and TAGC_OK when there is none (a version 1 manifest), TAGC_ECORRUPT when it differs. */
+tagc_status ckpt_manifest_check(const char *text, size_t len, int *sealed);
 
 /* Names inside a checkpoint root (docs/checkpoint-format.md), formatted and parsed here only:
  * "step-<step>" (committed) or "step-<step>.tmp" (a save in progress) directories holding
@@ -92,7 +113,9 @@ typedef enum ckpt_fault_stage {
   CKPT_FAULT_AFTER_SHARD,
   CKPT_FAULT_BEFORE_MANIFEST,
   CKPT_FAULT_BEFORE_RENAME,
-  CKPT_FAULT_BEFORE_LATEST
+  CKPT_FAULT_BEFORE_LATEST,
+  CKPT_FAULT_REPLACING,      /* a commit replaced step-<s>; the old one is not removed yet */
+  CKPT_FAULT_ABORT_SNAPSHOT  /* not a kill: the caller fails its snapshot (tagc_ckpt_fault_take) */
 } ckpt_fault_stage;
 
 /* SIGKILLs this process if `stage` is armed (for this rank). One load and compare when off. */

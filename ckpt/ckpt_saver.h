@@ -15,11 +15,13 @@ typedef struct tagc_ckpt_saver tagc_ckpt_saver;
 typedef struct tagc_ckpt_saver_stats {
   int64_t saves_done;          /* saves finished (ok or failed) */
   int64_t saves_failed;
+  int64_t saves_abandoned;     /* begun, then given up with tagc_ckpt_saver_abandon */
   int64_t backpressure_waits;  /* submits that had to wait for the previous save */
   double last_stall_s;         /* time the latest submit blocked the caller (wait + copy) */
   double last_write_s;         /* background time of the latest finished save */
   int64_t last_step;           /* step of the latest finished save, -1 before the first */
   tagc_status last_status;     /* its result */
+  char last_error[256];        /* its error detail ("" when it succeeded) */
   tagc_ckpt_committed last_committed; /* rank 0: what the latest successful commit produced */
 } tagc_ckpt_saver_stats;
 
@@ -38,13 +40,19 @@ tagc_status tagc_ckpt_saver_submit(tagc_ckpt_saver *sv, int64_t step, const floa
 /* The same in two halves, so that a device can copy straight into the host buffer:
  * begin waits like submit, then gives views[u * n_streams + s] (this rank's range count of
  * floats each, owned by the saver) to fill; finish deep-copies meta and starts the write.
- * Every successful begin must be followed by finish. Errors: TAGC_EINVAL (negative step,
- * begin twice, finish without begin), TAGC_EABORTED after destroy began. */
+ * Every successful begin must be followed by finish or abandon. Errors: TAGC_EINVAL
+ * (negative step, begin twice, finish without begin), TAGC_EABORTED after destroy began. */
 tagc_status tagc_ckpt_saver_begin(tagc_ckpt_saver *sv, int64_t step, float *const **views);
 tagc_status tagc_ckpt_saver_finish(tagc_ckpt_saver *sv, const tagc_ckpt_meta *meta);
 
+/* Gives up the save begun with begin: nothing of it is written (the views may hold a partly
+ * filled, stale state — e.g. the caller's snapshot failed, or another rank's did, so the
+ * step must not become a checkpoint). Counted in saves_abandoned; the saver is ready for
+ * the next begin. TAGC_EINVAL without a begin. */
+tagc_status tagc_ckpt_saver_abandon(tagc_ckpt_saver *sv);
+
 /* Blocks until no save is pending or running; returns the status of the latest save
- * (TAGC_OK when none ran). */
+ * (TAGC_OK when none ran), its detail (from the saver's thread) as this thread's error. */
 tagc_status tagc_ckpt_saver_wait(tagc_ckpt_saver *sv);
 
 /* Copies the counters. */

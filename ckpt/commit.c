@@ -82,7 +82,7 @@ static json_t *build_manifest(int64_t step, int world_size, const tagc_ckpt_layo
   if (!meta)
     meta = &none;
   return json_pack("{s:s, s:i, s:s, s:I, s:i, s:f, s:s, s:s, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o}",
-                   "format", "tagc-ckpt", "version", TAGC_CKPT_FORMAT_VERSION, "software_version",
+                   "format", "tagc-ckpt", "version", CKPT_MANIFEST_VERSION, "software_version",
                    TAGC_VERSION, "step", (json_int_t)step, "world_size", world_size, "created",
                    tagc_wall_time(), "dtype", "float32", "byte_order", "little", "streams", streams,
                    "units", units, "files", files, "model", meta_value(meta->model), "tensors", meta_value(meta->tensors), "sampler",
@@ -91,56 +91,57 @@ static json_t *build_manifest(int64_t step, int world_size, const tagc_ckpt_layo
 }
 
 static tagc_status write_latest(const char *dir, int64_t step) {
-  char tmp[CKPT_PATH_MAX], path[CKPT_PATH_MAX], name[CKPT_NAME_MAX], text[64];
-  TAGC_CHECK(ckpt_path_fmt(tmp, "%s/LATEST.tmp", dir));
+  char path[CKPT_PATH_MAX], name[CKPT_NAME_MAX], text[64];
   TAGC_CHECK(ckpt_path_fmt(path, "%s/LATEST", dir));
   ckpt_step_name(step, 0, name);
   int len = snprintf(text, sizeof text, "%s\n", name);
-  int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0)
-    return tagc_errorf(TAGC_EIO, "create %s: %s", tmp, strerror(errno));
-  tagc_status st = ckpt_write_full(fd, text, (size_t)len, tmp);
-  if (st == TAGC_OK && fsync(fd) != 0)
-    st = tagc_errorf(TAGC_EIO, "fsync %s: %s", tmp, strerror(errno));
-  close(fd);
-  if (st == TAGC_OK && rename(tmp, path) != 0)
-    st = tagc_errorf(TAGC_EIO, "rename %s: %s", tmp, strerror(errno));
+  TAGC_CHECK(ckpt_write_file_atomic(path, text, (size_t)len));
+  return ckpt_fsync_path(dir);
+}
+
+/* Writes the sealed manifest into tmpdir; *crc gets the CRC32C of the file (the etcd record). */
+static tagc_status write_manifest(const char *tmpdir, const json_t *man, uint32_t *crc) {
+  char path[CKPT_PATH_MAX], *text;
+  size_t len;
+  TAGC_CHECK(ckpt_path_fmt(path, "%s/manifest.json", tmpdir));
+  TAGC_CHECK(ckpt_manifest_seal(man, &text, &len));
+  *crc = tagc_crc32c(0, text, len);
+  tagc_status st = ckpt_write_file_atomic(path, text, len);
+  free(text);
   if (st == TAGC_OK)
-    st = ckpt_fsync_path(dir);
+    st = ckpt_fsync_path(tmpdir);
   return st;
 }
 
-/* Moves tmpdir to stepdir; a committed directory of the same step (an invalid leftover, or
- * the loader would have resumed from it) is moved aside first and removed afterwards. */
+/* Moves tmpdir to stepdir. A committed directory of the same step (an invalid leftover, or
+ * the loader would have resumed from it) is swapped out in one atomic exchange, so step-<s>
+ * names the old or the new checkpoint at every instant; the old one, now named
+ * step-<s>.tmp, is removed afterwards (a crash leaves it for tagc_ckpt_remove_partial).
+ * Where the file system cannot exchange, it is renamed to step-<s>.replaced first. */
 static tagc_status publish_dir(const char *dir, const char *tmpdir, const char *stepdir) {
-  char aside[CKPT_PATH_MAX];
-  TAGC_CHECK(ckpt_path_fmt(aside, "%s.replaced", stepdir));
   struct stat sb;
-  int replacing = stat(stepdir, &sb) == 0;
-  if (replacing) {
-    LOG_WARN("ckpt", "replacing existing %s", stepdir);
+  if (stat(stepdir, &sb) != 0) {
+    if (rename(tmpdir, stepdir) != 0)
+      return tagc_errorf(TAGC_EIO, "rename %s -> %s: %s", tmpdir, stepdir, strerror(errno));
+    return ckpt_fsync_path(dir);
+  }
+  LOG_WARN("ckpt", "replacing existing %s", stepdir);
+  const char *old = tmpdir;
+  char aside[CKPT_PATH_MAX];
+  if (renameat2(AT_FDCWD, tmpdir, AT_FDCWD, stepdir, RENAME_EXCHANGE) != 0) {
+    if (errno != EINVAL && errno != ENOSYS && errno != ENOTSUP)
+      return tagc_errorf(TAGC_EIO, "exchange %s <-> %s: %s", tmpdir, stepdir, strerror(errno));
+    TAGC_CHECK(ckpt_path_fmt(aside, "%s%s", stepdir, CKPT_SUFFIX_REPLACED));
     TAGC_CHECK(ckpt_remove_dir(aside));
     if (rename(stepdir, aside) != 0)
       return tagc_errorf(TAGC_EIO, "rename %s: %s", stepdir, strerror(errno));
+    if (rename(tmpdir, stepdir) != 0)
+      return tagc_errorf(TAGC_EIO, "rename %s -> %s: %s", tmpdir, stepdir, strerror(errno));
+    old = aside;
   }
-  if (rename(tmpdir, stepdir) != 0)
-    return tagc_errorf(TAGC_EIO, "rename %s -> %s: %s", tmpdir, stepdir, strerror(errno));
   TAGC_CHECK(ckpt_fsync_path(dir));
-  return replacing ? ckpt_remove_dir(aside) : TAGC_OK;
-}
-
-static tagc_status file_crc(const char *path, uint32_t *crc) {
-  FILE *f = fopen(path, "rb");
-  if (!f)
-    return tagc_errorf(TAGC_EIO, "%s: %s", path, strerror(errno));
-  unsigned char buf[65536];
-  size_t n;
-  *crc = 0;
-  while ((n = fread(buf, 1, sizeof buf, f)) > 0)
-    *crc = tagc_crc32c(*crc, buf, n);
-  int err = ferror(f);
-  fclose(f);
-  return err ? tagc_errorf(TAGC_EIO, "read %s", path) : TAGC_OK;
+  ckpt_fault_point(CKPT_FAULT_REPLACING, 0);
+  return ckpt_remove_dir(old);
 }
 
 tagc_status tagc_ckpt_commit(const char *dir, int64_t step, int world_size,
@@ -150,10 +151,9 @@ tagc_status tagc_ckpt_commit(const char *dir, int64_t step, int world_size,
   if (!dir || step < 0 || world_size < 1)
     return tagc_errorf(TAGC_EINVAL, "checkpoint commit: step %lld, world size %d", (long long)step, world_size);
   double t0 = tagc_now();
-  char tmpdir[CKPT_PATH_MAX], stepdir[CKPT_PATH_MAX], manifest[CKPT_PATH_MAX];
+  char tmpdir[CKPT_PATH_MAX], stepdir[CKPT_PATH_MAX];
   TAGC_CHECK(tagc_ckpt_step_path(dir, step, 1, tmpdir, sizeof tmpdir));
   TAGC_CHECK(tagc_ckpt_step_path(dir, step, 0, stepdir, sizeof stepdir));
-  TAGC_CHECK(ckpt_path_fmt(manifest, "%s/manifest.json", tmpdir));
 
   tagc_ckpt_range *ranges = malloc(((size_t)world_size * layout->n_units + 1) * sizeof *ranges);
   json_t *files = json_array(), *man = NULL;
@@ -177,8 +177,8 @@ tagc_status tagc_ckpt_commit(const char *dir, int64_t step, int world_size,
     st = tagc_errorf(TAGC_ENOMEM, "checkpoint manifest");
     goto done;
   }
-  TAGC_CHECK_GOTO(tagc_json_write_file(manifest, man), st, done);
-  TAGC_CHECK_GOTO(ckpt_fsync_path(tmpdir), st, done);
+  uint32_t manifest_crc;
+  TAGC_CHECK_GOTO(write_manifest(tmpdir, man, &manifest_crc), st, done);
   ckpt_fault_point(CKPT_FAULT_BEFORE_RENAME, 0);
   TAGC_CHECK_GOTO(publish_dir(dir, tmpdir, stepdir), st, done);
   ckpt_fault_point(CKPT_FAULT_BEFORE_LATEST, 0);
@@ -189,9 +189,8 @@ tagc_status tagc_ckpt_commit(const char *dir, int64_t step, int world_size,
     out->step = step;
     out->world_size = world_size;
     out->total_bytes = total;
+    out->manifest_crc32c = manifest_crc;
     snprintf(out->path, sizeof out->path, "%s", stepdir);
-    TAGC_CHECK_GOTO(ckpt_path_fmt(manifest, "%s/manifest.json", stepdir), st, done);
-    st = file_crc(manifest, &out->manifest_crc32c);
   }
 done:
   json_decref(files);
@@ -200,30 +199,46 @@ done:
   return st;
 }
 
+/* Rank 0, after a failed barrier or commit: the save is abandoned, so its directory goes
+ * (a slow rank still writing into it fails, which is what it should do then). */
+static void remove_failed_save(const char *dir, int64_t step) {
+  tagc_error_saved saved;
+  tagc_error_save(&saved);
+  char tmpdir[CKPT_PATH_MAX];
+  if (tagc_ckpt_step_path(dir, step, 1, tmpdir, sizeof tmpdir) == TAGC_OK && ckpt_remove_dir(tmpdir) != TAGC_OK)
+    LOG_WARN("ckpt", "removing the failed save: %s", tagc_last_error());
+  tagc_error_restore(&saved);
+}
+
 tagc_status tagc_ckpt_save(const tagc_ckpt_writer_config *cfg, int64_t step,
                            const float *const *data, const tagc_ckpt_meta *meta,
                            tagc_ckpt_committed *out) {
   if (!cfg || !cfg->dir || (cfg->world_size > 1 && !cfg->barrier))
     return tagc_errorf(TAGC_EINVAL, "checkpoint save: a directory and (for more than one rank) a barrier are required");
   TAGC_CHECK(tagc_ckpt_write_shard(cfg->dir, step, cfg->rank, cfg->world_size, &cfg->layout, cfg->ranges, data));
-  if (cfg->barrier)
-    TAGC_CHECK(cfg->barrier(cfg->barrier_arg, step));
+  tagc_status st = cfg->barrier ? cfg->barrier(cfg->barrier_arg, step) : TAGC_OK;
   if (cfg->rank != 0)
-    return TAGC_OK;
+    return st;
   tagc_ckpt_committed local;
   if (!out)
     out = &local;
-  TAGC_CHECK(tagc_ckpt_commit(cfg->dir, step, cfg->world_size, &cfg->layout, meta, out));
+  if (st == TAGC_OK)
+    st = tagc_ckpt_commit(cfg->dir, step, cfg->world_size, &cfg->layout, meta, out);
+  if (st != TAGC_OK) {
+    remove_failed_save(cfg->dir, step);
+    return st;
+  }
   if (tagc_ckpt_retain(cfg->dir, cfg->keep_last, cfg->keep_every, NULL) != TAGC_OK)
     LOG_WARN("ckpt", "retention after step %lld failed: %s", (long long)step, tagc_last_error());
   return cfg->on_commit ? cfg->on_commit(cfg->on_commit_arg, out) : TAGC_OK;
 }
 
-/* Removes step-<s> (or step-<s>.tmp when tmp) under dir, logging it. */
-static tagc_status remove_step(const char *dir, int64_t s, int tmp, int *n_removed) {
-  char path[CKPT_PATH_MAX];
-  TAGC_CHECK(tagc_ckpt_step_path(dir, s, tmp, path, sizeof path));
-  LOG_INFO("ckpt", "retention: removing %s", path);
+/* Removes step-<s><suffix> under dir, logging it. */
+static tagc_status remove_step(const char *dir, int64_t s, const char *suffix, int *n_removed) {
+  char path[CKPT_PATH_MAX], name[CKPT_NAME_MAX];
+  ckpt_step_name(s, 0, name);
+  TAGC_CHECK(ckpt_path_fmt(path, "%s/%s%s", dir, name, suffix));
+  LOG_INFO("ckpt", "removing %s", path);
   TAGC_CHECK(ckpt_remove_dir(path));
   (*n_removed)++;
   return TAGC_OK;
@@ -247,19 +262,19 @@ tagc_status tagc_ckpt_retain(const char *dir, int keep_last, int keep_every, int
   int64_t *steps = NULL, *tmps = NULL;
   int n = 0, n_tmp = 0;
   tagc_status st;
-  TAGC_CHECK_GOTO(ckpt_list_steps(dir, 0, &steps, &n), st, done);
-  TAGC_CHECK_GOTO(ckpt_list_steps(dir, 1, &tmps, &n_tmp), st, done);
+  TAGC_CHECK_GOTO(ckpt_list_steps(dir, "", &steps, &n), st, done);
+  TAGC_CHECK_GOTO(ckpt_list_steps(dir, CKPT_SUFFIX_TMP, &tmps, &n_tmp), st, done);
   int64_t newest = newest_valid_step(dir, steps, n);
   if (newest < 0)
     goto done; /* nothing valid: keep everything for inspection */
   for (int i = 0; i < n && keep_last > 0; i++) {
     int keep = i < keep_last || steps[i] >= newest || (keep_every > 0 && steps[i] % keep_every == 0);
     if (!keep)
-      TAGC_CHECK_GOTO(remove_step(dir, steps[i], 0, &removed), st, done);
+      TAGC_CHECK_GOTO(remove_step(dir, steps[i], "", &removed), st, done);
   }
   for (int i = 0; i < n_tmp; i++)
     if (tmps[i] < newest)
-      TAGC_CHECK_GOTO(remove_step(dir, tmps[i], 1, &removed), st, done);
+      TAGC_CHECK_GOTO(remove_step(dir, tmps[i], CKPT_SUFFIX_TMP, &removed), st, done);
 done:
   free(steps);
   free(tmps);
@@ -269,13 +284,17 @@ done:
 }
 
 tagc_status tagc_ckpt_remove_partial(const char *dir, int *n_removed) {
+  static const char *const suffixes[] = {CKPT_SUFFIX_TMP, CKPT_SUFFIX_REPLACED};
   int removed = 0;
-  int64_t *tmps;
-  int n_tmp;
-  tagc_status st = ckpt_list_steps(dir, 1, &tmps, &n_tmp);
-  for (int i = 0; i < n_tmp && st == TAGC_OK; i++)
-    st = remove_step(dir, tmps[i], 1, &removed);
-  free(tmps);
+  tagc_status st = TAGC_OK;
+  for (int k = 0; k < 2 && st == TAGC_OK; k++) {
+    int64_t *steps;
+    int n;
+    st = ckpt_list_steps(dir, suffixes[k], &steps, &n);
+    for (int i = 0; i < n && st == TAGC_OK; i++)
+      st = remove_step(dir, steps[i], suffixes[k], &removed);
+    free(steps);
+  }
   if (n_removed)
     *n_removed = removed;
   return st;

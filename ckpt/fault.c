@@ -1,4 +1,5 @@
-/* Checkpoint fault points: TAGC_FAULT=ckpt:<stage>[@<rank>] kills the process at that stage. */
+/* Checkpoint fault points: TAGC_FAULT=ckpt:<stage>[@<rank>] kills the process at that stage;
+ * ckpt:abort-snapshot is the one the caller acts on (tagc_ckpt_fault_abort_snapshot). */
 #include <pthread.h>
 #include <signal.h>
 #include <stdlib.h>
@@ -12,7 +13,8 @@ static const char *const stage_names[] = {
     [CKPT_FAULT_AFTER_OPEN] = "after-open",         [CKPT_FAULT_MID_WRITE] = "mid-write",
     [CKPT_FAULT_BEFORE_FSYNC] = "before-fsync",     [CKPT_FAULT_AFTER_SHARD] = "after-shard",
     [CKPT_FAULT_BEFORE_MANIFEST] = "before-manifest", [CKPT_FAULT_BEFORE_RENAME] = "before-rename",
-    [CKPT_FAULT_BEFORE_LATEST] = "before-latest",
+    [CKPT_FAULT_BEFORE_LATEST] = "before-latest",   [CKPT_FAULT_REPLACING] = "replacing",
+    [CKPT_FAULT_ABORT_SNAPSHOT] = "abort-snapshot",
 };
 
 static ckpt_fault_stage armed_stage;
@@ -35,7 +37,7 @@ static tagc_status parse_item(const char *item, size_t len) {
       return tagc_errorf(TAGC_EINVAL, "fault spec '%.*s': rank after '@' must be a number", (int)len, item);
     rank = (int)r;
   }
-  for (int s = CKPT_FAULT_AFTER_OPEN; s <= CKPT_FAULT_BEFORE_LATEST; s++) {
+  for (int s = CKPT_FAULT_AFTER_OPEN; s <= CKPT_FAULT_ABORT_SNAPSHOT; s++) {
     if (strlen(stage_names[s]) == name_len && strncmp(name, stage_names[s], name_len) == 0) {
       armed_stage = (ckpt_fault_stage)s;
       armed_rank = rank;
@@ -79,4 +81,13 @@ void ckpt_fault_point(ckpt_fault_stage stage, int rank) {
            stage_names[stage], rank);
   raise(SIGKILL);
   _exit(137);
+}
+
+int tagc_ckpt_fault_abort_snapshot(int rank) {
+  pthread_once(&env_once, read_env_once);
+  if (armed_stage != CKPT_FAULT_ABORT_SNAPSHOT || (armed_rank >= 0 && armed_rank != rank))
+    return 0;
+  LOG_WARN("ckpt", "fault point ckpt:abort-snapshot reached on rank %d: failing the snapshot", rank);
+  armed_stage = CKPT_FAULT_NONE;
+  return 1;
 }

@@ -22,6 +22,7 @@ typedef struct shard_file {
 struct tagc_ckpt_reader {
   char path[CKPT_PATH_MAX];
   json_t *manifest;
+  uint32_t manifest_crc;     /* CRC32C of manifest.json's bytes (what the etcd record holds) */
   int64_t step;
   int world_size;
   tagc_ckpt_layout layout;   /* names borrowed from the manifest */
@@ -115,15 +116,18 @@ static tagc_status parse_file(tagc_ckpt_reader *rd, int r, const json_t *f) {
   return TAGC_OK;
 }
 
-static tagc_status parse_manifest(tagc_ckpt_reader *rd) {
+static tagc_status parse_manifest(tagc_ckpt_reader *rd, int sealed) {
   const char *format;
   int64_t version, step, world;
   if (tagc_json_get_str(rd->manifest, "format", &format) != TAGC_OK || strcmp(format, "tagc-ckpt") != 0)
     return tagc_errorf(TAGC_ECORRUPT, "not a tagc checkpoint manifest");
   TAGC_CHECK(get_int_in(rd->manifest, "version", 0, INT32_MAX, &version));
-  if (version != TAGC_CKPT_FORMAT_VERSION)
-    return tagc_errorf(TAGC_ECORRUPT, "format version %lld, this build reads version %d", (long long)version,
-                       TAGC_CKPT_FORMAT_VERSION);
+  if (version < 1 || version > CKPT_MANIFEST_VERSION)
+    return tagc_errorf(TAGC_ECORRUPT, "format version %lld, this build reads versions 1 to %d", (long long)version,
+                       CKPT_MANIFEST_VERSION);
+  if (version > 1 && !sealed)
+    return tagc_errorf(TAGC_ECORRUPT, "version %lld without its checksum (\"manifest_crc32c\" must come first)",
+                       (long long)version);
   TAGC_CHECK(get_int_in(rd->manifest, "step", 0, INT64_MAX, &step));
   TAGC_CHECK(get_int_in(rd->manifest, "world_size", 1, 1 << 20, &world));
   rd->step = step;
@@ -237,11 +241,47 @@ static tagc_status check_dir_step(const tagc_ckpt_reader *rd) {
   return TAGC_OK;
 }
 
+/* Reads manifest.json whole, checks its seal and parses it into rd->manifest. */
+static tagc_status load_manifest(tagc_ckpt_reader *rd, int *sealed) {
+  char path[CKPT_PATH_MAX];
+  TAGC_CHECK(ckpt_path_fmt(path, "%s/manifest.json", rd->path));
+  FILE *f = fopen(path, "rb");
+  if (!f)
+    return tagc_errorf(errno == ENOENT ? TAGC_ENOTFOUND : TAGC_EIO, "%s: %s", path, strerror(errno));
+  char *text = NULL;
+  size_t len = 0, cap = 0;
+  tagc_status st = TAGC_OK;
+  for (;;) {
+    if (len == cap) {
+      char *grown = cap < (1u << 30) ? realloc(text, cap = cap ? 2 * cap : 65536) : NULL;
+      if (!grown) {
+        st = tagc_errorf(TAGC_ENOMEM, "%s: %zu bytes", path, len);
+        break;
+      }
+      text = grown;
+    }
+    size_t n = fread(text + len, 1, cap - len, f);
+    len += n;
+    if (n == 0)
+      break;
+  }
+  if (st == TAGC_OK && ferror(f))
+    st = tagc_errorf(TAGC_EIO, "read %s", path);
+  fclose(f);
+  if (st == TAGC_OK)
+    st = ckpt_manifest_check(text, len, sealed);
+  if (st == TAGC_OK) {
+    rd->manifest_crc = tagc_crc32c(0, text, len);
+    st = tagc_json_parse(text, len, &rd->manifest);
+  }
+  free(text);
+  return st == TAGC_OK || st == TAGC_ENOTFOUND ? st : blame(st, "manifest.json");
+}
+
 static tagc_status open_verified(tagc_ckpt_reader *rd, tagc_ckpt_verify level) {
-  char manifest[CKPT_PATH_MAX];
-  TAGC_CHECK(ckpt_path_fmt(manifest, "%s/manifest.json", rd->path));
-  TAGC_CHECK(tagc_json_load_file(manifest, &rd->manifest));
-  tagc_status st = parse_manifest(rd);
+  int sealed;
+  TAGC_CHECK(load_manifest(rd, &sealed));
+  tagc_status st = parse_manifest(rd, sealed);
   if (st != TAGC_OK)
     return blame(st, "manifest.json");
   TAGC_CHECK(check_dir_step(rd));
@@ -274,7 +314,7 @@ tagc_status tagc_ckpt_find_latest_valid(const char *dir, tagc_ckpt_verify level,
   *out = NULL;
   int64_t *steps;
   int n;
-  TAGC_CHECK(ckpt_list_steps(dir, 0, &steps, &n));
+  TAGC_CHECK(ckpt_list_steps(dir, "", &steps, &n));
   tagc_status st = tagc_errorf(TAGC_ENOTFOUND, "no checkpoint under %s", dir);
   for (int i = 0; i < n; i++) {
     char path[CKPT_PATH_MAX];
@@ -286,7 +326,7 @@ tagc_status tagc_ckpt_find_latest_valid(const char *dir, tagc_ckpt_verify level,
     LOG_WARN("ckpt", "skipping invalid checkpoint: %s", tagc_last_error());
   }
   if (st != TAGC_OK && n > 0)
-    st = tagc_errorf(TAGC_ENOTFOUND, "no valid checkpoint under %s (%d invalid)", dir, n);
+    st = tagc_errorf(TAGC_ECORRUPT, "no valid checkpoint under %s: all %d are invalid", dir, n);
   free(steps);
   return st;
 }
@@ -319,6 +359,7 @@ int64_t tagc_ckpt_reader_step(const tagc_ckpt_reader *rd) { return rd->step; }
 int tagc_ckpt_reader_world_size(const tagc_ckpt_reader *rd) { return rd->world_size; }
 const char *tagc_ckpt_reader_path(const tagc_ckpt_reader *rd) { return rd->path; }
 const json_t *tagc_ckpt_reader_manifest(const tagc_ckpt_reader *rd) { return rd->manifest; }
+uint32_t tagc_ckpt_reader_manifest_crc32c(const tagc_ckpt_reader *rd) { return rd->manifest_crc; }
 int tagc_ckpt_reader_n_units(const tagc_ckpt_reader *rd) { return rd->layout.n_units; }
 int tagc_ckpt_reader_n_streams(const tagc_ckpt_reader *rd) { return rd->layout.n_streams; }
 

@@ -63,9 +63,11 @@ static void *saver_main(void *arg) {
     double t0 = tagc_now();
     tagc_ckpt_committed committed = {0};
     tagc_status st = tagc_ckpt_save(&sv->cfg, step, (const float *const *)sv->views, &sv->meta, &committed);
-    if (st != TAGC_OK)
-      LOG_ERROR("ckpt", "checkpoint of step %lld failed on rank %d: %s", (long long)step, sv->cfg.rank,
-                tagc_last_error());
+    char detail[sizeof sv->stats.last_error] = "";
+    if (st != TAGC_OK) {
+      snprintf(detail, sizeof detail, "%s", tagc_last_error());
+      LOG_ERROR("ckpt", "checkpoint of step %lld failed on rank %d: %s", (long long)step, sv->cfg.rank, detail);
+    }
     meta_free(&sv->meta);
 
     pthread_mutex_lock(&sv->mu);
@@ -74,6 +76,7 @@ static void *saver_main(void *arg) {
     sv->stats.last_write_s = tagc_now() - t0;
     sv->stats.last_step = step;
     sv->stats.last_status = st;
+    memcpy(sv->stats.last_error, detail, sizeof detail);
     if (st == TAGC_OK && sv->cfg.rank == 0)
       sv->stats.last_committed = committed;
     sv->busy = 0;
@@ -206,6 +209,20 @@ tagc_status tagc_ckpt_saver_finish(tagc_ckpt_saver *sv, const tagc_ckpt_meta *me
   return TAGC_OK;
 }
 
+tagc_status tagc_ckpt_saver_abandon(tagc_ckpt_saver *sv) {
+  if (!sv->staging)
+    return tagc_errorf(TAGC_EINVAL, "checkpoint abandon without begin");
+  LOG_WARN("ckpt", "checkpoint of step %lld abandoned on rank %d: nothing is written", (long long)sv->step,
+           sv->cfg.rank);
+  sv->staging = 0;
+  pthread_mutex_lock(&sv->mu);
+  sv->stats.saves_abandoned++;
+  sv->busy = 0;
+  pthread_cond_broadcast(&sv->cv);
+  pthread_mutex_unlock(&sv->mu);
+  return TAGC_OK;
+}
+
 tagc_status tagc_ckpt_saver_submit(tagc_ckpt_saver *sv, int64_t step, const float *const *data,
                                    const tagc_ckpt_meta *meta) {
   int nu = sv->cfg.layout.n_units, ns = sv->cfg.layout.n_streams;
@@ -230,8 +247,10 @@ tagc_status tagc_ckpt_saver_wait(tagc_ckpt_saver *sv) {
   while (sv->busy)
     pthread_cond_wait(&sv->cv, &sv->mu);
   tagc_status st = sv->stats.saves_done ? sv->stats.last_status : TAGC_OK;
+  char detail[sizeof sv->stats.last_error];
+  memcpy(detail, sv->stats.last_error, sizeof detail);
   pthread_mutex_unlock(&sv->mu);
-  return st;
+  return st == TAGC_OK ? st : tagc_errorf(st, "%s", detail);
 }
 
 void tagc_ckpt_saver_stats_get(tagc_ckpt_saver *sv, tagc_ckpt_saver_stats *out) {

@@ -288,8 +288,10 @@ tagc_status tagc_ckpt_write_shard(const char *dir, int64_t step, int rank, int w
 done:
   if (fd >= 0)
     close(fd);
-  if (st != TAGC_OK)
+  if (st != TAGC_OK) { /* e.g. a full disk: leave no partial file, nor an empty directory */
     unlink(tmp);
+    rmdir(tmpdir);
+  }
   free(stored);
   free(hdr);
   return st;

@@ -39,6 +39,23 @@ tagc_status ckpt_write_full(int fd, const void *buf, size_t len, const char *nam
   return TAGC_OK;
 }
 
+tagc_status ckpt_write_file_atomic(const char *path, const void *buf, size_t len) {
+  char tmp[CKPT_PATH_MAX];
+  TAGC_CHECK(ckpt_path_fmt(tmp, "%s.tmp", path));
+  int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0)
+    return tagc_errorf(TAGC_EIO, "create %s: %s", tmp, strerror(errno));
+  tagc_status st = ckpt_write_full(fd, buf, len, tmp);
+  if (st == TAGC_OK && fsync(fd) != 0)
+    st = tagc_errorf(TAGC_EIO, "fsync %s: %s", tmp, strerror(errno));
+  close(fd);
+  if (st == TAGC_OK && rename(tmp, path) != 0)
+    st = tagc_errorf(TAGC_EIO, "rename %s: %s", tmp, strerror(errno));
+  if (st != TAGC_OK)
+    unlink(tmp);
+  return st;
+}
+
 tagc_status ckpt_pread_full(int fd, void *buf, size_t len, uint64_t off, const char *name) {
   char *p = buf;
   while (len > 0) {
@@ -134,12 +151,13 @@ static int cmp_desc(const void *a, const void *b) {
   return (x < y) - (x > y);
 }
 
-tagc_status ckpt_list_steps(const char *dir, int tmp, int64_t **steps, int *n) {
+tagc_status ckpt_list_steps(const char *dir, const char *suffix, int64_t **steps, int *n) {
   *steps = NULL;
   *n = 0;
   DIR *d = opendir(dir);
   if (!d)
     return errno == ENOENT ? TAGC_OK : tagc_errorf(TAGC_EIO, "opendir %s: %s", dir, strerror(errno));
+  size_t suffix_len = strlen(suffix);
   int cap = 0;
   struct dirent *e;
   tagc_status st = TAGC_OK;
@@ -147,11 +165,9 @@ tagc_status ckpt_list_steps(const char *dir, int tmp, int64_t **steps, int *n) {
     char name[256];
     snprintf(name, sizeof name, "%s", e->d_name);
     size_t len = strlen(name);
-    int is_tmp = len > 4 && strcmp(name + len - 4, ".tmp") == 0;
-    if (is_tmp != tmp)
+    if (len <= suffix_len || strcmp(name + len - suffix_len, suffix) != 0)
       continue;
-    if (is_tmp)
-      name[len - 4] = '\0';
+    name[len - suffix_len] = '\0'; /* a committed name with any suffix fails the parse below */
     int64_t s;
     if (!ckpt_parse_step_name(name, &s))
       continue;

@@ -26,6 +26,8 @@ typedef struct tagc_gen_spec {
   tagc_store *store;       /* bootstrap store (borrowed); NULL when world == 1 */
   int micro_batch;         /* 0 = the configured one */
   const char *resume_path; /* checkpoint to resume from; NULL = newest valid one, if any */
+  int64_t resume_step;     /* the plan's step of resume_path; 0 = not given */
+  uint32_t resume_manifest_crc; /* the CRC32C of its manifest in the etcd record; 0 = not given */
 } tagc_gen_spec;
 
 typedef enum tagc_gen_end {
@@ -51,9 +53,15 @@ void tagc_run_free(tagc_run *r);
 /* Elastic mode: progress, checkpoint records and the generation watch go through member. */
 void tagc_run_set_member(tagc_run *r, struct tagc_member *member);
 
-/* Runs one generation (see above). Returns TAGC_OK with *res telling how it ended; an error
- * only for what no new generation can fix (bad configuration, corrupt checkpoint that is
- * not of this job, output not writable). */
+/* Runs one generation (see above). Before the first step every rank chooses its resume point
+ * (resume_path, else the newest valid checkpoint, else step 0 when there is none) and the
+ * ranks agree on it with one collective: different choices (step or manifest CRC32C) end the
+ * generation as failed, naming them. A checkpoint commits only when every rank's snapshot
+ * of that step succeeded (one collective per save). Returns TAGC_OK with *res telling how
+ * it ended; an error only for what no new generation can fix (bad configuration, a
+ * checkpoint that is not of this job, checkpoints that are all invalid — unless
+ * TAGC_ALLOW_RESTART_FROM_SCRATCH=1 —, output not writable, a final checkpoint that could not
+ * be saved). */
 tagc_status tagc_run_generation(tagc_run *r, const tagc_gen_spec *g, tagc_gen_result *res);
 
 /* Aborts the current generation's communicator (any thread): a collective that hangs returns
@@ -63,5 +71,21 @@ void tagc_run_abort(tagc_run *r);
 /* Elastic mode, from the generation watch (any thread): when gen is newer than the running
  * generation, aborts its communicator so the generation ends as superseded at once. */
 void tagc_run_supersede(tagc_run *r, int64_t gen);
+
+/* The owner of an output folder: an advisory lock (flock) on OUT/.lock, held for the life of
+ * the run by `tagctl run`, else by the worker that writes OUT's metrics and summary. The
+ * file names the holder ({"pid","host","job","since"}); the kernel drops the lock when the
+ * holder's last descriptor closes, so a dead holder's lock is free again by itself.
+ *   job NULL:  exclusive: *fd gets the locked descriptor (O_CLOEXEC; the caller keeps it open
+ *              for as long as it owns OUT, and may hand it to its children).
+ *   job set:   shared by the processes of that job (elastic workers started by hand, which
+ *              share OUT): refused while another job or an exclusive owner holds OUT.
+ * Errors: TAGC_EINVAL with a one-line detail naming the holder (pid, host) when OUT is taken,
+ * TAGC_EIO when OUT/.lock cannot be opened. Blocks at most about a second. */
+tagc_status tagc_out_lock(const char *out, const char *job, int *fd);
+
+/* The environment variable through which `tagctl run` hands its locked descriptor to the
+ * workers it starts: the worker then owns OUT through it instead of locking it again. */
+#define TAGC_OUT_LOCK_FD_ENV "TAGC_OUT_LOCK_FD"
 
 #endif

@@ -18,7 +18,7 @@ static tagc_status static_run(const tagc_train_config *cfg) {
   tagc_status st = cfg->world > 1 ? tagc_store_file_new(cfg->rendezvous, &store) : TAGC_OK;
   tagc_gen_result res;
   if (st == TAGC_OK) {
-    tagc_gen_spec g = {0, (int)cfg->rank, (int)cfg->world, store, 0, NULL};
+    tagc_gen_spec g = {.gen = 0, .rank = (int)cfg->rank, .world = (int)cfg->world, .store = store};
     st = tagc_run_generation(run, &g, &res);
   }
   if (st == TAGC_OK && (res.end == TAGC_GEN_FAILED || res.end == TAGC_GEN_SUPERSEDED))

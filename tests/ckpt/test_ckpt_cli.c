@@ -1,5 +1,6 @@
 /* tagctl ckpt ls|verify|inspect through the tagc-ckpt-tool executable: outputs and exit codes
- * (0 ok, 1 invalid checkpoint, 2 usage or bad input). argv[1] = path of the tool. */
+ * (0 ok, 1 invalid checkpoint, 2 usage or bad input). ls's quick check says that it leaves
+ * the payload unverified, and catches an edited manifest. argv[1] = path of the tool. */
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -63,7 +64,7 @@ int main(int argc, char **argv) {
   snprintf(step100, sizeof step100, "%s/step-100", dir);
   snprintf(step200, sizeof step200, "%s/step-200", dir);
 
-  expect_run("ls", dir, 0, "valid (LATEST)");
+  expect_run("ls", dir, 0, "valid (LATEST), payload unverified");
   CHECK(strstr(output, "partial") != NULL);
   CHECK(strstr(output, "200          3 ") != NULL); /* step 200 saved by 3 ranks */
   expect_run("verify", dir, 0, "step-200: ok (step 200, 3 files)");
@@ -85,6 +86,23 @@ int main(int argc, char **argv) {
   expect_run("verify", step200, 1, "INVALID");
   expect_run("ls", dir, 0, "INVALID");
   expect_run("inspect", dir, 0, "step         100"); /* newest valid */
+
+  /* An edited manifest (same length, still valid JSON): its own checksum fails, in ls too. */
+  char manifest[4300], text[65536];
+  snprintf(manifest, sizeof manifest, "%s/manifest.json", step100);
+  FILE *f = fopen(manifest, "r");
+  size_t n = f ? fread(text, 1, sizeof text - 1, f) : 0;
+  if (f)
+    fclose(f);
+  text[n] = '\0';
+  char *name = strstr(text, "gpt-tiny");
+  CHECK(name != NULL);
+  if (name)
+    memcpy(name, "gpt-huge", 8);
+  CHECK_EQ_INT(fx_write_text(manifest, text), 0);
+  expect_run("ls", dir, 0, "edited or damaged");
+  CHECK_MSG(strstr(output, " valid") == NULL, "ls still lists a valid checkpoint:\n%s", output);
+  expect_run("verify", step100, 1, "edited or damaged");
 
   expect_run("ls", NULL, 2, "usage");
   expect_run("frobnicate", dir, 2, "usage");

@@ -8,6 +8,7 @@
 #include <fcntl.h>
 
 #include "ckpt/ckpt.h"
+#include "common/crc32c.h"
 #include "common/log.h"
 #include "fixture.h"
 #include "test.h"
@@ -134,14 +135,34 @@ static void test_bad_manifest(void) {
   teardown();
 }
 
-/* Edits the manifest's JSON: replaces the first occurrence of `from` with `to`. */
-static void edit_manifest(const char *from, const char *to) {
+#define SEAL "{\n  \"manifest_crc32c\": \""
+
+/* Reads step 20's manifest into text[65536] (NUL-terminated); returns its length. */
+static size_t read_manifest(char *text) {
   FILE *f = fopen(step_file(20, "manifest.json"), "r");
-  char text[65536];
-  size_t n = f ? fread(text, 1, sizeof text - 1, f) : 0;
+  size_t n = f ? fread(text, 1, 65535, f) : 0;
   if (f)
     fclose(f);
   text[n] = '\0';
+  return n;
+}
+
+/* Writes the manifest's checksum again after an edit, as a deliberate forger would. */
+static void reseal_manifest(void) {
+  char text[65536];
+  size_t n = read_manifest(text), at = strlen(SEAL);
+  CHECK(n > at + 8 && strncmp(text, SEAL, at) == 0);
+  memcpy(text + at, "00000000", 8);
+  char digits[9];
+  snprintf(digits, sizeof digits, "%08x", tagc_crc32c(0, text, n));
+  memcpy(text + at, digits, 8);
+  CHECK_EQ_INT(fx_write_text(step_file(20, "manifest.json"), text), 0);
+}
+
+/* Edits the manifest's JSON: replaces the first occurrence of `from` with `to`. */
+static void edit_manifest(const char *from, const char *to) {
+  char text[65536];
+  read_manifest(text);
   char *at = strstr(text, from);
   CHECK_MSG(at != NULL, "manifest lacks '%s'", from);
   if (!at)
@@ -151,18 +172,44 @@ static void edit_manifest(const char *from, const char *to) {
   CHECK_EQ_INT(fx_write_text(step_file(20, "manifest.json"), out), 0);
 }
 
+/* Each edit is caught by the manifest's checksum; resealed, by the check of its content. */
 static void test_manifest_lies(void) {
+  static const struct {
+    const char *what, *from, *to, *needle;
+  } lies[] = {
+      {"world size", "\"world_size\": 2", "\"world_size\": 3", "files"},
+      {"step", "\"step\": 20", "\"step\": 10", "step 10"},
+      {"path escape", "\"rank-00001.bin\"", "\"../step-10/rank-00001.bin\"", "expected 'rank-00001.bin'"},
+  };
+  for (size_t i = 0; i < sizeof lies / sizeof lies[0]; i++) {
+    setup();
+    edit_manifest(lies[i].from, lies[i].to);
+    expect_fallback(lies[i].what, TAGC_CKPT_VERIFY_MANIFEST, TAGC_ECORRUPT, "edited or damaged");
+    reseal_manifest();
+    expect_fallback(lies[i].what, TAGC_CKPT_VERIFY_MANIFEST, TAGC_ECORRUPT, lies[i].needle);
+    teardown();
+  }
+}
+
+/* The manifest has a checksum of its own: an edit of a field no other check reads (here the
+ * creation time, or the caller's state) makes the checkpoint invalid, at every level. A
+ * version 1 manifest (no checksum) still opens; a version 2 one without it does not. */
+static void test_manifest_checksum(void) {
   setup();
-  edit_manifest("\"world_size\": 2", "\"world_size\": 3");
-  expect_fallback("world size", TAGC_CKPT_VERIFY_MANIFEST, TAGC_ECORRUPT, "files");
+  edit_manifest("\"created\": ", "\"created\": 1");
+  expect_fallback("created", TAGC_CKPT_VERIFY_MANIFEST, TAGC_ECORRUPT, "edited or damaged");
   teardown();
   setup();
-  edit_manifest("\"step\": 20", "\"step\": 10");
-  expect_fallback("step", TAGC_CKPT_VERIFY_MANIFEST, TAGC_ECORRUPT, "step 10");
+  edit_manifest("\"sampler\": null", "\"sampler\": {\"step\": 1}");
+  expect_fallback("caller state", TAGC_CKPT_VERIFY_QUICK, TAGC_ECORRUPT, "edited or damaged");
   teardown();
   setup();
-  edit_manifest("\"rank-00001.bin\"", "\"../step-10/rank-00001.bin\"");
-  expect_fallback("path escape", TAGC_CKPT_VERIFY_MANIFEST, TAGC_ECORRUPT, "expected 'rank-00001.bin'");
+  edit_manifest("\"manifest_crc32c\": ", "\"crc\": ");
+  expect_fallback("no checksum", TAGC_CKPT_VERIFY_MANIFEST, TAGC_ECORRUPT, "without its checksum");
+  edit_manifest("\"version\": 2", "\"version\": 1");
+  tagc_ckpt_reader *rd;
+  CHECK_OK(tagc_ckpt_open(step_file(20, ""), TAGC_CKPT_VERIFY_FULL, &rd));
+  tagc_ckpt_close(rd);
   teardown();
 }
 
@@ -190,7 +237,7 @@ static void test_nothing_valid(void) {
   CHECK_EQ_INT(unlink(step_file(10, "manifest.json")), 0);
   CHECK_EQ_INT(unlink(step_file(20, "manifest.json")), 0);
   tagc_ckpt_reader *rd;
-  CHECK_EQ_INT(tagc_ckpt_find_latest_valid(dir, TAGC_CKPT_VERIFY_QUICK, &rd), TAGC_ENOTFOUND);
+  CHECK_EQ_INT(tagc_ckpt_find_latest_valid(dir, TAGC_CKPT_VERIFY_QUICK, &rd), TAGC_ECORRUPT);
   CHECK(strstr(tagc_last_error(), "no valid checkpoint") != NULL);
   CHECK_EQ_INT(tagc_ckpt_find_latest_valid("/nonexistent/tagc", TAGC_CKPT_VERIFY_QUICK, &rd), TAGC_ENOTFOUND);
   teardown();
@@ -240,6 +287,7 @@ int main(void) {
   test_missing_file();
   test_bad_manifest();
   test_manifest_lies();
+  test_manifest_checksum();
   test_header_defects();
   test_nothing_valid();
   test_bad_arguments();

@@ -1,9 +1,14 @@
 /* SIGKILL of a rank at every stage of the commit protocol (fault points, forked ranks):
  * the previous checkpoint stays valid and loadable, the partial one is never reported valid,
- * and a retried save of the same step succeeds over the leftovers. */
+ * and a retried save of the same step succeeds over the leftovers. A commit that replaces an
+ * existing step-<s> and dies doing so leaves the new checkpoint in place, and its leftovers
+ * are removed at the next start. */
+#include <dirent.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -124,8 +129,65 @@ static void run_case(const fault_case *fc) {
   free(dir);
 }
 
+/* Entries of dir whose names end with suffix. */
+static int count_suffix(const char *dir, const char *suffix) {
+  DIR *d = opendir(dir);
+  int n = 0;
+  struct dirent *e;
+  while (d && (e = readdir(d)) != NULL) {
+    size_t len = strlen(e->d_name), sl = strlen(suffix);
+    n += len > sl && strcmp(e->d_name + len - sl, suffix) == 0;
+  }
+  if (d)
+    closedir(d);
+  return n;
+}
+
+/* An invalid step-20 (no manifest) is replaced by a new save, which dies right after the
+ * replacement: step-20 is the new, valid checkpoint at once, and remove_partial (run at
+ * every start) removes the old one's leftover. The older code renamed step-20 away before
+ * moving the new one in, and never removed a step-20.replaced left by a crash between. */
+static void test_replace_crash(void) {
+  char *dir = fx_tempdir("replace");
+  char path[4200];
+  CHECK_OK(fx_save_inproc(dir, 10, 2, 1, NULL));
+  CHECK_OK(fx_save_inproc(dir, 20, 2, 2, NULL));
+  snprintf(path, sizeof path, "%s/step-20/manifest.json", dir);
+  CHECK_EQ_INT(unlink(path), 0);
+  pid_t pid = fork();
+  if (pid == 0) {
+    tagc_ckpt_fault_configure("ckpt:replacing");
+    tagc_status st = fx_save_inproc(dir, 20, 2, 3, NULL);
+    _exit(st == TAGC_OK ? 0 : 1);
+  }
+  int status;
+  waitpid(pid, &status, 0);
+  CHECK_MSG(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL, "ckpt:replacing: the save did not die there");
+  tagc_ckpt_reader *rd;
+  snprintf(path, sizeof path, "%s/step-20", dir);
+  CHECK_OK(tagc_ckpt_open(path, TAGC_CKPT_VERIFY_FULL, &rd));
+  if (rd)
+    CHECK_MSG(fx_check_load(rd, 2, 3) == 0, "step-20 is not the new checkpoint");
+  tagc_ckpt_close(rd);
+  int n;
+  CHECK_OK(tagc_ckpt_remove_partial(dir, &n));
+  CHECK_EQ_INT(count_suffix(dir, ".tmp") + count_suffix(dir, ".replaced"), 0);
+
+  /* what a crash between the two renames of the older code left: only step-30.replaced */
+  snprintf(path, sizeof path, "%s/step-30.replaced", dir);
+  CHECK_EQ_INT(mkdir(path, 0755), 0);
+  snprintf(path, sizeof path, "%s/step-30.replaced/rank-00000.bin", dir);
+  CHECK_EQ_INT(fx_write_text(path, "partial"), 0);
+  CHECK_OK(tagc_ckpt_remove_partial(dir, &n));
+  CHECK_EQ_INT(n, 1);
+  CHECK_EQ_INT(count_suffix(dir, ".replaced"), 0);
+  fx_rmtree(dir);
+  free(dir);
+}
+
 int main(void) {
   tagc_log_configure("error", TAGC_LOG_TEXT);
+  test_replace_crash();
   CHECK_EQ_INT(tagc_ckpt_fault_configure("ckpt:no-such-stage"), TAGC_EINVAL);
   CHECK_EQ_INT(tagc_ckpt_fault_configure("ckpt:mid-write@x"), TAGC_EINVAL);
   CHECK_EQ_INT(tagc_ckpt_fault_configure("ckpt:after-open@"), TAGC_EINVAL);

@@ -1,6 +1,8 @@
 /* Asynchronous saver: submit returns after the copy, a second submit waits for the running
  * save (backpressure), the saved data is the data at submit time, two ranks commit through
- * their background threads, and a failing barrier is reported without a commit. */
+ * their background threads, a failing barrier is reported (with its detail, on the caller's
+ * thread) without a commit, and an abandoned save writes nothing. */
+#include <sys/stat.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -118,6 +120,7 @@ static void test_failed_barrier(void) {
   fx_shard_alloc(2, 0, 1, data);
   CHECK_OK(tagc_ckpt_saver_submit(sv, 5, (const float *const *)data, NULL));
   CHECK_EQ_INT(tagc_ckpt_saver_wait(sv), TAGC_ETIMEDOUT);
+  CHECK_MSG(strstr(tagc_last_error(), "peer lost") != NULL, "wait's detail: '%s'", tagc_last_error());
   tagc_ckpt_saver_stats stats;
   tagc_ckpt_saver_stats_get(sv, &stats);
   CHECK_EQ_INT(stats.saves_failed, 1);
@@ -220,8 +223,44 @@ static void test_two_ranks(void) {
   free(dir);
 }
 
+/* A begun save whose state turned out stale (a failed snapshot) is abandoned: nothing of
+ * that step is written, and the next save works. */
+static void test_abandon(void) {
+  char *dir = fx_tempdir("saver-abandon");
+  tagc_ckpt_range ranges[FX_UNITS];
+  fx_ranges(1, 0, ranges);
+  tagc_ckpt_writer_config cfg = {.dir = dir, .rank = 0, .world_size = 1, .layout = fx_layout, .ranges = ranges};
+  tagc_ckpt_saver *sv;
+  CHECK_OK(tagc_ckpt_saver_create(&cfg, &sv));
+  CHECK_EQ_INT(tagc_ckpt_saver_abandon(sv), TAGC_EINVAL);
+  float *const *views;
+  CHECK_OK(tagc_ckpt_saver_begin(sv, 3, &views));
+  overwrite((float **)views, 1, 0, 7);
+  CHECK_OK(tagc_ckpt_saver_abandon(sv));
+  CHECK_OK(tagc_ckpt_saver_wait(sv));
+  char path[4200];
+  struct stat sb;
+  snprintf(path, sizeof path, "%s/step-3", dir);
+  CHECK_MSG(stat(path, &sb) != 0, "the abandoned step 3 was committed");
+  snprintf(path, sizeof path, "%s/step-3.tmp", dir);
+  CHECK_MSG(stat(path, &sb) != 0, "the abandoned step 3 was written");
+  CHECK_OK(tagc_ckpt_saver_begin(sv, 4, &views));
+  overwrite((float **)views, 1, 0, 8);
+  CHECK_OK(tagc_ckpt_saver_finish(sv, NULL));
+  CHECK_OK(tagc_ckpt_saver_wait(sv));
+  tagc_ckpt_saver_stats stats;
+  tagc_ckpt_saver_stats_get(sv, &stats);
+  CHECK_EQ_INT(stats.saves_abandoned, 1);
+  CHECK_EQ_INT(stats.saves_done, 1);
+  tagc_ckpt_saver_destroy(sv);
+  check_step(dir, 4, 8);
+  fx_rmtree(dir);
+  free(dir);
+}
+
 int main(void) {
   tagc_log_configure("error", TAGC_LOG_TEXT);
+  test_abandon();
   test_backpressure();
   test_failed_barrier();
   test_two_ranks();
