@@ -10,9 +10,11 @@
 
 enum { IDLE_TICK_MS = 100, TCP_KEEPIDLE_S = 5, TCP_KEEPINTVL_S = 2 };
 
+/* A unary reply body, NUL-terminated, of at most max bytes; too_long once more arrived. */
 typedef struct buffer {
   char *data;
-  size_t len, cap;
+  size_t len, cap, max;
+  int too_long;
 } buffer;
 
 typedef struct stream_state {
@@ -29,10 +31,16 @@ static void init_curl(void) { curl_init_result = curl_global_init(CURL_GLOBAL_DE
 static size_t append_body(char *ptr, size_t size, size_t nmemb, void *userdata) {
   buffer *b = userdata;
   size_t n = size * nmemb;
+  if (n > b->max - b->len) {
+    b->too_long = 1;
+    return 0; /* makes curl fail with CURLE_WRITE_ERROR */
+  }
   if (b->len + n + 1 > b->cap) {
     size_t cap = b->cap ? b->cap : 4096;
     while (cap < b->len + n + 1)
       cap *= 2;
+    if (cap > b->max + 1)
+      cap = b->max + 1;
     char *p = realloc(b->data, cap);
     if (!p)
       return 0; /* makes curl fail with CURLE_WRITE_ERROR */
@@ -113,7 +121,8 @@ static tagc_status setup(const tagc_etcd_request *req, CURL **out, struct curl_s
 }
 
 /* Translates a failed transfer, once, into our status classes. */
-static tagc_status transfer_error(CURL *h, CURLcode rc, const tagc_etcd_request *req) {
+static tagc_status transfer_error(CURL *h, CURLcode rc, const tagc_etcd_request *req,
+                                  const char *detail) {
   curl_off_t connect_us = 0;
   curl_easy_getinfo(h, CURLINFO_CONNECT_TIME_T, &connect_us);
   tagc_status st = TAGC_EIO;
@@ -122,7 +131,11 @@ static tagc_status transfer_error(CURL *h, CURLcode rc, const tagc_etcd_request 
     st = TAGC_EPEER;
   else if (rc == CURLE_OPERATION_TIMEDOUT)
     st = TAGC_ETIMEDOUT;
-  return tagc_errorf(st, "etcd %s%s: %s", req->endpoint, req->path, curl_easy_strerror(rc));
+  /* curl's own detail (e.g. the TLS alert "certificate required") when it says more */
+  const char *what = curl_easy_strerror(rc);
+  int more = detail[0] && strcmp(detail, what) != 0;
+  return tagc_errorf(st, "etcd %s%s: %s%s%.*s%s", req->endpoint, req->path, what, more ? " (" : "",
+                     (int)strcspn(detail, "\n"), more ? detail : "", more ? ")" : "");
 }
 
 static tagc_status curl_request(void *ctx, const tagc_etcd_request *req, long *http_status,
@@ -131,13 +144,19 @@ static tagc_status curl_request(void *ctx, const tagc_etcd_request *req, long *h
   CURL *h;
   struct curl_slist *hl;
   TAGC_CHECK(setup(req, &h, &hl));
-  buffer b = {0};
+  char detail[CURL_ERROR_SIZE] = "";
+  curl_easy_setopt(h, CURLOPT_ERRORBUFFER, detail);
+  buffer b = {.max = req->max_reply_bytes ? req->max_reply_bytes : TAGC_ETCD_MAX_REPLY_BYTES};
   curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, append_body);
   curl_easy_setopt(h, CURLOPT_WRITEDATA, &b);
   CURLcode rc = curl_easy_perform(h);
   tagc_status st = TAGC_OK;
-  if (rc != CURLE_OK) {
-    st = transfer_error(h, rc, req);
+  if (b.too_long) {
+    st = tagc_errorf(TAGC_EPROTO, "etcd %s%s: reply larger than %zu bytes", req->endpoint,
+                     req->path, b.max);
+    free(b.data);
+  } else if (rc != CURLE_OK) {
+    st = transfer_error(h, rc, req, detail);
     free(b.data);
   } else {
     curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, http_status);
@@ -158,6 +177,8 @@ static tagc_status curl_stream(void *ctx, const tagc_etcd_request *req, tagc_etc
   CURL *h;
   struct curl_slist *hl;
   TAGC_CHECK(setup(req, &h, &hl));
+  char detail[CURL_ERROR_SIZE] = "";
+  curl_easy_setopt(h, CURLOPT_ERRORBUFFER, detail);
   stream_state s = {sink, sink_arg, 0};
   curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, feed_sink);
   curl_easy_setopt(h, CURLOPT_WRITEDATA, &s);
@@ -189,7 +210,7 @@ static tagc_status curl_stream(void *ctx, const tagc_etcd_request *req, tagc_etc
     if (s.stopped)
       st = TAGC_EABORTED;
     else if (rc != CURLE_OK)
-      st = transfer_error(h, rc, req);
+      st = transfer_error(h, rc, req, detail);
   }
   curl_multi_remove_handle(m, h);
 done:

@@ -19,6 +19,7 @@ struct tagc_comm {
   int rank;
   int world;
   double default_timeout;
+  uint64_t calls;          /* operations begun on a working communicator (the exchange tags) */
   _Atomic int state;       /* TAGC_OK or the status that broke the communicator */
   _Atomic int failed_peer; /* suspected rank or -1 */
   pthread_mutex_t stats_lock;
@@ -214,6 +215,7 @@ double tagc_comm_timeout_for(const tagc_comm *comm, double timeout_s, uint64_t w
 typedef struct op_call {
   tagc_comm *c;
   tagc_comm_opkind kind;
+  comm_tag tag;  /* of the next exchange */
   double start;
   double base;   /* the caller's timeout, clamped */
   uint64_t wire; /* busier direction's bytes of the exchanges so far */
@@ -230,8 +232,10 @@ static tagc_status op_begin(op_call *op, tagc_comm *c, tagc_comm_opkind kind,
   op->base = base_timeout(c, timeout_s);
   op->wire = op->sent = op->recv = 0;
   tagc_status st = (tagc_status)atomic_load(&c->state);
-  if (st == TAGC_OK)
+  if (st == TAGC_OK) {
+    op->tag = (comm_tag){++c->calls, (uint32_t)kind, 0};
     return TAGC_OK;
+  }
   pthread_mutex_lock(&c->stats_lock);
   c->stats.op[kind].calls++;
   c->stats.op[kind].errors++;
@@ -282,7 +286,8 @@ static tagc_status exchange(op_call *op, const comm_xfer *x, int n, int *peer) {
   tagc_comm_backend b = op->c->backend;
   double t0 = tagc_now();
   double deadline = op->start + link_timeout(b, op->base, op->wire);
-  tagc_status st = op->c->ops->exchange(op->c->impl, x, n, deadline, peer);
+  tagc_status st = op->c->ops->exchange(op->c->impl, &op->tag, x, n, deadline, peer);
+  op->tag.step++;
   if (st != TAGC_OK)
     return st;
   link_sample(b, wire, tagc_now() - t0);

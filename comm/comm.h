@@ -24,7 +24,9 @@
  *   tagc_comm_timeout_for() and tagc_comm_link_rate() tell the values in use.
  *   An operation never exits the process and never waits past its timeout: it returns
  *     TAGC_ETIMEDOUT  the timeout passed (a peer is slow, hung or did not call the operation),
- *     TAGC_EPEER      a peer failed or closed its connection,
+ *     TAGC_EPEER      a peer failed or closed its connection, or (Gloo) its call does not
+ *                     match this rank's: another operation, another byte count, or a call
+ *                     this rank did not make (the ranks' sequences diverged),
  *     TAGC_EABORTED   tagc_comm_abort() was called.
  *   After any such failure the communicator is broken for good: every later operation returns
  *   the same status at once. The rank suspected of causing it (best effort, -1 when unknown)

@@ -31,10 +31,23 @@ typedef struct comm_xfer {
   size_t recv_bytes;
 } comm_xfer;
 
+/* Which exchange of the call sequence this is. Every rank makes the same calls in the same
+ * order, so the same exchange has the same tag on every rank; a backend that can compares
+ * tags and byte counts with each peer before moving data (Gloo), so ranks whose calls
+ * diverged fail instead of mixing data or overrunning a receive. */
+typedef struct comm_tag {
+  uint64_t call;  /* operation number on this communicator, from 1 */
+  uint32_t kind;  /* tagc_comm_opkind */
+  uint32_t step;  /* exchange of the operation, from 0 (all-reduce has two) */
+} comm_tag;
+
 typedef struct comm_backend_ops {
   /* Runs all transfers of x[0..n) and waits until they complete or the absolute monotonic
-   * deadline (tagc_now() seconds) passes. On failure sets *peer to the suspected rank. */
-  tagc_status (*exchange)(void *impl, const comm_xfer *x, int n, double deadline, int *peer);
+   * deadline (tagc_now() seconds) passes. On failure sets *peer to the suspected rank.
+   * TAGC_EPEER also when a peer's exchange does not match (tag, or its byte counts against
+   * ours); then no payload has moved with that peer. */
+  tagc_status (*exchange)(void *impl, const comm_tag *tag, const comm_xfer *x, int n,
+                          double deadline, int *peer);
   tagc_status (*copy)(void *impl, void *dst, const void *src, size_t bytes);
   tagc_status (*to_bf16)(void *impl, uint16_t *dst, const float *src, size_t n);
   /* rows: nrows rows of count elements, contiguous; element type is bf16 for

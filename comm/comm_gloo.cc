@@ -2,9 +2,20 @@
 // comm_backend.h; every C++ exception is caught here and becomes a tagc_status.
 //
 // Transfers use Gloo's unbound buffers over its TCP full mesh: one buffer per peer and
-// direction, all posted at once with one slot per exchange, then waited for in peer order
-// with the time left to the deadline. abort() (any thread) calls abortWaitRecv/abortWaitSend
-// on the registered buffers; Gloo keeps that flag until the wait consumes it, so an abort that
+// direction, waited for in peer order with the time left to the deadline.
+//
+// Ranks whose calls diverge must fail, not crash: Gloo's event loop throws (and so ends the
+// process) when a message is longer than the receive posted for it, on a thread no try/catch
+// of ours reaches. So no payload is sent before both sides agree on it. Every exchange sends
+// each peer a fixed-size header (the exchange's tag: call number, operation kind, step; and
+// the byte counts each way) on one header slot, and sends its payload to that peer only once
+// the peer's header matches; a mismatch is TAGC_EPEER naming the peer, and both sides see
+// it, as each checks the same pair of headers. Payloads travel on a slot made from the tag,
+// so a payload reaches only the receive of the same exchange, which the sender has checked
+// has its size: the receives can therefore be posted at once with the headers, and the
+// check costs about one message latency per exchange.
+//
+// abort() (any thread) calls abortWaitRecv/abortWaitSend on the registered buffers; Gloo keeps that flag until the wait consumes it, so an abort that
 // arrives before the wait still ends it. After any failure the connections are closed under
 // the pairs' locks, so no late transfer writes into the caller's memory and peers see
 // "connection closed" at once.
@@ -69,6 +80,22 @@ class MeshContext : public gloo::Context {
 
 // Seconds between two health probes of the connections of a running exchange.
 constexpr double kProbeS = 0.05;
+
+// Slots: the probes use the context's first slot (nextSlot() at create), headers this fixed
+// one, in order; the payload of an exchange kPayloadSlot | tag bits.
+constexpr uint64_t kHeaderSlot = uint64_t(1) << 62;
+constexpr uint64_t kPayloadSlot = uint64_t(2) << 62;
+constexpr uint64_t kHeaderMagic = 0x7461676368647231; // "tagchdr1"
+
+// What a rank tells a peer before an exchange: which exchange it is in, and the bytes it
+// will send to the peer and expects from it.
+struct Header {
+  uint64_t magic;
+  uint64_t call;
+  uint64_t kind_step; // kind << 32 | step
+  uint64_t send_bytes;
+  uint64_t recv_bytes;
+};
 
 using Buffer = std::unique_ptr<gloo::transport::UnboundBuffer>;
 
@@ -201,58 +228,150 @@ tagc_status wait_one(GlooComm *g, gloo::transport::UnboundBuffer *b, bool recv, 
   }
 }
 
-tagc_status gloo_exchange(void *impl, const comm_xfer *x, int n, double deadline, int *peer) {
-  GlooComm *g = static_cast<GlooComm *>(impl);
-  std::vector<Buffer> sends(n), recvs(n);
-  uint64_t slot;
+Header header_for(const comm_tag *tag, const comm_xfer &x) {
+  return Header{kHeaderMagic, tag->call, uint64_t(tag->kind) << 32 | tag->step, x.send_bytes,
+                x.recv_bytes};
+}
+
+// TAGC_EPEER unless the peer's header describes the same exchange as ours, with its bytes to
+// us equal to ours from it and the other way round.
+tagc_status check_header(const Header &mine, const Header &theirs, int peer) {
+  if (theirs.magic == kHeaderMagic && theirs.call == mine.call &&
+      theirs.kind_step == mine.kind_step && theirs.send_bytes == mine.recv_bytes &&
+      theirs.recv_bytes == mine.send_bytes)
+    return TAGC_OK;
+  if (theirs.magic != kHeaderMagic)
+    return tagc_errorf(TAGC_EPEER, "gloo exchange: rank %d sent a malformed header", peer);
+  auto kind = [](const Header &h) {
+    return tagc_comm_opkind_name(static_cast<tagc_comm_opkind>(h.kind_step >> 32));
+  };
+  return tagc_errorf(
+      TAGC_EPEER,
+      "gloo exchange: calls diverged: rank %d is in %s #%llu step %u (sends %llu B, expects "
+      "%llu B), this rank in %s #%llu step %u (sends %llu B, expects %llu B)",
+      peer, kind(theirs), static_cast<unsigned long long>(theirs.call),
+      static_cast<unsigned>(theirs.kind_step & 0xffffffffu),
+      static_cast<unsigned long long>(theirs.send_bytes),
+      static_cast<unsigned long long>(theirs.recv_bytes), kind(mine),
+      static_cast<unsigned long long>(mine.call), static_cast<unsigned>(mine.kind_step & 0xffffffffu),
+      static_cast<unsigned long long>(mine.send_bytes),
+      static_cast<unsigned long long>(mine.recv_bytes));
+}
+
+// The buffers of one exchange: per peer a header each way, and the payload each way (null
+// for a direction without bytes).
+struct ExchangeBuffers {
+  std::vector<Header> mine, theirs;
+  std::vector<Buffer> header_send, header_recv, send, recv;
+};
+
+tagc_status create_buffers(GlooComm *g, const comm_tag *tag, const comm_xfer *x, int n,
+                           ExchangeBuffers &b) {
   try {
-    slot = static_cast<uint64_t>(g->context->nextSlot());
+    b.mine.resize(n);
+    b.theirs.resize(n);
+    b.header_send.resize(n);
+    b.header_recv.resize(n);
+    b.send.resize(n);
+    b.recv.resize(n);
     for (int i = 0; i < n; i++) {
+      b.mine[i] = header_for(tag, x[i]);
+      b.header_send[i] = g->context->createUnboundBuffer(&b.mine[i], sizeof(Header));
+      b.header_recv[i] = g->context->createUnboundBuffer(&b.theirs[i], sizeof(Header));
       if (x[i].send_bytes)
-        sends[i] = g->context->createUnboundBuffer(const_cast<void *>(x[i].send),
-                                                   x[i].send_bytes);
+        b.send[i] = g->context->createUnboundBuffer(const_cast<void *>(x[i].send),
+                                                    x[i].send_bytes);
       if (x[i].recv_bytes)
-        recvs[i] = g->context->createUnboundBuffer(x[i].recv, x[i].recv_bytes);
+        b.recv[i] = g->context->createUnboundBuffer(x[i].recv, x[i].recv_bytes);
     }
   } catch (const std::exception &e) {
     return tagc_errorf(TAGC_ENOMEM, "gloo exchange: %s", e.what());
   }
+  return TAGC_OK;
+}
+
+// Registers every buffer of the exchange with abort() and the monitor. TAGC_EABORTED when
+// the communicator was aborted or closed already.
+tagc_status start_exchange(GlooComm *g, const comm_xfer *x, int n, const ExchangeBuffers &b) {
   {
     std::lock_guard<std::mutex> guard(g->lock);
     if (g->aborted || g->closed)
       return tagc_errorf(TAGC_EABORTED, "gloo exchange: aborted");
     g->busy = true;
     for (int i = 0; i < n; i++) {
-      if (sends[i])
-        g->pending.push_back({sends[i].get(), x[i].peer});
-      if (recvs[i])
-        g->pending.push_back({recvs[i].get(), x[i].peer});
+      for (const Buffer *buf : {&b.header_send[i], &b.header_recv[i], &b.send[i], &b.recv[i]}) {
+        if (*buf)
+          g->pending.push_back({buf->get(), x[i].peer});
+      }
     }
   }
   g->wake.notify_all();
-  tagc_status st = TAGC_OK;
-  int i = 0;
+  return TAGC_OK;
+}
+
+// Posts a receive and/or a send on slot with x.peer; a failure to post is a failure of the
+// peer.
+tagc_status post(GlooComm *g, const Buffer &recv, const Buffer &send, const comm_xfer &x,
+                 uint64_t slot, double deadline, int *peer) {
   try {
-    for (; i < n; i++) {
-      if (recvs[i])
-        recvs[i]->recv(x[i].peer, slot);
-      if (sends[i])
-        sends[i]->send(x[i].peer, slot);
-    }
+    if (recv)
+      recv->recv(x.peer, slot);
+    if (send)
+      send->send(x.peer, slot);
   } catch (const std::exception &e) {
-    *peer = x[i].peer;
-    st = failure(g, deadline, peer, "post", e.what());
+    *peer = x.peer;
+    return failure(g, deadline, peer, "post", e.what());
   }
-  for (i = 0; i < n && st == TAGC_OK; i++) {
+  return TAGC_OK;
+}
+
+// Waits for every buffer of one kind (recv or send) in peer order.
+tagc_status wait_all(GlooComm *g, const std::vector<Buffer> &bufs, bool recv, const comm_xfer *x,
+                     double deadline, int *peer) {
+  for (size_t i = 0; i < bufs.size(); i++) {
+    if (!bufs[i])
+      continue;
     *peer = x[i].peer;
-    if (recvs[i])
-      st = wait_one(g, recvs[i].get(), true, peer, deadline);
+    TAGC_CHECK(wait_one(g, bufs[i].get(), recv, peer, deadline));
   }
-  for (i = 0; i < n && st == TAGC_OK; i++) {
+  return TAGC_OK;
+}
+
+tagc_status gloo_exchange(void *impl, const comm_tag *tag, const comm_xfer *x, int n,
+                          double deadline, int *peer) {
+  GlooComm *g = static_cast<GlooComm *>(impl);
+  ExchangeBuffers b;
+  TAGC_CHECK(create_buffers(g, tag, x, n, b));
+  TAGC_CHECK(start_exchange(g, x, n, b));
+  uint64_t payload_slot = kPayloadSlot | ((tag->call << 2 | tag->step) & (kHeaderSlot - 1));
+  tagc_status st = TAGC_OK;
+  Buffer none;
+  for (int i = 0; i < n && st == TAGC_OK; i++) {
+    st = post(g, b.header_recv[i], b.header_send[i], x[i], kHeaderSlot, deadline, peer);
+    if (st == TAGC_OK)
+      st = post(g, b.recv[i], none, x[i], payload_slot, deadline, peer);
+  }
+  for (int i = 0; i < n && st == TAGC_OK; i++) {
     *peer = x[i].peer;
-    if (sends[i])
-      st = wait_one(g, sends[i].get(), false, peer, deadline);
+    st = wait_one(g, b.header_recv[i].get(), true, peer, deadline);
+    if (st == TAGC_OK && (st = check_header(b.mine[i], b.theirs[i], x[i].peer)) != TAGC_OK) {
+      // Let our header reach the peer before the connections close, so that it reports the
+      // same mismatch rather than a lost connection.
+      tagc_error_saved saved;
+      tagc_error_save(&saved);
+      int ignored = x[i].peer;
+      (void)wait_one(g, b.header_send[i].get(), false, &ignored, deadline);
+      tagc_error_restore(&saved);
+    }
+    if (st == TAGC_OK)
+      st = post(g, none, b.send[i], x[i], payload_slot, deadline, peer);
   }
+  if (st == TAGC_OK)
+    st = wait_all(g, b.recv, true, x, deadline, peer);
+  if (st == TAGC_OK)
+    st = wait_all(g, b.send, false, x, deadline, peer);
+  if (st == TAGC_OK)
+    st = wait_all(g, b.header_send, false, x, deadline, peer);
   if (st == TAGC_OK)
     *peer = -1;
   finish(g, st != TAGC_OK);

@@ -91,7 +91,11 @@ tagc_status wait_ready(NcclComm *n, double deadline, const char *what) {
   }
 }
 
-tagc_status nccl_exchange(void *impl, const comm_xfer *x, int n, double deadline, int *peer) {
+// The tag is not compared here (unlike Gloo): NCCL does not overrun a receive when sizes
+// differ, but it truncates a longer message and leaves a receive waiting for a shorter one
+// until the deadline (comm/README.md).
+tagc_status nccl_exchange(void *impl, const comm_tag *, const comm_xfer *x, int n,
+                          double deadline, int *peer) {
   NcclComm *c = use_device(impl);
   *peer = n == 1 ? x[0].peer : -1;
   pthread_mutex_lock(&c->lock);
@@ -272,10 +276,15 @@ tagc_status share_unique_id(const tagc_comm_config *cfg, ncclUniqueId *id) {
   void *value = nullptr;
   size_t len = 0;
   TAGC_CHECK(tagc_store_get(cfg->store, key, cfg->timeout_s, &value, &len));
-  unsigned char raw[2 * sizeof id->internal];
+  unsigned char raw[sizeof id->internal + 1]; // the id and the decoder's NUL
   size_t raw_len = 0;
-  tagc_status st = tagc_base64_decode(static_cast<char *>(value), len, raw, &raw_len);
+  tagc_status st = tagc_base64_decode(static_cast<char *>(value), len, raw, sizeof raw, &raw_len);
   free(value);
+  if (st != TAGC_OK) {
+    char why[256]; // tagc_errorf writes the buffer tagc_last_error() reads
+    snprintf(why, sizeof why, "%s", tagc_last_error());
+    st = tagc_errorf(st, "nccl unique id under %s: %s", key, why);
+  }
   if (st == TAGC_OK && raw_len != sizeof id->internal)
     st = tagc_errorf(TAGC_EPROTO, "nccl unique id under %s has %zu bytes", key, raw_len);
   if (st == TAGC_OK)

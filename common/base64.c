@@ -1,5 +1,6 @@
 #include "base64.h"
 
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -40,9 +41,23 @@ static int value_of(char c) {
   return -1;
 }
 
-tagc_status tagc_base64_decode(const char *text, size_t len, unsigned char *out, size_t *out_len) {
+/* Bytes that the len characters of text decode to, the padding counted as the decoder
+ * accepts it (one '=' at the end, or two); SIZE_MAX when len is not a multiple of 4. */
+static size_t decoded_len(const char *text, size_t len) {
   if (len % 4 != 0)
+    return SIZE_MAX;
+  size_t pad = len && text[len - 1] == '=' ? 1 + (text[len - 2] == '=') : 0;
+  return len / 4 * 3 - pad;
+}
+
+tagc_status tagc_base64_decode(const char *text, size_t len, unsigned char *out, size_t cap,
+                               size_t *out_len) {
+  size_t need = decoded_len(text, len);
+  if (need == SIZE_MAX)
     return tagc_errorf(TAGC_EPROTO, "base64 length %zu is not a multiple of 4", len);
+  if (need >= cap)
+    return tagc_errorf(TAGC_EPROTO, "base64 text of %zu characters decodes to %zu bytes; "
+                       "room for %zu", len, need, cap ? cap - 1 : 0);
   size_t o = 0;
   for (size_t i = 0; i < len; i += 4) {
     int pad = 0;
@@ -71,10 +86,11 @@ tagc_status tagc_base64_decode(const char *text, size_t len, unsigned char *out,
 
 tagc_status tagc_base64_decode_new(const char *text, unsigned char **out, size_t *out_len) {
   size_t len = strlen(text);
-  unsigned char *buf = malloc(len / 4 * 3 + 1);
+  size_t cap = len / 4 * 3 + 1;
+  unsigned char *buf = malloc(cap);
   if (!buf)
     return tagc_errorf(TAGC_ENOMEM, "base64 decode of %zu characters", len);
-  tagc_status st = tagc_base64_decode(text, len, buf, out_len);
+  tagc_status st = tagc_base64_decode(text, len, buf, cap, out_len);
   if (st != TAGC_OK) {
     free(buf);
     return st;

@@ -77,13 +77,13 @@ tagc_status tagc_json_get_bool(const json_t *obj, const char *key, int *out) {
 }
 
 tagc_status tagc_json_get_i64_str(const json_t *obj, const char *key, int64_t def, int64_t *out) {
-  json_t *v;
-  tagc_status st = lookup(obj, key, &v);
-  if (st == TAGC_ENOTFOUND) {
+  json_t *v = json_is_object(obj) ? json_object_get(obj, key) : NULL;
+  if (json_is_object(obj) && !v) { /* absent: the default, and no error detail left behind
+                                      (a later failure would otherwise print "key missing") */
     *out = def;
     return TAGC_OK;
   }
-  TAGC_CHECK(st);
+  TAGC_CHECK(lookup(obj, key, &v));
   if (json_is_integer(v)) {
     *out = json_integer_value(v);
     return TAGC_OK;

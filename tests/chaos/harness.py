@@ -12,6 +12,15 @@ import time
 import urllib.request
 
 
+# How long a coordinator waits for the workers a test starts together before it plans
+# without the missing ones: far above their start-up time even on a loaded machine.
+START_WAIT_S = 120
+
+# The workers' default lease TTL (tagc-worker --lease-ttl): how soon a stopped or vanished
+# worker loses its membership. Fault durations that must outlast it are derived from it.
+WORKER_LEASE_TTL_S = 3.0
+
+
 def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -38,7 +47,7 @@ class Cluster:
              "--initial-advertise-peer-urls", "http://127.0.0.1:%d" % pp,
              "--initial-cluster", "chaos=http://127.0.0.1:%d" % pp],
             stdout=log, stderr=subprocess.STDOUT)
-        deadline = time.time() + 20
+        deadline = time.time() + 60
         while time.time() < deadline:
             try:
                 urllib.request.urlopen(self.etcd_url + "/version", timeout=1).read()
@@ -62,9 +71,15 @@ class Cluster:
                   worker_env=None):
         """etcd, one coordinator (min/max workers) and workers w0..w<workers-1> with the
         options `args` (plus worker_extra[name] and the environment variables
-        worker_env[name] where given), all writing to one output folder, which is returned."""
+        worker_env[name] where given), all writing to one output folder, which is returned.
+        The first generation has all of them: the coordinator waits for every worker started
+        here (--start-workers), however slowly they start, instead of planning with the first
+        min_workers to register and growing the world a generation later (which retrains
+        the steps since the last checkpoint)."""
         self.start_etcd()
-        self.start_coordinator("coord0", "--min-workers", str(min_workers), "--max-workers", str(max_workers))
+        self.start_coordinator("coord0", "--min-workers", str(min_workers), "--max-workers", str(max_workers),
+                               "--start-workers", str(min(workers, max_workers)),
+                               "--start-wait", str(START_WAIT_S))
         out = os.path.join(self.tmp, "out")
         for i in range(workers):
             name = "w%d" % i

@@ -9,7 +9,7 @@ import signal
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness import Checks, Cluster, job_args, metrics, wait_for  # noqa: E402
+from harness import START_WAIT_S, Checks, Cluster, job_args, metrics, wait_for  # noqa: E402
 
 bindir = sys.argv[1]
 STEPS = 80
@@ -18,7 +18,10 @@ check = Checks()
 c = Cluster(bindir)
 try:
     c.start_etcd()
-    c.start_coordinator("coord0", "--min-workers", "2", "--max-workers", "4")
+    # all 4 in the first generation, however slowly they start (w3 must be in it to be killed
+    # from it, and generation 2 must be the one after that kill)
+    c.start_coordinator("coord0", "--min-workers", "2", "--max-workers", "4", "--start-workers", "4",
+                        "--start-wait", str(START_WAIT_S))
     out = os.path.join(c.tmp, "out")
     c.start_worker("w0", "--out", out, "--fault", "bootcrash@2", *common)
     for i in (1, 2, 3):

@@ -8,7 +8,7 @@ import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness import Checks, Cluster, job_args, metrics, wait_for  # noqa: E402
+from harness import WORKER_LEASE_TTL_S, Checks, Cluster, job_args, metrics, wait_for  # noqa: E402
 
 bindir = sys.argv[1]
 STEPS = 150
@@ -18,7 +18,7 @@ c = Cluster(bindir)
 try:
     out = c.start_job(common)
     wait_for(lambda: os.path.exists(out + "/metrics.jsonl") and len(metrics(out)) >= 20, 120, "20 steps")
-    c.restart_etcd(5.0)
+    c.restart_etcd(WORKER_LEASE_TTL_S + 2.0)  # down longer than the leases live
     rc = [c.wait("w%d" % i, 200) for i in range(3)]
     check(rc == [0, 0, 0], "all workers finished with status 0 (%s)" % rc)
     rows = metrics(out)

@@ -87,8 +87,9 @@ def static_run(tmp):
         port = wait_for(lambda: port_of(open(log.name).read()), 30, "the metrics port")
         first = wait_for(lambda: (lambda m: m if m["step"] >= 3 else None)(scrape(port)), 60,
                          "3 steps")
-        time.sleep(1.0)
-        second = scrape(port)
+        time.sleep(1.0)  # uptime must grow; a loaded machine may need longer for a step:
+        second = wait_for(lambda: (lambda m: m if m["step"] > first["step"] else None)(scrape(port)),
+                          60, "a later step")
         check(second["step"] > first["step"] >= 3,
               "step advances between scrapes (%d -> %d)" % (first["step"], second["step"]))
         check(math.isfinite(second["loss"]) and 0 < second["loss"] < 10,

@@ -18,7 +18,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness import Checks, Cluster, job_args, metrics, wait_for  # noqa: E402
+from harness import START_WAIT_S, Checks, Cluster, job_args, metrics, wait_for  # noqa: E402
 
 bindir = sys.argv[1]
 STEPS = 240
@@ -120,7 +120,8 @@ c = NetnsCluster(bindir, job="partition")
 try:
     make_network()
     c.start_etcd()
-    c.start_coordinator("coord0", "--min-workers", "2", "--max-workers", "3")
+    c.start_coordinator("coord0", "--min-workers", "2", "--max-workers", "3", "--start-workers", "3",
+                        "--start-wait", str(START_WAIT_S))
     out = os.path.join(c.tmp, "out")
     common = job_args(STEPS, 10, 12, "none", "--op-timeout", "3", "--out", out)
     for i in range(3):

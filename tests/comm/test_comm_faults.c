@@ -1,8 +1,9 @@
 /* Failure behaviour of the Gloo communicator, with forked ranks: a rank that never calls the
  * operation (timeout), a peer SIGKILLed while the others are blocked in a collective and
- * while they run collectives in a loop, abort() from another thread, and a create whose
- * peers never arrive. Every failing call must return within its timeout plus a small slack,
- * and a broken communicator must keep failing at once. */
+ * while they run collectives in a loop, abort() from another thread, a create whose peers
+ * never arrive, and ranks whose calls diverge in size, kind or sequence. Every failing call
+ * must return within its timeout plus a small slack, and a broken communicator must keep
+ * failing at once. */
 #include <pthread.h>
 #include <stdint.h>
 
@@ -210,6 +211,65 @@ static int create_timeout_rank(int rank, int world, const char *dir, void *arg) 
   return test_failed_;
 }
 
+/* Ranks whose calls diverge: the last rank's call differs from the others'. Every rank must
+ * get TAGC_EPEER, fast (the header of the other side's call tells), naming another rank: with
+ * two ranks each names the other; with three, the rank after which the odd one comes checks
+ * it first and names it, while rank 0 may see that rank close its connections first (blame is
+ * best effort). The communicator must stay broken, and no process may die (Gloo's event loop
+ * used to abort the receiver of a larger message). */
+typedef enum mismatch_case {
+  MISMATCH_SIZE,     /* all-gather of 64 bytes against one of 4096 */
+  MISMATCH_KIND,     /* all-gather against an all-to-all moving the same bytes */
+  MISMATCH_SKIPPED,  /* the last rank makes an all-gather of 0 bytes (no transfer) first */
+  MISMATCH_COUNT
+} mismatch_case;
+
+static const char *const mismatch_names[MISMATCH_COUNT] = {"size", "kind", "skipped call"};
+
+static tagc_status mismatch_call(tagc_comm *c, mismatch_case k, int odd, char *buf) {
+  char *out = buf + 4096;
+  switch (k) {
+  case MISMATCH_SIZE:
+    return tagc_comm_allgather(c, buf, out, odd ? 4096 : 64, 5.0);
+  case MISMATCH_KIND:
+    return odd ? tagc_comm_alltoall(c, buf, out, 64, 5.0)
+               : tagc_comm_allgather(c, buf, out, 64, 5.0);
+  default:
+    if (odd)
+      CHECK_OK(tagc_comm_allgather(c, buf, out, 0, 5.0));
+    return tagc_comm_allgather(c, buf, out, 64, 5.0);
+  }
+}
+
+static int mismatch_rank(int rank, int world, const char *dir, void *arg) {
+  mismatch_case k = *(const mismatch_case *)arg;
+  RANK_START();
+  tagc_comm *c = harness_comm(rank, world, dir, "mismatch", 10.0);
+  CHECK(c != NULL);
+  if (!c)
+    return test_failed_;
+  static char buf[4096 * 5];
+  CHECK_OK(tagc_comm_barrier(c, 5.0)); /* connected and in step before the divergence */
+  int odd = rank == world - 1;
+  double t0 = tagc_now();
+  tagc_status st = mismatch_call(c, k, odd, buf);
+  double took = tagc_now() - t0;
+  CHECK_MSG(st == TAGC_EPEER, "%s: rank %d got %s: %s", mismatch_names[k], rank,
+            tagc_strerror(st), tagc_last_error());
+  CHECK_MSG(took < 2.0, "%s: failed after %.3f s (timeout 5 s)", mismatch_names[k], took);
+  int blamed = tagc_comm_failed_peer(c);
+  int want = rank == world - 2 ? world - 1 : rank == world - 1 && world == 2 ? 0 : -1;
+  CHECK_MSG(want >= 0 ? blamed == want : blamed >= 0 && blamed < world && blamed != rank,
+            "%s: rank %d of %d blames rank %d", mismatch_names[k], rank, world, blamed);
+  printf("mismatch (%s, W=%d): rank %d got %s after %.3f s: %s\n", mismatch_names[k], world,
+         rank, tagc_strerror(st), took, tagc_last_error());
+  t0 = tagc_now();
+  CHECK_EQ_INT(tagc_comm_barrier(c, 5.0), TAGC_EPEER);
+  CHECK(tagc_now() - t0 < 0.1);
+  tagc_comm_destroy(c);
+  return test_failed_;
+}
+
 static void test_kill(rank_fn fn, int world, const char *ready_key, double delay) {
   harness h;
   CHECK_OK(harness_start(&h, world, fn, NULL));
@@ -227,5 +287,9 @@ int main(void) {
   CHECK_EQ_INT(harness_run(2, abort_rank, NULL, 30.0), 0);
   test_abort_idle();
   CHECK_EQ_INT(harness_run(2, create_timeout_rank, NULL, 30.0), 0);
+  for (int world = 2; world <= 3; world++) {
+    for (mismatch_case k = 0; k < MISMATCH_COUNT; k++)
+      CHECK_EQ_INT(harness_run(world, mismatch_rank, &k, 30.0), 0);
+  }
   return TEST_END();
 }

@@ -46,10 +46,61 @@ static void test_base64(void) {
   }
   unsigned char out[16];
   size_t n;
-  CHECK_EQ_INT(tagc_base64_decode("Zg=", 3, out, &n), TAGC_EPROTO);
-  CHECK_EQ_INT(tagc_base64_decode("Z*==", 4, out, &n), TAGC_EPROTO);
-  CHECK_EQ_INT(tagc_base64_decode("Z=g=", 4, out, &n), TAGC_EPROTO);
-  CHECK_EQ_INT(tagc_base64_decode("Zg==Zg==", 8, out, &n), TAGC_EPROTO);
+  CHECK_EQ_INT(tagc_base64_decode("Zg=", 3, out, sizeof out, &n), TAGC_EPROTO);
+  CHECK_EQ_INT(tagc_base64_decode("Z*==", 4, out, sizeof out, &n), TAGC_EPROTO);
+  CHECK_EQ_INT(tagc_base64_decode("Z=g=", 4, out, sizeof out, &n), TAGC_EPROTO);
+  CHECK_EQ_INT(tagc_base64_decode("Zg==Zg==", 8, out, sizeof out, &n), TAGC_EPROTO);
+  CHECK_EQ_INT(tagc_base64_decode("Zg==", 4, out, 0, &n), TAGC_EPROTO);
+}
+
+/* Texts that decode to more than the buffer holds are refused before anything is written:
+ * the byte after the buffer (a canary in a larger array) keeps its value, and so does the
+ * buffer itself. */
+static void test_base64_capacity(void) {
+  const char *text = "Zm9vYmFy"; /* "foobar": 6 bytes, 7 with the NUL */
+  unsigned char buf[16];
+  size_t n = 99;
+  for (size_t cap = 0; cap < 7; cap++) {
+    memset(buf, 0xa5, sizeof buf);
+    CHECK_EQ_INT(tagc_base64_decode(text, strlen(text), buf, cap, &n), TAGC_EPROTO);
+    for (size_t i = 0; i < sizeof buf; i++)
+      CHECK_EQ_INT(buf[i], 0xa5);
+    CHECK_EQ_INT(n, 99);
+  }
+  CHECK_OK(tagc_base64_decode(text, strlen(text), buf, 7, &n));
+  CHECK_EQ_INT(n, 6);
+  CHECK(memcmp(buf, "foobar", 7) == 0);
+  CHECK_EQ_INT(buf[7], 0xa5);
+  /* padding shortens the result: "Zm8=" is 2 bytes, "Zg==" 1 */
+  CHECK_OK(tagc_base64_decode("Zm8=", 4, buf, 3, &n));
+  CHECK_EQ_INT(n, 2);
+  CHECK_EQ_INT(tagc_base64_decode("Zm8=", 4, buf, 2, &n), TAGC_EPROTO);
+  CHECK_OK(tagc_base64_decode("Zg==", 4, buf, 2, &n));
+  CHECK_EQ_INT(n, 1);
+  CHECK_OK(tagc_base64_decode("", 0, buf, 1, &n));
+  CHECK_EQ_INT(n, 0);
+  /* An oversize value where a fixed-size one is expected (the NCCL unique id: 128 bytes):
+   * 4 KiB of text into a 129-byte buffer on the heap, so that ASan sees any overrun. */
+  size_t len = 4096;
+  char *big = malloc(len);
+  unsigned char *id = malloc(129);
+  CHECK(big && id);
+  if (big && id) {
+    memset(big, 'A', len);
+    CHECK_EQ_INT(tagc_base64_decode(big, len, id, 129, &n), TAGC_EPROTO);
+    CHECK(strstr(tagc_last_error(), "3072 bytes") != NULL);
+    CHECK_EQ_INT(tagc_base64_decode(big, 172, id, 129, &n), TAGC_EPROTO); /* 129 bytes */
+    unsigned char raw[128];
+    for (size_t i = 0; i < sizeof raw; i++)
+      raw[i] = (unsigned char)(i * 37 + 1);
+    tagc_base64_encode(raw, sizeof raw, big); /* 172 characters ending in "==" */
+    CHECK_OK(tagc_base64_decode(big, strlen(big), id, 129, &n));
+    CHECK_EQ_INT(n, 128);
+    CHECK(memcmp(id, raw, sizeof raw) == 0);
+    CHECK_EQ_INT(tagc_base64_decode(big, strlen(big), id, 128, &n), TAGC_EPROTO);
+  }
+  free(big);
+  free(id);
 }
 
 static void test_json(void) {
@@ -61,7 +112,9 @@ static void test_json(void) {
   CHECK_EQ_INT(x, INT64_MAX);
   CHECK_OK(tagc_json_get_i64_str(v, "n", 0, &x));
   CHECK_EQ_INT(x, 3);
+  tagc_errorf(TAGC_EIO, "earlier detail");
   CHECK_OK(tagc_json_get_i64_str(v, "missing", 42, &x));
+  CHECK_EQ_STR(tagc_last_error(), "earlier detail"); /* an absent optional key sets no detail */
   CHECK_EQ_INT(x, 42);
   CHECK_EQ_INT(tagc_json_get_i64_str(v, "bad", 0, &x), TAGC_EPROTO);
   CHECK_EQ_INT(tagc_json_get_int(v, "s", &x), TAGC_EPROTO);
@@ -220,6 +273,7 @@ int main(void) {
   test_error_idiom();
   test_mkdir_p();
   test_base64();
+  test_base64_capacity();
   test_json();
   test_options();
   test_log();

@@ -1,0 +1,219 @@
+/* The libcurl transport's cap on unary replies, against a tiny HTTP server on loopback that
+ * answers every POST with a JSON body of a chosen size (with a Content-Length, or delimited by
+ * closing the connection): a body up to the cap arrives whole; one byte more is TAGC_EPROTO,
+ * and the transfer stops there, so a server that sends without end cannot exhaust memory.
+ * Through the client (default cap TAGC_ETCD_MAX_REPLY_BYTES) the oversize reply is refused
+ * and not retried. */
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "cluster/etcd.h"
+#include "cluster/etcd_transport.h"
+#include "common/status.h"
+#include "common/timeutil.h"
+#include "test.h"
+
+/* What the server sends: a JSON object of body_bytes bytes (an etcd range reply padded with
+ * a string field), with a Content-Length header unless close_delimited. */
+typedef struct server {
+  int fd;
+  int port;
+  pthread_t thread;
+  pthread_mutex_t lock;
+  size_t body_bytes;
+  int close_delimited;
+  int connections;
+} server;
+
+#define HEAD "{\"header\":{\"cluster_id\":\"1\",\"revision\":\"7\"},\"count\":\"0\",\"pad\":\""
+#define TAIL "\"}"
+
+static int send_all(int fd, const char *p, size_t n) {
+  while (n) {
+    ssize_t k = send(fd, p, n, MSG_NOSIGNAL);
+    if (k <= 0)
+      return -1;
+    p += k;
+    n -= (size_t)k;
+  }
+  return 0;
+}
+
+/* Reads the request head and its Content-Length body (the client's JSON). */
+static void read_request(int fd) {
+  char buf[8192];
+  size_t len = 0;
+  char *end = NULL;
+  while (!end && len < sizeof buf - 1) {
+    ssize_t k = recv(fd, buf + len, sizeof buf - 1 - len, 0);
+    if (k <= 0)
+      return;
+    len += (size_t)k;
+    buf[len] = '\0';
+    end = strstr(buf, "\r\n\r\n");
+  }
+  if (!end)
+    return;
+  const char *cl = strcasestr(buf, "Content-Length:");
+  size_t want = cl ? strtoul(cl + 15, NULL, 10) : 0;
+  size_t have = len - (size_t)(end + 4 - buf);
+  while (have < want) {
+    ssize_t k = recv(fd, buf, sizeof buf, 0);
+    if (k <= 0)
+      return;
+    have += (size_t)k;
+  }
+}
+
+static void answer(int fd, size_t body_bytes, int close_delimited) {
+  char head[256];
+  if (close_delimited)
+    snprintf(head, sizeof head, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+                                "Connection: close\r\n\r\n");
+  else
+    snprintf(head, sizeof head, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+                                "Content-Length: %zu\r\nConnection: close\r\n\r\n", body_bytes);
+  if (send_all(fd, head, strlen(head)) || send_all(fd, HEAD, strlen(HEAD)))
+    return;
+  static char pad[1 << 16];
+  memset(pad, 'x', sizeof pad);
+  size_t left = body_bytes - strlen(HEAD) - strlen(TAIL);
+  while (left) {
+    size_t n = left < sizeof pad ? left : sizeof pad;
+    if (send_all(fd, pad, n))
+      return; /* the client stopped reading */
+    left -= n;
+  }
+  send_all(fd, TAIL, strlen(TAIL));
+}
+
+static void *serve(void *arg) {
+  server *s = arg;
+  for (;;) {
+    int fd = accept(s->fd, NULL, NULL);
+    if (fd < 0)
+      return NULL; /* the listening socket was shut down */
+    pthread_mutex_lock(&s->lock);
+    s->connections++;
+    size_t bytes = s->body_bytes;
+    int close_delimited = s->close_delimited;
+    pthread_mutex_unlock(&s->lock);
+    read_request(fd);
+    answer(fd, bytes, close_delimited);
+    close(fd);
+  }
+}
+
+static int server_start(server *s) {
+  memset(s, 0, sizeof *s);
+  pthread_mutex_init(&s->lock, NULL);
+  s->fd = socket(AF_INET, SOCK_STREAM, 0);
+  struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+  socklen_t alen = sizeof a;
+  if (s->fd < 0 || bind(s->fd, (struct sockaddr *)&a, sizeof a) != 0 || listen(s->fd, 8) != 0 ||
+      getsockname(s->fd, (struct sockaddr *)&a, &alen) != 0)
+    return -1;
+  s->port = ntohs(a.sin_port);
+  return pthread_create(&s->thread, NULL, serve, s) == 0 ? 0 : -1;
+}
+
+static void server_stop(server *s) {
+  shutdown(s->fd, SHUT_RDWR);
+  pthread_join(s->thread, NULL);
+  close(s->fd);
+  pthread_mutex_destroy(&s->lock);
+}
+
+static void server_script(server *s, size_t body_bytes, int close_delimited) {
+  pthread_mutex_lock(&s->lock);
+  s->body_bytes = body_bytes;
+  s->close_delimited = close_delimited;
+  s->connections = 0;
+  pthread_mutex_unlock(&s->lock);
+}
+
+static int server_connections(server *s) {
+  pthread_mutex_lock(&s->lock);
+  int n = s->connections;
+  pthread_mutex_unlock(&s->lock);
+  return n;
+}
+
+/* One POST through the libcurl transport with the given cap. */
+static tagc_status post(const char *endpoint, size_t max_reply, char **body, size_t *len) {
+  tagc_etcd_request req = {.endpoint = endpoint, .path = "/v3/kv/range", .body = "{}",
+                           .timeout_s = 20, .connect_timeout_s = 2,
+                           .max_reply_bytes = max_reply};
+  const tagc_etcd_transport *t = tagc_etcd_curl_transport();
+  long http = 0;
+  *body = NULL;
+  *len = 0;
+  return t->request(t->ctx, &req, &http, body, len);
+}
+
+static void test_transport_cap(server *s, const char *endpoint) {
+  enum { CAP = 4096 };
+  char *body;
+  size_t len;
+  for (int close_delimited = 0; close_delimited < 2; close_delimited++) {
+    server_script(s, CAP, close_delimited);
+    CHECK_OK(post(endpoint, CAP, &body, &len));
+    CHECK_EQ_INT(len, CAP);
+    CHECK(body && body[len] == '\0' && strncmp(body, HEAD, strlen(HEAD)) == 0);
+    free(body);
+
+    server_script(s, CAP + 1, close_delimited);
+    CHECK_EQ_INT(post(endpoint, CAP, &body, &len), TAGC_EPROTO);
+    CHECK_MSG(strstr(tagc_last_error(), "larger than 4096 bytes") != NULL, "%s",
+              tagc_last_error());
+  }
+  /* 256 MiB without a length: refused as soon as the cap is passed, not after the whole. */
+  server_script(s, (size_t)256 << 20, 1);
+  double t0 = tagc_now();
+  CHECK_EQ_INT(post(endpoint, CAP, &body, &len), TAGC_EPROTO);
+  CHECK_MSG(tagc_now() - t0 < 5.0, "took %.2f s", tagc_now() - t0);
+}
+
+/* The client: one range whose reply is a byte over the default cap gives TAGC_EPROTO after a
+ * single attempt (a malformed reply is not retried). */
+static void test_client_default_cap(server *s, const char *endpoint) {
+  tagc_etcd_config cfg;
+  tagc_etcd_config_init(&cfg);
+  cfg.endpoints = endpoint;
+  cfg.request_timeout_s = 20;
+  cfg.deadline_s = 30;
+  tagc_etcd *c = NULL;
+  CHECK_OK(tagc_etcd_create(&cfg, &c));
+  if (!c)
+    return;
+  server_script(s, 1000, 0);
+  tagc_etcd_range_result r;
+  CHECK_OK(tagc_etcd_range(c, "/k", NULL, &r));
+  CHECK_EQ_INT(r.revision, 7);
+  tagc_etcd_range_result_free(&r);
+
+  server_script(s, TAGC_ETCD_MAX_REPLY_BYTES + 1, 1);
+  CHECK_EQ_INT(tagc_etcd_range(c, "/k", NULL, &r), TAGC_EPROTO);
+  CHECK_MSG(strstr(tagc_last_error(), "larger than") != NULL, "%s", tagc_last_error());
+  CHECK_EQ_INT(server_connections(s), 1);
+  tagc_etcd_destroy(c);
+}
+
+int main(void) {
+  server s;
+  if (server_start(&s) != 0) {
+    perror("test server");
+    return 1;
+  }
+  char endpoint[64];
+  snprintf(endpoint, sizeof endpoint, "http://127.0.0.1:%d", s.port);
+  test_transport_cap(&s, endpoint);
+  test_client_default_cap(&s, endpoint);
+  server_stop(&s);
+  return TEST_END();
+}
