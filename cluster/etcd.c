@@ -1,8 +1,10 @@
 /* etcd client core: configuration, endpoint failover, retries, auth, and the unary calls. */
 #include "cluster/etcd.h"
 
+#include <errno.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -128,6 +130,83 @@ void tagc_etcd_destroy(tagc_etcd *c) {
   free(c);
 }
 
+static const char *given(const char *s) { return s && *s ? s : NULL; }
+
+/* The first line of a password file, in a new string. */
+static tagc_status read_password_file(const char *path, char **out) {
+  FILE *f = fopen(path, "r");
+  if (!f)
+    return tagc_errnof(errno == ENOENT ? TAGC_ENOTFOUND : TAGC_EIO, "--etcd-password-file %s",
+                       path);
+  char buf[1024];
+  size_t n = fread(buf, 1, sizeof buf - 1, f);
+  int bad = ferror(f);
+  fclose(f);
+  if (bad)
+    return tagc_errorf(TAGC_EIO, "--etcd-password-file %s: read error", path);
+  buf[n] = '\0';
+  buf[strcspn(buf, "\r\n")] = '\0';
+  *out = strdup(buf);
+  memset(buf, 0, sizeof buf);
+  return *out ? TAGC_OK : tagc_errorf(TAGC_ENOMEM, "etcd password");
+}
+
+/* TAGC_EINVAL when any endpoint of the comma-separated list is plain http://. */
+static tagc_status refuse_clear_text(const char *endpoints) {
+  for (const char *p = endpoints; p && *p;) {
+    p += strspn(p, ", ");
+    size_t n = strcspn(p, ", ");
+    if (strncmp(p, "http://", 7) == 0)
+      return tagc_errorf(TAGC_EINVAL,
+                         "refusing to send the etcd password over plain http:// (%.*s): use "
+                         "https:// endpoints with --etcd-user",
+                         (int)n, p);
+    p += n;
+  }
+  return TAGC_OK;
+}
+
+tagc_status tagc_etcd_config_credentials(tagc_etcd_config *cfg, const tagc_etcd_credentials *cred,
+                                         char **password) {
+  *password = NULL;
+  cfg->ca_file = given(cred->ca_file);
+  cfg->cert_file = given(cred->cert_file);
+  cfg->key_file = given(cred->key_file);
+  cfg->user = given(cred->user);
+  cfg->password = NULL;
+  if ((cfg->cert_file != NULL) != (cfg->key_file != NULL))
+    return tagc_errorf(TAGC_EINVAL, "--etcd-cert and --etcd-key go together");
+  if (!cfg->user)
+    return TAGC_OK;
+  TAGC_CHECK(refuse_clear_text(cfg->endpoints));
+  if (given(cred->password_file)) {
+    TAGC_CHECK(read_password_file(cred->password_file, password));
+  } else {
+    const char *env = getenv(TAGC_ETCD_PASSWORD_ENV);
+    if (!given(env))
+      return tagc_errorf(TAGC_EINVAL, "--etcd-user %s needs a password: set %s or "
+                         "--etcd-password-file", cfg->user, TAGC_ETCD_PASSWORD_ENV);
+    if (!(*password = strdup(env)))
+      return tagc_errorf(TAGC_ENOMEM, "etcd password");
+  }
+  cfg->password = *password;
+  return TAGC_OK;
+}
+
+tagc_status tagc_etcd_create_with_credentials(const tagc_etcd_config *cfg,
+                                              const tagc_etcd_credentials *cred, tagc_etcd **out) {
+  *out = NULL;
+  tagc_etcd_config ec = *cfg;
+  char *password = NULL;
+  tagc_status st = tagc_etcd_config_credentials(&ec, cred, &password);
+  if (st == TAGC_OK)
+    st = tagc_etcd_create(&ec, out);
+  if (password)
+    memset(password, 0, strlen(password));
+  free(password);
+  return st;
+}
+
 size_t etcd_endpoint_count(const tagc_etcd *c) { return c->n_endpoints; }
 size_t etcd_preferred_endpoint(tagc_etcd *c) { return atomic_load(&c->preferred); }
 const char *etcd_endpoint(const tagc_etcd *c, size_t i) { return c->endpoints[i % c->n_endpoints]; }
@@ -200,7 +279,8 @@ static tagc_status authenticate(tagc_etcd *c, const char *endpoint) {
   if (!body)
     return tagc_errorf(TAGC_ENOMEM, "etcd auth request");
   tagc_etcd_request r = {endpoint, "/v3/auth/authenticate", body, NULL, c->cfg.request_timeout_s,
-                         c->cfg.connect_timeout_s, c->ca_file, c->cert_file, c->key_file};
+                         c->cfg.connect_timeout_s, c->ca_file, c->cert_file, c->key_file,
+                         TAGC_ETCD_MAX_REPLY_BYTES};
   long http = 0;
   char *text = NULL;
   size_t len = 0;
@@ -250,7 +330,8 @@ tagc_status etcd_prepare(tagc_etcd *c, tagc_etcd_request *req, const char *endpo
     }
   }
   *req = (tagc_etcd_request){endpoint, path, body, token[0] ? token : NULL, c->cfg.request_timeout_s,
-                             c->cfg.connect_timeout_s, c->ca_file, c->cert_file, c->key_file};
+                             c->cfg.connect_timeout_s, c->ca_file, c->cert_file, c->key_file,
+                             TAGC_ETCD_MAX_REPLY_BYTES};
   return TAGC_OK;
 }
 

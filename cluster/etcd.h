@@ -54,6 +54,49 @@ typedef struct tagc_etcd_config {
 /* Fills cfg with the defaults above and no endpoints. */
 void tagc_etcd_config_init(tagc_etcd_config *cfg);
 
+/* The etcd credentials of a program, as its options give them (--etcd-ca, --etcd-cert,
+ * --etcd-key, --etcd-user, --etcd-password-file; NULL or "" = not given). There is no
+ * password option: a password on the command line is visible to every user of the host. */
+typedef struct tagc_etcd_credentials {
+  const char *ca_file, *cert_file, *key_file;
+  const char *user;
+  const char *password_file;
+} tagc_etcd_credentials;
+
+/* The environment variable a password is read from when no password file is given. */
+#define TAGC_ETCD_PASSWORD_ENV "TAGC_ETCD_PASSWORD"
+
+/* Sets the TLS and auth fields of cfg (its endpoints already set) from cred. A user's
+ * password comes from cred->password_file (its first line) or else from the environment
+ * variable TAGC_ETCD_PASSWORD, into *password (new string the caller frees after
+ * tagc_etcd_create; cfg->password points at it; NULL without a user). Errors, TAGC_EINVAL
+ * with one line naming the option: a user without a password; a user with an http://
+ * endpoint (the password would cross the network in clear text); a certificate without its
+ * key. TAGC_ENOTFOUND / TAGC_EIO for an unreadable password file. Not thread-safe (reads the
+ * environment). */
+tagc_status tagc_etcd_config_credentials(tagc_etcd_config *cfg, const tagc_etcd_credentials *cred,
+                                         char **password);
+
+/* tagc_etcd_config_credentials on a copy of cfg, then tagc_etcd_create; the password read is
+ * wiped and freed before it returns. Errors of both. */
+tagc_status tagc_etcd_create_with_credentials(const tagc_etcd_config *cfg,
+                                              const tagc_etcd_credentials *cred, tagc_etcd **out);
+
+/* The option rows of tagc_etcd_credentials for a program's option table (common/options.h):
+ * OFF(field) is the offset of the char * fields etcd_ca, etcd_cert, etcd_key, etcd_user and
+ * etcd_password_file of its config struct. */
+#define TAGC_ETCD_CREDENTIAL_OPTS(OFF)                                                      \
+  {"etcd-ca", TAGC_OPT_STRING, OFF(etcd_ca), "", 0, -1, NULL,                              \
+   "TLS: CA bundle of the etcd server"},                                                   \
+  {"etcd-cert", TAGC_OPT_STRING, OFF(etcd_cert), "", 0, -1, NULL,                          \
+   "TLS: etcd client certificate (PEM)"},                                                  \
+  {"etcd-key", TAGC_OPT_STRING, OFF(etcd_key), "", 0, -1, NULL,                            \
+   "TLS: etcd client private key (PEM)"},                                                  \
+  {"etcd-user", TAGC_OPT_STRING, OFF(etcd_user), "", 0, -1, NULL,                          \
+   "etcd auth user (https only); password from TAGC_ETCD_PASSWORD or --etcd-password-file"}, \
+  {"etcd-password-file", TAGC_OPT_STRING, OFF(etcd_password_file), "", 0, -1, NULL,        \
+   "file whose first line is the etcd password (there is no password flag)"}
+
 /* Creates a client. Copies everything it needs from cfg. TAGC_EINVAL for an empty or malformed
  * endpoint list or out-of-range numbers; TAGC_ENOMEM. Does not contact the server. */
 tagc_status tagc_etcd_create(const tagc_etcd_config *cfg, tagc_etcd **out);

@@ -89,6 +89,10 @@ tagc_status tagc_key_gen(const char *job, char *buf, size_t cap) {
   return format_key(buf, cap, job, "gen");
 }
 
+tagc_status tagc_key_gens_prefix(const char *job, char *buf, size_t cap) {
+  return format_key(buf, cap, job, "gen/");
+}
+
 tagc_status tagc_key_gen_prefix(const char *job, int64_t g, char *buf, size_t cap) {
   TAGC_CHECK(check_number(g, "generation"));
   return format_key(buf, cap, job, "gen/%" PRId64 "/", g);
@@ -151,6 +155,15 @@ tagc_status tagc_key_chaos(const char *job, const char *id, char *buf, size_t ca
 
 tagc_status tagc_key_chaos_prefix(const char *job, char *buf, size_t cap) {
   return format_key(buf, cap, job, "chaos/");
+}
+
+tagc_status tagc_key_leaving(const char *job, const char *id, char *buf, size_t cap) {
+  TAGC_CHECK(tagc_key_check_id(id, "worker id"));
+  return format_key(buf, cap, job, "leaving/%s", id);
+}
+
+tagc_status tagc_key_leaving_prefix(const char *job, char *buf, size_t cap) {
+  return format_key(buf, cap, job, "leaving/");
 }
 
 tagc_status tagc_key_done(const char *job, char *buf, size_t cap) {

@@ -36,6 +36,9 @@ tagc_status tagc_key_workers_prefix(const char *job, char *buf, size_t cap);
 /* "gen": the current generation number. */
 tagc_status tagc_key_gen(const char *job, char *buf, size_t cap);
 
+/* "gen/": every generation's keys (plans, bootstrap, ready), for a job reset. */
+tagc_status tagc_key_gens_prefix(const char *job, char *buf, size_t cap);
+
 /* "gen/<g>/": everything of generation g (deleted with old generations). */
 tagc_status tagc_key_gen_prefix(const char *job, int64_t g, char *buf, size_t cap);
 
@@ -64,6 +67,10 @@ tagc_status tagc_key_progress(const char *job, char *buf, size_t cap);
 /* "chaos/<id>": a fault to inject into a worker; "chaos/" its prefix. */
 tagc_status tagc_key_chaos(const char *job, const char *id, char *buf, size_t cap);
 tagc_status tagc_key_chaos_prefix(const char *job, char *buf, size_t cap);
+
+/* "leaving/<id>": a worker that stops for good (SIGTERM) announces it; "leaving/" its prefix. */
+tagc_status tagc_key_leaving(const char *job, const char *id, char *buf, size_t cap);
+tagc_status tagc_key_leaving_prefix(const char *job, char *buf, size_t cap);
 
 /* "done": the job's final status. */
 tagc_status tagc_key_done(const char *job, char *buf, size_t cap);

@@ -27,6 +27,7 @@ struct tagc_member {
   char gen_key[TAGC_KEY_MAX];
   char done_key[TAGC_KEY_MAX];
   double ttl_s;
+  atomic_int_least64_t registration; /* create revision of workers/<id> under the current lease */
 
   pthread_mutex_t reg_lock; /* serialises registration: keeper, lease and info below */
   char *info;               /* registration JSON text */
@@ -39,6 +40,8 @@ struct tagc_member {
   int done;
   int lost_pending; /* the supervisor has a lost lease to replace */
   int stopping;
+  int leaving;      /* tagc_member_announce_leave: no plan waits, no re-registration */
+  int withdrawn;    /* tagc_member_withdraw: tagc_member_gen() says every generation ended */
   void (*fn)(void *arg, int64_t gen);
   void *fn_arg;
 
@@ -102,6 +105,10 @@ static tagc_status parse_plan(const json_t *root, const char *my_id, tagc_plan *
   const json_t *resume = json_object_get(root, "resume");
   if (json_is_object(resume)) {
     TAGC_CHECK(need_int(resume, "step", &p->resume_step));
+    json_int_t crc = json_integer_value(json_object_get(resume, "manifest_crc"));
+    if (crc < 0 || crc > UINT32_MAX)
+      return tagc_errorf(TAGC_EPROTO, "plan: manifest CRC %lld", (long long)crc);
+    p->resume_manifest_crc = (uint32_t)crc;
     const char *path = json_string_value(json_object_get(resume, "path"));
     if (path && !(p->resume_path = strdup(path)))
       return tagc_errorf(TAGC_ENOMEM, "plan resume path");
@@ -259,9 +266,12 @@ static tagc_status put_if_absent(tagc_member *m, int64_t lease, double until) {
     int64_t holder = !ok && t.n_responses == 1 && t.responses[0].range.n == 1
                          ? t.responses[0].range.kvs[0].lease
                          : 0;
+    int64_t created = t.revision; /* the txn created the key: its create revision */
     tagc_etcd_txn_result_free(&t);
-    if (ok)
+    if (ok) {
+      atomic_store(&m->registration, created);
       return TAGC_OK;
+    }
     if (tagc_now() >= until)
       return tagc_errorf(TAGC_ECONFLICT,
                          "worker id %s is in use by another live worker (lease %" PRIx64 ")",
@@ -311,7 +321,7 @@ static void *supervise(void *arg) {
   tagc_member *m = arg;
   pthread_mutex_lock(&m->lock);
   while (!m->stopping) {
-    if (!m->lost_pending) {
+    if (!m->lost_pending || m->leaving) { /* a leaving worker does not come back */
       wait_locked(m, 60); /* on_lease_lost and leave signal `changed` */
       continue;
     }
@@ -438,7 +448,7 @@ void tagc_member_on_change(tagc_member *m, void (*fn)(void *arg, int64_t gen), v
 int64_t tagc_member_gen(const tagc_member *m) {
   tagc_member *mm = (tagc_member *)m; /* the lock is not part of the logical state */
   pthread_mutex_lock(&mm->lock);
-  int64_t g = mm->gen;
+  int64_t g = mm->withdrawn ? INT64_MAX : mm->gen;
   pthread_mutex_unlock(&mm->lock);
   return g;
 }
@@ -452,15 +462,17 @@ tagc_status tagc_member_wait_plan(tagc_member *m, int64_t after_gen, double time
   memset(out, 0, sizeof *out);
   double until = tagc_now() + timeout_s;
   pthread_mutex_lock(&m->lock);
-  while (!m->done && m->gen <= after_gen && !m->stopping && tagc_now() < until)
+  while (!m->done && !m->leaving && m->gen <= after_gen && !m->stopping && tagc_now() < until)
     wait_locked(m, until - tagc_now());
   int64_t gen = m->gen;
-  int done = m->done;
+  int done = m->done, leaving = m->leaving;
   pthread_mutex_unlock(&m->lock);
   if (done) {
     out->job_done = 1;
     return tagc_errorf(TAGC_ENOTFOUND, "done");
   }
+  if (leaving)
+    return tagc_errorf(TAGC_EABORTED, "member %s is leaving the job", m->id);
   if (gen <= after_gen)
     return tagc_errorf(TAGC_ETIMEDOUT, "member %s: no generation after %" PRId64 " within %.1f s",
                        m->id, after_gen, timeout_s);
@@ -475,6 +487,63 @@ tagc_status tagc_member_wait_plan(tagc_member *m, int64_t after_gen, double time
     st = tagc_errorf(TAGC_EPROTO, "plan at %s says generation %" PRId64, key, out->gen);
   if (st != TAGC_OK)
     tagc_plan_free(out);
+  return st;
+}
+
+tagc_status tagc_member_read_gen(tagc_member *m, int64_t *gen) {
+  *gen = 0;
+  tagc_etcd_range_result r;
+  TAGC_CHECK(tagc_etcd_range(m->c, m->gen_key, NULL, &r));
+  int64_t g = r.n == 1 ? parse_gen(r.kvs[0].value, r.kvs[0].value_len) : 0;
+  tagc_etcd_range_result_free(&r);
+  if (g < 0)
+    return tagc_errorf(TAGC_EPROTO, "%s is not a generation number", m->gen_key);
+  see_gen(m, g);
+  *gen = g;
+  return TAGC_OK;
+}
+
+tagc_status tagc_member_announce_leave(tagc_member *m, const char *reason) {
+  pthread_mutex_lock(&m->lock);
+  m->leaving = 1;
+  pthread_cond_broadcast(&m->changed);
+  pthread_mutex_unlock(&m->lock);
+  char key[TAGC_KEY_MAX];
+  TAGC_CHECK(tagc_key_leaving(m->job, m->id, key, sizeof key));
+  int64_t registration = atomic_load(&m->registration);
+  LOG_INFO("member", "%s leaves the job (%s)", m->id, reason ? reason : "");
+  return put_json(m, key,
+                  json_pack("{s:I, s:s, s:f}", "registration", (json_int_t)registration, "reason",
+                            reason ? reason : "", "time", tagc_wall_time()),
+                  0);
+}
+
+void tagc_member_withdraw(tagc_member *m) {
+  pthread_mutex_lock(&m->lock);
+  m->withdrawn = 1;
+  pthread_cond_broadcast(&m->changed);
+  pthread_mutex_unlock(&m->lock);
+}
+
+tagc_status tagc_member_committed_step(tagc_member *m, int64_t *step) {
+  *step = 0;
+  char key[TAGC_KEY_MAX];
+  TAGC_CHECK(tagc_key_ckpt_committed(m->job, key, sizeof key));
+  char *text = NULL;
+  size_t len = 0;
+  tagc_status st = tagc_etcd_get(m->c, key, &text, &len, NULL);
+  if (st == TAGC_ENOTFOUND) {
+    tagc_clear_error();
+    return TAGC_OK;
+  }
+  TAGC_CHECK(st);
+  json_t *rec;
+  st = tagc_json_parse(text, len, &rec);
+  free(text);
+  TAGC_CHECK(st);
+  if (tagc_json_get_int(rec, "step", step) != TAGC_OK)
+    st = tagc_errorf(TAGC_EPROTO, "%s has no \"step\"", key);
+  json_decref(rec);
   return st;
 }
 

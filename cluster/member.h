@@ -12,6 +12,11 @@
  *   tagc_member_finish()        rank 0 at the last step; every wait_plan then returns "done"
  *   tagc_member_leave()
  *
+ * Stopping for good (SIGTERM, a scale-down): tagc_member_announce_leave() tells the leader,
+ * which plans a generation without this worker at once and counts no failure; once that
+ * generation exists (or a bounded wait passed) tagc_member_withdraw() ends the worker's part
+ * of the running generation at its next step, then tagc_member_leave().
+ *
  * Threading: a tagc_member runs three threads of its own: the lease keep-alive (renews at
  * TTL/3; a failed renewal is retried while the lease can still be valid), the watch of `gen`
  * and `done`, and a supervisor that re-registers the worker under a new lease when the old
@@ -37,6 +42,7 @@ typedef struct tagc_plan {
   char **members;       /* world worker ids, index = rank */
   int64_t resume_step;  /* step to resume from (0 = from scratch) */
   char *resume_path;    /* checkpoint directory to resume from, or NULL */
+  uint32_t resume_manifest_crc; /* CRC32C of its manifest as committed; 0 = not given */
   int micro_batch;      /* my micro-batch (0 = the job's default); halved after an oom report */
   char *reason;         /* why this generation was made (human text) */
   int excluded;         /* 1 when the leader excluded me (suspected, partitioned, oom at 1):
@@ -77,7 +83,14 @@ void tagc_member_leave(tagc_member *m);
  * tagc_member_leave(). NULL fn removes it. */
 void tagc_member_on_change(tagc_member *m, void (*fn)(void *arg, int64_t gen), void *arg);
 
-/* The latest generation seen (0 before the first plan). Any thread, non-blocking. */
+/* Reads `gen` from etcd now (not from the watch, which may lag by a few milliseconds) into
+ * *gen (0 when absent) and notes it as seen (on_change fires when it is newer). Errors: the
+ * etcd error, TAGC_EPROTO for a malformed value. Blocks for one etcd read. */
+tagc_status tagc_member_read_gen(tagc_member *m, int64_t *gen);
+
+/* The latest generation seen (0 before the first plan); INT64_MAX after
+ * tagc_member_withdraw(), so that a training loop comparing it with its own generation ends
+ * that generation (as superseded) at its next step. Any thread, non-blocking. */
 int64_t tagc_member_gen(const tagc_member *m);
 
 /* 1 while the worker is not registered: its lease was lost (expired or unreachable for a whole
@@ -91,10 +104,29 @@ int tagc_member_lease_losses(const tagc_member *m);
 /* Blocks until a generation > after_gen exists and returns the plan of the newest one in
  * *out (caller frees). Errors: TAGC_ENOTFOUND with out->job_done set (detail "done") once
  * the job is done (`done` exists; checked first, so it wins over a newer plan),
- * TAGC_ETIMEDOUT after timeout_s (call again), TAGC_EPROTO for a malformed plan, or an etcd
- * error. */
+ * TAGC_EABORTED at once after tagc_member_announce_leave(), TAGC_ETIMEDOUT after timeout_s
+ * (call again), TAGC_EPROTO for a malformed plan, or an etcd error. */
 tagc_status tagc_member_wait_plan(tagc_member *m, int64_t after_gen, double timeout_s,
                                   tagc_plan *out);
+
+/* Announces that this worker stops for good (reason: human text, e.g. "SIGTERM", may be
+ * NULL): writes leaving/<id> = {"registration","reason","time"} (no lease; the registration
+ * is the create revision of our workers/<id>). The leader treats the worker as gone at once:
+ * a new generation without it, no failure counted (docs/etcd-schema.md). From the call on,
+ * tagc_member_wait_plan() returns TAGC_EABORTED at once and a lost lease is not replaced.
+ * The caller keeps training until the generation without it exists, so that its peers are
+ * superseded rather than see a broken collective. Any thread; blocks for one etcd write;
+ * errors of tagc_etcd_put (the flags are set even then). */
+tagc_status tagc_member_announce_leave(tagc_member *m, const char *reason);
+
+/* Ends this worker's part in every generation: tagc_member_gen() returns INT64_MAX from now
+ * on (see there). Does not call on_change (the collective in flight is not aborted). Any
+ * thread, non-blocking. */
+void tagc_member_withdraw(tagc_member *m);
+
+/* The step of the job's committed checkpoint (ckpt/committed), 0 when there is none. Errors:
+ * the etcd error, TAGC_EPROTO for a record without "step". Blocks for one etcd read. */
+tagc_status tagc_member_committed_step(tagc_member *m, int64_t *step);
 
 /* A bootstrap store over gen/<gen>/boot/ (coordinator/etcd_store.h) for tagc_comm_create;
  * the caller frees it with tagc_store_free() before tagc_member_leave(). */

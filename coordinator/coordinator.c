@@ -92,8 +92,29 @@ static outcome write_done(tagc_coord *c, const coord_view *v, int64_t step) {
   return JOB_DONE;
 }
 
+/* Delete ops (into ops, with their keys in keys) for the leave records whose registration is
+ * no longer registered: the worker is gone, and the plan being written no longer needs them.
+ * Returns how many. */
+static size_t stale_leaves(const tagc_coord *c, const coord_view *v, char (*keys)[TAGC_KEY_MAX],
+                           tagc_etcd_op *ops) {
+  size_t n = 0;
+  for (size_t i = 0; i < v->n_leaving; i++) {
+    int registered = 0;
+    for (size_t j = 0; j < v->n_workers; j++)
+      registered |= v->workers[j].registration == v->leaving[i].registration &&
+                    !strcmp(v->workers[j].id, v->leaving[i].id);
+    if (!registered &&
+        tagc_key_leaving(c->keys.job, v->leaving[i].id, keys[n], TAGC_KEY_MAX) == TAGC_OK) {
+      ops[n] = (tagc_etcd_op){.type = TAGC_ETCD_OP_DELETE, .key = keys[n]};
+      n++;
+    }
+  }
+  return n;
+}
+
 /* Writes plan as generation g = v->gen + 1, fenced by the election and by `gen`'s mod
- * revision, and deletes generation g-2's keys and failure reports. */
+ * revision, and deletes generation g-2's keys and failure reports and the leave records
+ * that served their purpose. */
 static outcome write_generation(tagc_coord *c, const coord_view *v, json_t *plan) {
   int64_t g = v->gen + 1;
   char plan_key[TAGC_KEY_MAX], old_gen[TAGC_KEY_MAX], old_failures[TAGC_KEY_MAX], gen_text[32];
@@ -106,19 +127,32 @@ static outcome write_generation(tagc_coord *c, const coord_view *v, json_t *plan
   json_object_set_new(plan, "time", json_real(tagc_wall_time()));
   json_object_set_new(plan, "leader", json_string(c->advertise));
   char *text = tagc_json_dump(plan);
-  if (!text)
+  tagc_etcd_op *ops = calloc(4 + v->n_leaving, sizeof *ops);
+  char (*leave_keys)[TAGC_KEY_MAX] = calloc(v->n_leaving + 1, sizeof *leave_keys);
+  if (!text || !ops || !leave_keys) {
+    free(text);
+    free(ops);
+    free(leave_keys);
     return GO_ON;
+  }
   tagc_etcd_compare same = {.key = c->keys.gen_key, .result = TAGC_ETCD_EQUAL,
                             .target = v->gen_mod ? TAGC_ETCD_MOD : TAGC_ETCD_CREATE,
                             .number = v->gen_mod};
-  tagc_etcd_op ops[4] = {
-      {.type = TAGC_ETCD_OP_PUT, .key = plan_key, .value = text, .value_len = strlen(text)},
-      {.type = TAGC_ETCD_OP_PUT, .key = c->keys.gen_key, .value = gen_text, .value_len = strlen(gen_text)},
-      {.type = TAGC_ETCD_OP_DELETE, .key = old_gen, .prefix = 1},
-      {.type = TAGC_ETCD_OP_DELETE, .key = old_failures, .prefix = 1}};
+  size_t n = 0;
+  ops[n++] = (tagc_etcd_op){.type = TAGC_ETCD_OP_PUT, .key = plan_key, .value = text,
+                            .value_len = strlen(text)};
+  ops[n++] = (tagc_etcd_op){.type = TAGC_ETCD_OP_PUT, .key = c->keys.gen_key, .value = gen_text,
+                            .value_len = strlen(gen_text)};
+  if (g - 2 > 0) {
+    ops[n++] = (tagc_etcd_op){.type = TAGC_ETCD_OP_DELETE, .key = old_gen, .prefix = 1};
+    ops[n++] = (tagc_etcd_op){.type = TAGC_ETCD_OP_DELETE, .key = old_failures, .prefix = 1};
+  }
+  n += stale_leaves(c, v, leave_keys, ops + n);
   tagc_etcd_txn_result t;
-  tagc_status st = tagc_election_txn(c->election, &same, 1, ops, g - 2 > 0 ? 4 : 2, &t);
+  tagc_status st = tagc_election_txn(c->election, &same, 1, ops, n, &t);
   free(text);
+  free(ops);
+  free(leave_keys);
   if (st == TAGC_ECONFLICT) {
     LOG_WARN("coord", "write of generation %" PRId64 " fenced: %s", g, tagc_last_error());
     return DEPOSED;
@@ -175,7 +209,8 @@ static outcome evaluate(tagc_coord *c, const coord_view *v, double *wait_until) 
   const json_t *plan = json_is_object(v->plan) ? v->plan : NULL;
   tagc_planner_input in = {.gen = v->gen, .plan = plan, .workers = v->workers,
                            .n_workers = v->n_workers, .reports = v->reports,
-                           .n_reports = v->n_reports, .ckpt = v->ckpt, .now = tagc_now()};
+                           .n_reports = v->n_reports, .leaving = v->leaving,
+                           .n_leaving = v->n_leaving, .ckpt = v->ckpt, .now = tagc_now()};
   tagc_planner_decision d;
   if (tagc_planner_decide(&pc, &in, &d) != TAGC_OK) {
     LOG_ERROR("coord", "planner: %s", tagc_last_error());
@@ -203,6 +238,7 @@ static int relevant(const tagc_coord *c, const tagc_etcd_event *e) {
   if (e->type != TAGC_ETCD_PUT)
     return 0;
   return tagc_key_suffix(key, c->keys.failures_prefix, &rest) == TAGC_OK ||
+         tagc_key_suffix(key, c->keys.leaving_prefix, &rest) == TAGC_OK ||
          !strcmp(key, c->keys.done_key) || !strcmp(key, c->keys.config_key);
 }
 
@@ -355,7 +391,28 @@ static outcome stand_by(tagc_coord *c) {
   return out;
 }
 
-tagc_status tagc_coord_run(tagc_coord *c) {
+/* After the job is done (--linger): serves the final state until stopped (returns 0) or
+ * until `done` disappears because the job was reset (tagctl job reset; returns 1). */
+static int linger(tagc_coord *c) {
+  while (!atomic_load(&c->stop)) {
+    coord_view v;
+    if (coord_view_read(c->etcd, &c->keys, &c->seen, &v) != TAGC_OK) {
+      coord_status_etcd_failed(&c->served, "reading the job's state");
+    } else {
+      int done = v.done != NULL;
+      coord_status_publish(&c->served, &v, 0, c->keys.job, c->advertise, c->last_reason);
+      coord_view_free(&v);
+      if (!done)
+        return 1;
+    }
+    tagc_sleep(REFRESH_S);
+  }
+  return 0;
+}
+
+/* Campaigns and leads until the job is done or the coordinator is stopped; then leaves the
+ * election (a stopped leader's standby takes over at once). */
+static outcome campaign(tagc_coord *c) {
   outcome out = GO_ON;
   while (out != JOB_DONE && out != STOPPED) {
     if (atomic_load(&c->stop)) {
@@ -383,13 +440,21 @@ tagc_status tagc_coord_run(tagc_coord *c) {
     }
   }
   drop_candidacy(c);
-  while (out == JOB_DONE && c->cfg.linger && !atomic_load(&c->stop)) {
-    stand_by(c);
-    tagc_sleep(REFRESH_S);
-  }
-  if (out == JOB_DONE) {
-    LOG_INFO("coord", "job %s is done; %s stops", c->keys.job, c->advertise);
-    return TAGC_OK;
+  return out;
+}
+
+tagc_status tagc_coord_run(tagc_coord *c) {
+  while (campaign(c) == JOB_DONE) {
+    if (!c->cfg.linger) {
+      LOG_INFO("coord", "job %s is done; %s stops", c->keys.job, c->advertise);
+      return TAGC_OK;
+    }
+    LOG_INFO("coord", "job %s is done; %s keeps serving its state", c->keys.job, c->advertise);
+    if (!linger(c))
+      return TAGC_OK;
+    LOG_INFO("coord", "job %s was reset; %s campaigns again", c->keys.job, c->advertise);
+    c->last_reason[0] = '\0';
+    c->started = tagc_now(); /* the first generation waits for its workers again */
   }
   return tagc_errorf(TAGC_EABORTED, "coordinator stopped");
 }

@@ -62,9 +62,10 @@ void tagc_coord_config_init(tagc_coord_config *cfg);
 tagc_status tagc_coord_create(tagc_etcd *etcd, const tagc_coord_config *cfg, tagc_coord **out);
 
 /* Campaigns and leads until the job is done (TAGC_OK; with cfg.linger only after
- * tagc_coord_stop, serving the final state meanwhile) or tagc_coord_stop() (TAGC_EABORTED;
- * the candidate's lease is revoked first, so a standby takes over at once). etcd outages are
- * retried, never fatal. Blocks. */
+ * tagc_coord_stop, serving the final state meanwhile, and campaigning again when the job is
+ * reset — `done` deleted, tagctl job reset) or tagc_coord_stop() (TAGC_EABORTED; the
+ * candidate's lease is revoked first, so a standby takes over at once: a clean step-down).
+ * etcd outages are retried, never fatal. Blocks. */
 tagc_status tagc_coord_run(tagc_coord *c);
 
 /* Makes tagc_coord_run return within about a second. Async-signal-safe. */

@@ -33,7 +33,7 @@ typedef struct coord_options {
   char *etcd_cert;
   char *etcd_key;
   char *etcd_user;
-  char *etcd_password;
+  char *etcd_password_file;
   char *log;
 } coord_options;
 
@@ -71,12 +71,7 @@ static const tagc_opt coord_opts[] = {
      "instead of exiting 0"},
     {"etcd-timeout", TAGC_OPT_DOUBLE, OFF(etcd_timeout), "5", 0.5, 600, NULL,
      "seconds one etcd call may take, retries included"},
-    {"etcd-ca", TAGC_OPT_STRING, OFF(etcd_ca), "", 0, -1, NULL, "TLS: CA bundle of the etcd server"},
-    {"etcd-cert", TAGC_OPT_STRING, OFF(etcd_cert), "", 0, -1, NULL, "TLS: client certificate (PEM)"},
-    {"etcd-key", TAGC_OPT_STRING, OFF(etcd_key), "", 0, -1, NULL, "TLS: client private key (PEM)"},
-    {"etcd-user", TAGC_OPT_STRING, OFF(etcd_user), "", 0, -1, NULL, "etcd auth user"},
-    {"etcd-password", TAGC_OPT_STRING, OFF(etcd_password), "", 0, -1, NULL,
-     "etcd auth password (prefer the environment variable TAGC_ETCD_PASSWORD)"},
+    TAGC_ETCD_CREDENTIAL_OPTS(OFF),
     {"log", TAGC_OPT_STRING, OFF(log), "info", 0, -1, NULL,
      "log filter, e.g. info or warn,coord=debug"},
 };
@@ -113,13 +108,11 @@ static tagc_status connect_etcd(const coord_options *o, tagc_etcd **out) {
   ec.deadline_s = o->etcd_timeout;
   if (ec.request_timeout_s > o->etcd_timeout)
     ec.request_timeout_s = o->etcd_timeout;
-  ec.ca_file = or_null(o->etcd_ca);
-  ec.cert_file = or_null(o->etcd_cert);
-  ec.key_file = or_null(o->etcd_key);
-  ec.user = or_null(o->etcd_user);
-  ec.password = or_null(o->etcd_password);
-  TAGC_CHECK(tagc_etcd_create(&ec, out));
-  /* One read up front, so a wrong URL is a clear error now rather than retries forever. */
+  tagc_etcd_credentials cred = {o->etcd_ca, o->etcd_cert, o->etcd_key, o->etcd_user,
+                                o->etcd_password_file};
+  TAGC_CHECK(tagc_etcd_create_with_credentials(&ec, &cred, out)); /* bad options: one line */
+  /* One read up front, so a wrong URL or refused credentials are a clear error now rather
+     than retries forever. */
   char key[TAGC_KEY_MAX];
   tagc_etcd_range_result r;
   tagc_status st = tagc_key_gen(o->job, key, sizeof key);
@@ -131,7 +124,9 @@ static tagc_status connect_etcd(const coord_options *o, tagc_etcd **out) {
   }
   tagc_etcd_destroy(*out);
   *out = NULL;
-  return st;
+  char detail[512];
+  snprintf(detail, sizeof detail, "%s", tagc_last_error());
+  return tagc_errorf(TAGC_EPEER, "cannot use etcd at %s: %s", o->etcd, detail);
 }
 
 static tagc_status run(const coord_options *o) {
@@ -164,7 +159,7 @@ static tagc_status run(const coord_options *o) {
   tagc_etcd *etcd;
   tagc_status st = connect_etcd(o, &etcd);
   if (st != TAGC_OK)
-    return with_context(st, "cannot use etcd");
+    return st;
   tagc_coord *c;
   st = tagc_coord_create(etcd, &cfg, &c);
   if (st == TAGC_OK) {

@@ -46,13 +46,28 @@ static void note(work *w, const char *fmt, ...) {
   va_end(ap);
 }
 
-/* Registration of a live worker, or -1 when it is not alive. */
-static int64_t alive(const tagc_planner_input *in, const char *id) {
+/* Registration of a registered worker, or -1. */
+static int64_t registered(const tagc_planner_input *in, const char *id) {
   for (size_t i = 0; i < in->n_workers; i++) {
     if (strcmp(in->workers[i].id, id) == 0)
       return in->workers[i].registration;
   }
   return -1;
+}
+
+/* Whether id announced that its registration reg leaves the job. */
+static int leaves(const tagc_planner_input *in, const char *id, int64_t reg) {
+  for (size_t i = 0; reg > 0 && i < in->n_leaving; i++) {
+    if (in->leaving[i].registration == reg && strcmp(in->leaving[i].id, id) == 0)
+      return 1;
+  }
+  return 0;
+}
+
+/* Registration of a live worker that does not leave, or -1 when it is not alive. */
+static int64_t alive(const tagc_planner_input *in, const char *id) {
+  int64_t reg = registered(in, id);
+  return leaves(in, id, reg) ? -1 : reg;
 }
 
 /* Rank of id in the current plan, or -1. */
@@ -76,6 +91,13 @@ static const tagc_planner_report *report_of(const tagc_planner_input *in, const 
       return &in->reports[i];
   }
   return NULL;
+}
+
+/* Whether member id left on purpose: with its registration of the current plan, or its live one. */
+static int left(const work *w, const char *id) {
+  const json_t *regs = json_object_get(w->in->plan, "registrations");
+  json_int_t planned = json_integer_value(json_object_get(regs, id));
+  return leaves(w->in, id, planned) || leaves(w->in, id, registered(w->in, id));
 }
 
 static int excluded(const work *w, const char *id) {
@@ -107,7 +129,7 @@ static tagc_status exclude(work *w, const char *id, const char *why) {
 static tagc_status exclude_for_link(work *w, const char *id, const char *why) {
   int eligible = 0;
   for (size_t i = 0; i < w->in->n_workers; i++)
-    eligible += !excluded(w, w->in->workers[i].id);
+    eligible += !excluded(w, w->in->workers[i].id) && alive(w->in, w->in->workers[i].id) >= 0;
   if (eligible - 1 < w->cfg->min_workers) {
     note(w, "%s kept although %s: excluding it would leave fewer than %d workers", id, why,
          w->cfg->min_workers);
@@ -378,14 +400,17 @@ static int by_id(const void *a, const void *b) {
 }
 
 /* The next member list: survivors in order, then joiners by id, at most max_workers. Notes
- * lost members (counted as "lease" failures) and re-registrations; *changed tells whether
- * anything differs from the current plan. */
+ * members that left (not counted), lost members (counted as "lease" failures) and
+ * re-registrations; *changed tells whether anything differs from the current plan. */
 static tagc_status next_members(work *w, json_t *members, int *changed) {
   const json_t *regs = json_object_get(w->in->plan, "registrations");
   for (size_t i = 0; w->members && i < json_array_size(w->members); i++) {
     const char *id = json_string_value(json_array_get(w->members, i));
     int64_t reg = alive(w->in, id);
-    if (reg < 0) {
+    if (left(w, id)) {
+      note(w, "%s left", id);
+      *changed = 1;
+    } else if (reg < 0) {
       note(w, "lost %s (lease expired)", id);
       TAGC_CHECK(bump(w->totals, "lease"));
       *changed = 1;
@@ -406,7 +431,7 @@ static tagc_status next_members(work *w, json_t *members, int *changed) {
   size_t n = 0;
   for (size_t i = 0; i < w->in->n_workers; i++) {
     const char *id = w->in->workers[i].id;
-    if (rank_of(w, id) < 0 && !excluded(w, id))
+    if (rank_of(w, id) < 0 && !excluded(w, id) && alive(w->in, id) >= 0)
       joiners[n++] = &w->in->workers[i];
   }
   qsort(joiners, n, sizeof *joiners, by_id);
@@ -428,15 +453,22 @@ static tagc_status next_members(work *w, json_t *members, int *changed) {
   return st;
 }
 
-/* The resume point from the committed checkpoint record. */
+/* The resume point from the committed checkpoint record (its manifest's CRC32C too, when
+ * the record has one, so that the ranks can check they load that very checkpoint). */
 static json_t *resume_of(const json_t *ckpt) {
-  int64_t step = 0;
+  int64_t step = 0, crc = 0;
   const char *path = NULL;
   if (ckpt && tagc_json_get_int(ckpt, "step", &step) == TAGC_OK && step > 0)
     path = json_string_value(json_object_get(ckpt, "path"));
   if (!path)
     step = 0;
-  return json_pack("{s:I, s:s?}", "step", (json_int_t)step, "path", path);
+  json_t *resume = json_pack("{s:I, s:s?}", "step", (json_int_t)step, "path", path);
+  if (resume && path && tagc_json_get_int(ckpt, "manifest_crc", &crc) == TAGC_OK && crc > 0 &&
+      json_object_set_new(resume, "manifest_crc", json_integer(crc)) != 0) {
+    json_decref(resume);
+    return NULL;
+  }
+  return resume;
 }
 
 static tagc_status build_plan(work *w, json_t *members, json_t **out) {

@@ -8,8 +8,13 @@
  *    move down when someone before them leaves); joiners (live, not excluded, not members) are
  *    appended in id order; the world is cut at max_workers. A plan needs min_workers.
  *  - A new generation is made when there is no plan yet, when a member's lease is gone, when
- *    a member registered again (new lease), when an eligible joiner fits under max_workers,
- *    or when any failure report exists for the current generation.
+ *    a member left, when a member registered again (new lease), when an eligible joiner fits
+ *    under max_workers, or when any failure report exists for the current generation.
+ *  - Leaving: a worker that announced it stops for good (leaving/<id>, SIGTERM) is gone at
+ *    once for every rule, whether its lease is still there or not: a member that left is
+ *    dropped without counting a failure ("left", not "lease"); a live worker that leaves is
+ *    no joiner. A record counts for the registration it names (the member's in the current
+ *    plan, or its live one), so a worker that registers again later is a joiner again.
  *  - Suspicion (PFAIL -> FAIL): a report naming a peer rank suspects that member. A suspect
  *    that reports its own failure too is alive and stays; a suspect that has not reported
  *    suspect_window_s after the accusation was first seen is excluded; until then the
@@ -94,6 +99,9 @@ typedef struct tagc_planner_input {
   size_t n_workers;
   const tagc_planner_report *reports;    /* failures/<current gen>/..., any order */
   size_t n_reports;
+  const tagc_planner_worker *leaving;    /* leaving/<id> records: the worker and the
+                                            registration that leaves; any order */
+  size_t n_leaving;
   const json_t *ckpt;                    /* ckpt/committed record, NULL when none */
   double now;                            /* same clock as seen_at */
 } tagc_planner_input;

@@ -20,6 +20,7 @@ tagc_status coord_keys_init(coord_keys *k, const char *job) {
   TAGC_CHECK(tagc_key_done(j, k->done_key, sizeof k->done_key));
   TAGC_CHECK(tagc_key_config(j, k->config_key, sizeof k->config_key));
   TAGC_CHECK(tagc_key_ckpt_committed(j, k->ckpt_key, sizeof k->ckpt_key));
+  TAGC_CHECK(tagc_key_leaving_prefix(j, k->leaving_prefix, sizeof k->leaving_prefix));
   return tagc_key_progress(j, k->progress_key, sizeof k->progress_key);
 }
 
@@ -42,6 +43,7 @@ void coord_view_free(coord_view *v) {
   json_decref(v->failures);
   free(v->workers);
   free(v->reports);
+  free(v->leaving);
   memset(v, 0, sizeof *v);
 }
 
@@ -103,6 +105,18 @@ static void add_worker(coord_view *v, const char *id, const tagc_etcd_kv *kv) {
   v->workers[v->n_workers++] = (tagc_planner_worker){.id = id, .registration = kv->create_revision};
 }
 
+/* A leaving/<id> record; one without a registration number is ignored with a warning. */
+static void add_leaving(coord_view *v, const char *id, const tagc_etcd_kv *kv) {
+  json_t *rec = parse_value(kv);
+  json_int_t reg = json_integer_value(json_object_get(rec, "registration"));
+  json_decref(rec);
+  if (tagc_key_check_id(id, "worker id") != TAGC_OK || reg <= 0) {
+    LOG_WARN("coord", "ignoring %s: not a leave record of a worker", (const char *)kv->key);
+    return;
+  }
+  v->leaving[v->n_leaving++] = (tagc_planner_worker){.id = id, .registration = reg};
+}
+
 /* Sorts one key of the job into the view. */
 static void classify(const coord_keys *k, coord_view *v, const tagc_etcd_kv *kv,
                      const char *plan_key, const char *failures_gen,
@@ -120,6 +134,8 @@ static void classify(const coord_keys *k, coord_view *v, const tagc_etcd_kv *kv,
     add_worker(v, rest, kv);
   else if (tagc_key_suffix(key, failures_gen, &rest) == TAGC_OK)
     add_report(v, rest, kv, report_kvs);
+  else if (tagc_key_suffix(key, k->leaving_prefix, &rest) == TAGC_OK)
+    add_leaving(v, rest, kv);
   else if (tagc_key_suffix(key, k->coord_prefix, &rest) == TAGC_OK &&
            (*leader_rev == 0 || kv->create_revision < *leader_rev)) {
     *leader_rev = kv->create_revision;
@@ -154,9 +170,10 @@ tagc_status coord_view_read(tagc_etcd *etcd, const coord_keys *k, coord_seen *se
   const tagc_etcd_kv **report_kvs = calloc(v->r.n + 1, sizeof *report_kvs);
   v->workers = calloc(v->r.n + 1, sizeof *v->workers);
   v->reports = calloc(v->r.n + 1, sizeof *v->reports);
+  v->leaving = calloc(v->r.n + 1, sizeof *v->leaving);
   v->worker_info = json_object();
   v->failures = json_object();
-  if (!report_kvs || !v->workers || !v->reports || !v->worker_info || !v->failures) {
+  if (!report_kvs || !v->workers || !v->reports || !v->leaving || !v->worker_info || !v->failures) {
     st = tagc_errorf(TAGC_ENOMEM, "coordinator: view");
     goto fail;
   }

@@ -1,7 +1,8 @@
-/* The job's state as the coordinator sees it (internal to coordinator/): the job's keys, and
- * a view of every key under the job's prefix read at one etcd revision, sorted into the
- * current generation, its plan, the registered workers, the failure reports of the current
- * generation, the checkpoint, progress, done and config records, and the leader's key.
+/* The job's state as the coordinator sees it (coordinator/; tagctl status reads it too): the
+ * job's keys, and a view of every key under the job's prefix read at one etcd revision,
+ * sorted into the current generation, its plan, the registered workers, the workers that
+ * announced they leave, the failure reports of the current generation, the checkpoint,
+ * progress, done and config records, and the leader's key.
  *
  * A failure report's age counts from the first read that saw it (key + mod revision), so a
  * report keeps its suspect window across reads; coord_seen carries that memory from one
@@ -24,6 +25,7 @@ typedef struct coord_keys {
   char job[TAGC_KEY_ID_MAX + 1];
   char prefix[TAGC_KEY_MAX], workers_prefix[TAGC_KEY_MAX], failures_prefix[TAGC_KEY_MAX];
   char coord_prefix[TAGC_KEY_MAX], gen_key[TAGC_KEY_MAX], done_key[TAGC_KEY_MAX];
+  char leaving_prefix[TAGC_KEY_MAX];
   char config_key[TAGC_KEY_MAX], ckpt_key[TAGC_KEY_MAX], progress_key[TAGC_KEY_MAX];
 } coord_keys;
 
@@ -58,6 +60,8 @@ typedef struct coord_view {
   tagc_planner_report *reports;
   size_t n_reports;
   json_t *failures;                   /* {"id": report JSON} of generation gen */
+  tagc_planner_worker *leaving;       /* leaving/<id> records: id and registration */
+  size_t n_leaving;
   const char *leader;                 /* value of the lowest coord/ key, or NULL */
 } coord_view;
 

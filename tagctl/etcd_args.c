@@ -1,4 +1,4 @@
-/* The options and etcd client of tagctl inject and tagctl status. */
+/* The options and etcd client of tagctl inject, status and job. */
 #include <stddef.h>
 #include <stdio.h>
 
@@ -10,13 +10,27 @@
 static const tagc_opt etcd_opts[] = {
     {"etcd", TAGC_OPT_STRING, ARGOFF(etcd), "http://127.0.0.1:2379", 0, -1, NULL, "etcd endpoints"},
     {"job", TAGC_OPT_STRING, ARGOFF(job), "default", 0, -1, NULL, "job name"},
+    TAGC_ETCD_CREDENTIAL_OPTS(ARGOFF),
     {"worker", TAGC_OPT_STRING, ARGOFF(worker), "", 0, -1, NULL, "inject: the worker id"},
     {"at-step", TAGC_OPT_INT, ARGOFF(at_step), "-1", -1, 1e12, NULL,
      "inject: the step the fault fires at (-1 = the worker's next step, as it sees it)"},
     {"seconds", TAGC_OPT_DOUBLE, ARGOFF(seconds), "0.5", 0, 3600, NULL, "inject slow: delay per collective"},
     {"clear", TAGC_OPT_BOOL, ARGOFF(clear), "false", 0, -1, NULL, "inject: remove the worker's chaos key"},
+    {"force", TAGC_OPT_BOOL, ARGOFF(force), "false", 0, -1, NULL,
+     "job reset|delete: also while workers are registered"},
 };
 #define N_ETCD_OPTS (sizeof etcd_opts / sizeof etcd_opts[0])
+
+/* The client of the parsed options. */
+static tagc_status connect_etcd(const tagctl_etcd_args *args, tagc_etcd **etcd) {
+  tagc_etcd_config ec;
+  tagc_etcd_config_init(&ec);
+  ec.endpoints = args->etcd;
+  ec.deadline_s = 5;
+  tagc_etcd_credentials cred = {args->etcd_ca, args->etcd_cert, args->etcd_key, args->etcd_user,
+                                args->etcd_password_file};
+  return tagc_etcd_create_with_credentials(&ec, &cred, etcd);
+}
 
 int tagctl_etcd_setup(const char *name, const char *usage, const char *summary, int argc,
                       char **argv, tagctl_etcd_args *args, char **pos, int max_pos, int *n_pos,
@@ -26,14 +40,10 @@ int tagctl_etcd_setup(const char *name, const char *usage, const char *summary, 
   tagc_status st = tagc_opts_parse(&prog, args, argc, argv, pos, max_pos, n_pos, &help);
   if (help)
     return 0;
-  tagc_etcd_config ec;
-  tagc_etcd_config_init(&ec);
-  ec.endpoints = args->etcd;
-  ec.deadline_s = 5;
   if (st == TAGC_OK)
     st = tagc_key_check_id(args->job, "job");
   if (st == TAGC_OK)
-    st = tagc_etcd_create(&ec, etcd);
+    st = connect_etcd(args, etcd);
   if (st != TAGC_OK) {
     fprintf(stderr, "%s: %s\n", name, tagc_last_error());
     return 2;

@@ -1,5 +1,6 @@
 /* tagctl: the user's command. Dispatches to one file per subcommand: run (tagctl/run.c),
- * ckpt (ckpt/ckpt_cli.c), inject (tagctl/inject.c), status (tagctl/status.c). */
+ * ckpt (ckpt/ckpt_cli.c), inject (tagctl/inject.c), status (tagctl/status.c), job
+ * (tagctl/job.c). */
 #include <stdio.h>
 #include <string.h>
 
@@ -12,7 +13,8 @@ static void usage(FILE *f) {
              "  run     train locally (tagctl run --help)\n"
              "  ckpt    ls|verify|inspect DIR: checkpoints of a run (DIR = OUT/ckpt)\n"
              "  inject  arm a fault on a running worker (etcd chaos key)\n"
-             "  status  a job's generation, plan, progress and workers (from etcd)\n");
+             "  status  whether a job is done, running or failed, its progress and workers (etcd)\n"
+             "  job     reset|delete: reuse a job name (etcd)\n");
 }
 
 int main(int argc, char **argv) {
@@ -28,6 +30,8 @@ int main(int argc, char **argv) {
     return tagctl_inject(argc - 1, argv + 1);
   if (!strcmp(argv[1], "status"))
     return tagctl_status(argc - 1, argv + 1);
+  if (!strcmp(argv[1], "job"))
+    return tagctl_job(argc - 1, argv + 1);
   if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
     usage(stdout);
     return 0;

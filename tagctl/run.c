@@ -24,8 +24,10 @@
 #include "common/timeutil.h"
 #include "cluster/etcd.h"
 #include "cluster/http.h"
+#include "cluster/keys.h"
 #include "tagctl/tagctl.h"
 #include "worker/device.h"
+#include "worker/run.h"
 #include "worker/run_config.h"
 
 typedef struct run_config {
@@ -120,12 +122,19 @@ static void kill_all(const pid_t *pids, int n) {
 }
 
 /* Starts a program with argv (NULL-terminated) and the child environment of local runs;
- * stdout/stderr go to `log` when not NULL. Returns its PID or -1. */
-static pid_t spawn(const char *path, char *const *argv, const char *log) {
+ * stdout/stderr go to `log` when not NULL. lock_fd >= 0 (workers): the child inherits OUT's
+ * lock through that descriptor (worker/run.h, TAGC_OUT_LOCK_FD). Returns its PID or -1. */
+static pid_t spawn(const char *path, char *const *argv, const char *log, int lock_fd) {
   pid_t pid = fork();
   if (pid != 0)
     return pid;
   unsetenv("TAGC_CONFIG");
+  unsetenv(TAGC_OUT_LOCK_FD_ENV);
+  if (lock_fd >= 0 && fcntl(lock_fd, F_SETFD, 0) == 0) {
+    char fd[16];
+    snprintf(fd, sizeof fd, "%d", lock_fd);
+    setenv(TAGC_OUT_LOCK_FD_ENV, fd, 1);
+  }
   /* spinning OpenMP teams of several workers starve each other on shared cores */
   setenv("OMP_WAIT_POLICY", "passive", 0);
   if (log) {
@@ -165,7 +174,7 @@ static tagc_status metrics_addr_of(const run_config *rc, int rank, char *buf, si
 
 /* Starts worker `rank` of n: static rendezvous in rdzv, or elastic through etcd (rdzv NULL). */
 static pid_t spawn_worker(const char *worker, const char *job, int rank, int n, const char *rdzv,
-                          const run_config *rc) {
+                          const run_config *rc, int lock_fd) {
   char r[16], w[16], id[32];
   snprintf(r, sizeof r, "%d", rank);
   snprintf(w, sizeof w, "%d", n);
@@ -193,19 +202,19 @@ static pid_t spawn_worker(const char *worker, const char *job, int rank, int n, 
     argv[a++] = "--device", argv[a++] = dev;
   }
   argv[a] = NULL;
-  return spawn(worker, argv, NULL);
+  return spawn(worker, argv, NULL, lock_fd);
 }
 
 /* Runs the workers of a local job to completion. Static mode: if one fails, the others are
  * stopped and its exit status is returned. Elastic mode: the others carry on without it (that
  * is the point); the run succeeds when a worker finished the job. */
-static int launch_workers(const char *worker, const char *job, const run_config *rc) {
+static int launch_workers(const char *worker, const char *job, const run_config *rc, int lock_fd) {
   int n = (int)rc->workers;
   pid_t pids[64];
   char rdzv[PATH_MAX];
   snprintf(rdzv, sizeof rdzv, "%s/rendezvous-%d", rc->train.out, (int)getpid());
   for (int i = 0; i < n; i++) {
-    pids[i] = spawn_worker(worker, job, i, n, rc->elastic ? NULL : rdzv, rc);
+    pids[i] = spawn_worker(worker, job, i, n, rc->elastic ? NULL : rdzv, rc, lock_fd);
     if (pids[i] < 0) {
       fprintf(stderr, "tagctl run: fork: %s\n", strerror(errno));
       kill_all(pids, i);
@@ -305,12 +314,50 @@ static tagc_status start_etcd(run_config *rc, infra *in) {
   char *argv[] = {"etcd", "--name", "local", "--data-dir", in->data_dir, "--listen-client-urls",
                   client, "--advertise-client-urls", client, "--listen-peer-urls", peer,
                   "--initial-advertise-peer-urls", peer, "--initial-cluster", cluster, NULL};
-  in->etcd = spawn("etcd", argv, log);
+  in->etcd = spawn("etcd", argv, log, -1);
   if (in->etcd < 0)
     return tagc_errorf(TAGC_EIO, "cannot start etcd: %s", strerror(errno));
   free(rc->train.etcd);
   rc->train.etcd = strdup(client);
   return rc->train.etcd ? wait_etcd(client, 20) : tagc_errorf(TAGC_ENOMEM, "etcd URL");
+}
+
+/* An external etcd (--etcd URL) with the run's credentials: TAGC_OK when it answers and the
+ * job is not done yet; *done = 1 when it is (one line printed); else TAGC_EPEER with one
+ * line ("cannot use etcd at URL: why"), or TAGC_EINVAL for bad credential options. */
+static tagc_status probe_etcd(const run_config *rc, int *done) {
+  *done = 0;
+  tagc_etcd_config ec;
+  tagc_etcd_config_init(&ec);
+  ec.endpoints = rc->train.etcd;
+  ec.deadline_s = 5;
+  tagc_etcd_credentials cred = {rc->train.etcd_ca, rc->train.etcd_cert, rc->train.etcd_key,
+                                rc->train.etcd_user, rc->train.etcd_password_file};
+  char key[TAGC_KEY_MAX], *value = NULL;
+  tagc_etcd *c = NULL;
+  TAGC_CHECK(tagc_etcd_create_with_credentials(&ec, &cred, &c));
+  tagc_status st = tagc_key_done(rc->train.job, key, sizeof key);
+  if (st == TAGC_OK)
+    st = tagc_etcd_get(c, key, &value, NULL, NULL);
+  tagc_etcd_destroy(c);
+  free(value);
+  if (st == TAGC_OK) {
+    printf("tagctl run: job %s is already done; nothing to train (`tagctl job reset --job %s` "
+           "trains it again)\n", rc->train.job, rc->train.job);
+    *done = 1;
+    return TAGC_OK;
+  }
+  if (st == TAGC_ENOTFOUND)
+    return TAGC_OK;
+  char detail[512];
+  snprintf(detail, sizeof detail, "%s", tagc_last_error());
+  return tagc_errorf(TAGC_EPEER, "cannot use etcd at %s: %s", rc->train.etcd, detail);
+}
+
+/* Appends "--NAME VALUE" to argv (at *a) when value is set. */
+static void add_flag(char **argv, int *a, const char *name, char *value) {
+  if (value && *value)
+    argv[(*a)++] = (char *)name, argv[(*a)++] = value;
 }
 
 static tagc_status start_coordinators(const run_config *rc, const char *dir, infra *in) {
@@ -322,11 +369,19 @@ static tagc_status start_coordinators(const run_config *rc, const char *dir, inf
     char log[PATH_MAX + 32];
     snprintf(log, sizeof log, "%s/coordinator-%d.log", rc->train.out, k);
     /* the first generation waits for every local worker (they start together), at most
-       30 s; later ones need only --min-workers */
-    char *argv[] = {"tagc-coordinator", "--etcd", rc->train.etcd, "--job", rc->train.job,
-                    "--min-workers", minw, "--max-workers", maxw, "--start-workers", maxw,
-                    "--http", "127.0.0.1:0", "--log", "info", NULL};
-    in->coords[in->n_coords] = spawn(path, argv, log);
+       30 s; later ones need only --min-workers. The etcd password reaches them through the
+       environment (TAGC_ETCD_PASSWORD) or its file, never the command line. */
+    char *argv[32] = {"tagc-coordinator", "--etcd", rc->train.etcd, "--job", rc->train.job,
+                      "--min-workers", minw, "--max-workers", maxw, "--start-workers", maxw,
+                      "--http", "127.0.0.1:0", "--log", "info"};
+    int a = 15;
+    add_flag(argv, &a, "--etcd-ca", rc->train.etcd_ca);
+    add_flag(argv, &a, "--etcd-cert", rc->train.etcd_cert);
+    add_flag(argv, &a, "--etcd-key", rc->train.etcd_key);
+    add_flag(argv, &a, "--etcd-user", rc->train.etcd_user);
+    add_flag(argv, &a, "--etcd-password-file", rc->train.etcd_password_file);
+    argv[a] = NULL;
+    in->coords[in->n_coords] = spawn(path, argv, log, -1);
     if (in->coords[in->n_coords] < 0)
       return tagc_errorf(TAGC_EIO, "cannot start %s: %s", path, strerror(errno));
     in->n_coords++;
@@ -399,20 +454,33 @@ int tagctl_run(int argc, char **argv) {
   catch_interrupts();
   if ((st = self_dir(dir, sizeof dir)) == TAGC_OK)
     st = tagc_mkdir_p(rc.train.out);
+  int lock_fd = -1; /* OUT is this run's until the end: a second run there is refused */
+  if (st == TAGC_OK && (st = tagc_out_lock(rc.train.out, NULL, &lock_fd)) != TAGC_OK) {
+    fprintf(stderr, "tagctl run: %s\n", tagc_last_error());
+    code = 2;
+    goto done;
+  }
+  int finished = 0; /* the job on an external etcd is done already */
   if (st == TAGC_OK && rc.elastic && !*rc.train.etcd)
     st = start_etcd(&rc, &in);
-  if (st == TAGC_OK && rc.elastic)
+  else if (st == TAGC_OK && rc.elastic)
+    st = probe_etcd(&rc, &finished);
+  if (st == TAGC_OK && rc.elastic && !finished)
     st = start_coordinators(&rc, dir, &in);
-  if (st == TAGC_OK)
+  if (st == TAGC_OK && !finished)
     st = write_job(&rc, job, sizeof job);
   if (st != TAGC_OK) {
     fprintf(stderr, "tagctl run: %s\n", tagc_last_error());
-    code = 1;
+    code = st == TAGC_EINVAL ? 2 : 1;
+  } else if (finished) {
+    code = 0;
   } else {
     snprintf(worker, sizeof worker, "%s/tagc-worker", dir);
-    code = launch_workers(worker, job, &rc);
+    code = launch_workers(worker, job, &rc, lock_fd);
   }
   stop_infra(&in);
+  if (lock_fd >= 0)
+    close(lock_fd);
 done:
   tagc_opts_free(&prog, &rc);
   free(opts);

@@ -12,22 +12,27 @@
 int tagctl_run(int argc, char **argv);    /* tagctl/run.c */
 int tagctl_inject(int argc, char **argv); /* tagctl/inject.c */
 int tagctl_status(int argc, char **argv); /* tagctl/status.c */
+int tagctl_job(int argc, char **argv);    /* tagctl/job.c */
 
-/* The options of the subcommands that work on a job's etcd keys (inject, status). */
+/* The options of the subcommands that work on a job's etcd keys (inject, status, job). */
 typedef struct tagctl_etcd_args {
   char *etcd;
   char *job;
+  char *etcd_ca, *etcd_cert, *etcd_key, *etcd_user, *etcd_password_file;
   char *worker;
   int64_t at_step;
   double seconds;
   int clear;
+  int force;
 } tagctl_etcd_args;
 
 /* Parses argv into *args (zeroed by the caller; positional arguments into pos[max_pos] and
  * *n_pos, which may be NULL when max_pos is 0), checks the job id and creates the etcd
- * client *etcd (caller destroys). `usage` and `summary` are for --help. Returns -1 when the
- * subcommand should go on, else its exit status: 0 after --help, 2 after a one-line error on
- * stderr. Free args with tagctl_etcd_args_free() in every case. */
+ * client *etcd (caller destroys) with the TLS and auth options (the password from
+ * TAGC_ETCD_PASSWORD or --etcd-password-file; never over http://). `usage` and `summary` are
+ * for --help. Returns -1 when the subcommand should go on, else its exit status: 0 after
+ * --help, 2 after a one-line error on stderr. Free args with tagctl_etcd_args_free() in
+ * every case. */
 int tagctl_etcd_setup(const char *name, const char *usage, const char *summary, int argc,
                       char **argv, tagctl_etcd_args *args, char **pos, int max_pos, int *n_pos,
                       tagc_etcd **etcd);

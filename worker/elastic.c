@@ -1,30 +1,82 @@
 /* Elastic mode of tagc-worker: membership, generations and recovery through etcd. */
 #include "elastic.h"
 
+#include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 #include <jansson.h>
 
+#include "common/json.h"
 #include "common/log.h"
 #include "common/timeutil.h"
 #include "cluster/etcd.h"
+#include "cluster/keys.h"
 #include "cluster/member.h"
 #include "worker/run.h"
 
-typedef struct watcher {
+/* Pause between two reads of ckpt/committed while --leave-ckpt-wait waits for a save. */
+#define CKPT_POLL_S 0.2
+/* After a leaving worker withdrew, how long its generation may take to end by itself before
+ * it is aborted. When the leader re-planned, the peers abort on the same watch event within
+ * milliseconds and so end ours; what is left then is a wait on peers that moved on (e.g. a
+ * communicator bootstrap), which only an abort ends early. */
+#define WITHDRAW_GRACE_S 1.0
+
+/* The process's elastic run as the signal thread sees it (tagc_elastic_terminate). One per
+ * process; `lock` guards every field, `changed` signals a change of any. */
+typedef struct session {
+  pthread_mutex_t lock;
+  pthread_cond_t changed;
+  const tagc_train_config *cfg;
   tagc_run *run;
-  tagc_member *member;
-} watcher;
+  tagc_member *member;  /* NULL before the join and once the run winds down */
+  int active;           /* tagc_elastic_run is running */
+  int stop;             /* a signal asked this worker to leave the job */
+  int finishing;        /* tagc_elastic_run is about to return: a leave stops waiting */
+  int leaving;          /* the signal thread is leaving through member */
+  int64_t seen_gen;     /* the latest generation the member's watch saw */
+  int64_t run_gen;      /* the generation being trained, 0 between generations */
+  int run_world;
+} session;
+
+static session S = {.lock = PTHREAD_MUTEX_INITIALIZER};
+static pthread_once_t session_once = PTHREAD_ONCE_INIT;
+
+static void init_session(void) { tagc_cond_init_monotonic(&S.changed); }
+
+/* Waits up to `until` (monotonic) for a change. Caller holds S.lock. */
+static void wait_until(double until) {
+  double s = until - tagc_now();
+  if (s <= 0)
+    return;
+  struct timespec ts = tagc_deadline_in(s);
+  pthread_cond_timedwait(&S.changed, &S.lock, &ts);
+}
 
 /* From the member's threads: a newer generation supersedes the running one; a lost lease
- * stops training at once (the member registers again and a new generation follows). */
+ * stops training at once (the member registers again and a new generation follows). While
+ * the worker leaves, a newer generation is only noted: the peers abort their collectives on
+ * it themselves, so they see a superseded generation, never a peer that vanished. */
 static void on_change(void *arg, int64_t gen) {
-  watcher *w = arg;
-  if (tagc_member_lease_lost(w->member))
-    tagc_run_abort(w->run);
-  else
-    tagc_run_supersede(w->run, gen);
+  (void)arg;
+  pthread_mutex_lock(&S.lock);
+  if (gen > S.seen_gen)
+    S.seen_gen = gen;
+  int leaving = S.stop;
+  tagc_run *run = S.run;
+  tagc_member *m = S.member;
+  pthread_cond_broadcast(&S.changed);
+  pthread_mutex_unlock(&S.lock);
+  if (!run || !m)
+    return;
+  if (tagc_member_lease_lost(m))
+    tagc_run_abort(run);
+  else if (!leaving)
+    tagc_run_supersede(run, gen);
 }
 
 static json_t *worker_info(const tagc_train_config *cfg) {
@@ -34,14 +86,43 @@ static json_t *worker_info(const tagc_train_config *cfg) {
                    (int)getpid(), "device", "cpu", "threads", (json_int_t)cfg->threads);
 }
 
-/* Trains the generations of a job until it is done. */
+/* Marks the generation about to be trained (world > 0) or its end (world 0). Returns 0
+ * when the worker is leaving: no new generation starts then. */
+static int mark_generation(int64_t gen, int world) {
+  pthread_mutex_lock(&S.lock);
+  int go = !S.stop || world == 0;
+  S.run_gen = go && world ? gen : 0;
+  S.run_world = go ? world : 0;
+  pthread_cond_broadcast(&S.changed);
+  pthread_mutex_unlock(&S.lock);
+  return go;
+}
+
+/* Whether generation gen, which just failed, is no longer the current one: then its failure
+ * is most likely a peer that aborted on the newer generation a moment before our own watch saw
+ * it, and the leader, which only reads the current generation's reports, needs no report. */
+static int superseded_meanwhile(tagc_member *m, int64_t gen) {
+  int64_t now = 0;
+  return tagc_member_read_gen(m, &now) == TAGC_OK && now > gen;
+}
+
+static int stop_requested(void) {
+  pthread_mutex_lock(&S.lock);
+  int stop = S.stop;
+  pthread_mutex_unlock(&S.lock);
+  return stop;
+}
+
+/* Trains the generations of a job until it is done or the worker leaves. */
 static tagc_status supervise(tagc_run *run, tagc_member *m, json_t *info) {
   int64_t gen = 0;
   double rejoin_wait = 1.0; /* doubles after each exclusion: a lasting partition costs few generations */
   for (;;) {
+    if (stop_requested())
+      return TAGC_OK;
     tagc_plan plan = {0};
     tagc_status st = tagc_member_wait_plan(m, gen, 5.0, &plan);
-    if (st == TAGC_ETIMEDOUT)
+    if (st == TAGC_ETIMEDOUT || (st == TAGC_EABORTED && stop_requested()))
       continue;
     if (plan.job_done) {
       LOG_INFO("elastic", "the job is done");
@@ -59,11 +140,15 @@ static tagc_status supervise(tagc_run *run, tagc_member *m, json_t *info) {
         LOG_INFO("elastic", "excluded; asking to rejoin in %.0f s", rejoin_wait);
         tagc_sleep(rejoin_wait);
         rejoin_wait = rejoin_wait * 2 > 120 ? 120 : rejoin_wait * 2;
-        if (tagc_member_rejoin(m, info) != TAGC_OK)
+        if (!stop_requested() && tagc_member_rejoin(m, info) != TAGC_OK)
           LOG_WARN("elastic", "rejoin failed: %s", tagc_last_error());
       }
       tagc_plan_free(&plan);
       continue;
+    }
+    if (!mark_generation(gen, plan.world)) {
+      tagc_plan_free(&plan);
+      return TAGC_OK;
     }
     LOG_INFO("elastic", "generation %lld: rank %d of %d, micro-batch %d, resume %s (%s)",
              (long long)gen, plan.rank, plan.world, plan.micro_batch,
@@ -72,10 +157,14 @@ static tagc_status supervise(tagc_run *run, tagc_member *m, json_t *info) {
     tagc_gen_result res;
     st = tagc_member_store(m, gen, &store);
     if (st == TAGC_OK) {
-      tagc_gen_spec g = {gen, plan.rank, plan.world, store, plan.micro_batch, plan.resume_path};
+      tagc_gen_spec g = {.gen = gen, .rank = plan.rank, .world = plan.world, .store = store,
+                         .micro_batch = plan.micro_batch, .resume_path = plan.resume_path,
+                         .resume_step = plan.resume_step,
+                         .resume_manifest_crc = plan.resume_manifest_crc};
       st = tagc_run_generation(run, &g, &res);
     }
     tagc_store_free(store);
+    mark_generation(gen, 0);
     int rank = plan.rank;
     tagc_plan_free(&plan);
     if (st != TAGC_OK)
@@ -88,6 +177,13 @@ static tagc_status supervise(tagc_run *run, tagc_member *m, json_t *info) {
     case TAGC_GEN_STOPPED:
       return TAGC_OK;
     case TAGC_GEN_FAILED:
+      if (stop_requested()) /* our own leaving ended it: not a failure of the job */
+        break;
+      if (superseded_meanwhile(m, gen)) {
+        LOG_INFO("elastic", "generation %lld was superseded as it failed: not reported",
+                 (long long)gen);
+        break;
+      }
       if (tagc_member_report_failure(m, gen, res.kind, res.step, res.suspected_rank, res.detail) != TAGC_OK)
         LOG_WARN("elastic", "failure report not recorded: %s", tagc_last_error());
       break;
@@ -97,36 +193,211 @@ static tagc_status supervise(tagc_run *run, tagc_member *m, json_t *info) {
   }
 }
 
-tagc_status tagc_elastic_run(const tagc_train_config *cfg) {
+/* ---- leaving on SIGTERM / SIGINT (signal thread) ---- */
+
+/* --leave-ckpt-wait: keeps training until a checkpoint newer than the committed one at the
+ * signal is committed, the wait passes, or the run ends. */
+static void wait_for_checkpoint(tagc_member *m, double wait_s) {
+  int64_t base, step = 0;
+  if (tagc_member_committed_step(m, &base) != TAGC_OK) {
+    LOG_WARN("elastic", "leaving without waiting for a checkpoint: %s", tagc_last_error());
+    return;
+  }
+  LOG_INFO("elastic", "leaving after the next checkpoint (committed: step %lld), at most %.1f s",
+           (long long)base, wait_s);
+  double until = tagc_now() + wait_s;
+  pthread_mutex_lock(&S.lock);
+  while (!S.finishing && S.run_gen > 0 && step <= base && tagc_now() < until) {
+    wait_until(tagc_now() + CKPT_POLL_S);
+    pthread_mutex_unlock(&S.lock);
+    if (tagc_member_committed_step(m, &step) != TAGC_OK)
+      step = base;
+    pthread_mutex_lock(&S.lock);
+  }
+  pthread_mutex_unlock(&S.lock);
+  if (step > base)
+    LOG_INFO("elastic", "checkpoint of step %lld committed; leaving", (long long)step);
+  else
+    LOG_WARN("elastic", "no new checkpoint within %.1f s; leaving without one", wait_s);
+}
+
+/* Announces the leave, keeps training until the coordinator's generation without this worker
+ * exists (its peers are superseded by it) or --leave-timeout passes, then ends this worker's
+ * part at its next step. */
+static void leave(tagc_member *m, const char *why) {
+  const tagc_train_config *cfg = S.cfg;
+  pthread_mutex_lock(&S.lock);
+  int training = S.run_gen > 0;
+  pthread_mutex_unlock(&S.lock);
+  if (training && cfg->leave_ckpt_wait > 0)
+    wait_for_checkpoint(m, cfg->leave_ckpt_wait);
+  if (tagc_member_announce_leave(m, why) != TAGC_OK)
+    LOG_WARN("elastic", "leave not recorded (%s): the coordinator notices when the lease ends",
+             tagc_last_error());
+  double until = tagc_now() + cfg->leave_timeout;
+  pthread_mutex_lock(&S.lock);
+  int64_t gen = S.run_gen;
+  while (!S.finishing && gen > 0 && S.run_world > 1 && S.run_gen == gen && S.seen_gen <= gen &&
+         tagc_now() < until)
+    wait_until(until);
+  int replanned = S.seen_gen > gen;
+  pthread_mutex_unlock(&S.lock);
+  if (gen > 0 && !replanned)
+    LOG_INFO("elastic", "stopping generation %lld at its next step", (long long)gen);
+  tagc_member_withdraw(m);
+  pthread_mutex_lock(&S.lock);
+  until = tagc_now() + WITHDRAW_GRACE_S;
+  while (!S.finishing && gen > 0 && S.run_gen == gen && tagc_now() < until)
+    wait_until(until);
+  tagc_run *stuck = !S.finishing && gen > 0 && S.run_gen == gen ? S.run : NULL;
+  pthread_mutex_unlock(&S.lock);
+  if (stuck) {
+    LOG_WARN("elastic", "generation %lld did not end within %.1f s; aborting it", (long long)gen,
+             WITHDRAW_GRACE_S);
+    tagc_run_abort(stuck);
+  }
+}
+
+int tagc_elastic_terminate(int sig) {
+  pthread_once(&session_once, init_session);
+  pthread_mutex_lock(&S.lock);
+  int first = S.active && !S.stop;
+  tagc_member *m = first ? S.member : NULL;
+  if (first) {
+    S.stop = 1;
+    S.leaving = m != NULL;
+  }
+  pthread_cond_broadcast(&S.changed);
+  pthread_mutex_unlock(&S.lock);
+  if (!first)
+    return 0;
+  const char *name = sig == SIGTERM ? "SIGTERM" : sig == SIGINT ? "SIGINT" : "signal";
+  LOG_INFO("elastic", "%s: leaving the job", name);
+  if (m)
+    leave(m, name);
+  pthread_mutex_lock(&S.lock);
+  S.leaving = 0;
+  pthread_cond_broadcast(&S.changed);
+  pthread_mutex_unlock(&S.lock);
+  return 1;
+}
+
+/* ---- the run ---- */
+
+static tagc_status connect_etcd(const tagc_train_config *cfg, tagc_etcd **out) {
   tagc_etcd_config ec;
   tagc_etcd_config_init(&ec);
   ec.endpoints = cfg->etcd;
-  tagc_etcd *etcd = NULL;
-  tagc_run *run = NULL;
-  tagc_member *m = NULL;
-  json_t *info = worker_info(cfg);
-  char id[128];
+  tagc_etcd_credentials cred = {cfg->etcd_ca, cfg->etcd_cert, cfg->etcd_key, cfg->etcd_user,
+                                cfg->etcd_password_file};
+  return tagc_etcd_create_with_credentials(&ec, &cred, out);
+}
+
+/* Reads the job's `done` record into *done (new reference, NULL when the job is not done).
+ * The first etcd call of the run: an etcd that cannot be used (unreachable, TLS or auth
+ * refused) is TAGC_EPEER with one line saying so. */
+static tagc_status read_done(tagc_etcd *etcd, const tagc_train_config *cfg, json_t **done) {
+  *done = NULL;
+  char key[TAGC_KEY_MAX], *text = NULL;
+  size_t len = 0;
+  TAGC_CHECK(tagc_key_done(cfg->job, key, sizeof key));
+  tagc_status st = tagc_etcd_get(etcd, key, &text, &len, NULL);
+  if (st == TAGC_ENOTFOUND) {
+    tagc_clear_error();
+    return TAGC_OK;
+  }
+  if (st != TAGC_OK) {
+    char detail[512];
+    snprintf(detail, sizeof detail, "%s", tagc_last_error());
+    return tagc_errorf(TAGC_EPEER, "cannot use etcd at %s (%s); check --etcd-ca, --etcd-cert, "
+                       "--etcd-key, --etcd-user and %s", cfg->etcd, detail, TAGC_ETCD_PASSWORD_ENV);
+  }
+  if (tagc_json_parse(text, len, done) != TAGC_OK)
+    *done = json_object(); /* done all the same: its value is for humans */
+  free(text);
+  return TAGC_OK;
+}
+
+/* The one line a worker of a finished job prints before it exits 0. */
+static void say_done(const tagc_train_config *cfg, const json_t *done) {
+  json_int_t step = json_integer_value(json_object_get(done, "step"));
+  printf("tagc-worker: job %s is already done (finished at step %lld); nothing to train. "
+         "`tagctl job reset --job %s` trains it again.\n",
+         cfg->job, (long long)step, cfg->job);
+  fflush(stdout);
+}
+
+/* Publishes (or, with NULL, withdraws) the run and member to the signal thread; on
+ * withdrawal waits until a leave in progress has stopped using them. Returns 1 when a signal
+ * came before (the signal thread had no member to leave through). */
+static int publish(tagc_run *run, tagc_member *m) {
+  pthread_mutex_lock(&S.lock);
+  S.run = run;
+  S.member = m;
+  int stopped = S.stop;
+  if (!m) {
+    S.finishing = 1;
+    pthread_cond_broadcast(&S.changed);
+    while (S.leaving)
+      pthread_cond_wait(&S.changed, &S.lock);
+  }
+  pthread_mutex_unlock(&S.lock);
+  return stopped;
+}
+
+/* The worker id: --worker-id, else HOSTNAME-PID. */
+static void worker_id(const tagc_train_config *cfg, char *id, size_t cap) {
   if (cfg->worker_id && *cfg->worker_id) {
-    snprintf(id, sizeof id, "%s", cfg->worker_id);
+    snprintf(id, cap, "%s", cfg->worker_id);
   } else {
     char host[64] = "worker";
     gethostname(host, sizeof host - 1);
-    snprintf(id, sizeof id, "%s-%d", host, (int)getpid());
+    snprintf(id, cap, "%s-%d", host, (int)getpid());
   }
+}
+
+tagc_status tagc_elastic_run(const tagc_train_config *cfg) {
+  pthread_once(&session_once, init_session);
+  pthread_mutex_lock(&S.lock);
+  S.cfg = cfg;
+  S.active = 1;
+  pthread_mutex_unlock(&S.lock);
+  tagc_etcd *etcd = NULL;
+  tagc_run *run = NULL;
+  tagc_member *m = NULL;
+  json_t *info = worker_info(cfg), *done = NULL;
+  char id[128];
+  worker_id(cfg, id, sizeof id);
   tagc_status st;
-  TAGC_CHECK_GOTO(tagc_run_new(cfg, &run), st, done);
-  TAGC_CHECK_GOTO(tagc_etcd_create(&ec, &etcd), st, done);
-  TAGC_CHECK_GOTO(tagc_member_join(etcd, cfg->job, id, info, cfg->lease_ttl, &m), st, done);
+  TAGC_CHECK_GOTO(tagc_key_check_id(cfg->job, "--job"), st, out);
+  TAGC_CHECK_GOTO(connect_etcd(cfg, &etcd), st, out);
+  TAGC_CHECK_GOTO(read_done(etcd, cfg, &done), st, out);
+  if (done) {
+    say_done(cfg, done);
+    goto out;
+  }
+  TAGC_CHECK_GOTO(tagc_run_new(cfg, &run), st, out);
+  if (stop_requested()) /* signalled while starting */
+    goto out;
+  TAGC_CHECK_GOTO(tagc_member_join(etcd, cfg->job, id, info, cfg->lease_ttl, &m), st, out);
   LOG_INFO("elastic", "joined job %s as %s", cfg->job, id);
   tagc_run_set_member(run, m);
-  watcher w = {run, m};
-  tagc_member_on_change(m, on_change, &w);
+  int signalled = publish(run, m);
+  tagc_member_on_change(m, on_change, NULL);
+  if (signalled && tagc_member_announce_leave(m, "signalled while joining") != TAGC_OK)
+    LOG_WARN("elastic", "leave not recorded: %s", tagc_last_error());
   st = supervise(run, m, info);
   tagc_member_on_change(m, NULL, NULL);
-done:
+out:;
+  /* Leaving revokes the lease over etcd; its errors must not replace the reason we stop. */
+  tagc_error_saved first;
+  tagc_error_save(&first);
+  publish(NULL, NULL);
   tagc_member_leave(m);
   tagc_etcd_destroy(etcd);
   tagc_run_free(run);
   json_decref(info);
+  json_decref(done);
+  tagc_error_restore(&first);
   return st;
 }

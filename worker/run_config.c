@@ -3,6 +3,7 @@
 
 #include <stddef.h>
 
+#include "cluster/etcd.h"
 #include "worker/data.h"
 
 #define OFF(f) offsetof(tagc_train_config, f)
@@ -70,6 +71,13 @@ static const tagc_opt train_opts[] = {
      "this worker's id in etcd (default HOSTNAME-PID)"},
     {"lease-ttl", TAGC_OPT_DOUBLE, OFF(lease_ttl), "3", 1, 600, NULL,
      "seconds of the worker's etcd lease: how soon a vanished worker is noticed"},
+    TAGC_ETCD_CREDENTIAL_OPTS(OFF),
+    {"leave-timeout", TAGC_OPT_DOUBLE, OFF(leave_timeout), "5", 0, 3600, NULL,
+     "SIGTERM/SIGINT: seconds to keep training until the coordinator's generation without this "
+     "worker exists (the peers are then superseded, not failed); after it, stop anyway"},
+    {"leave-ckpt-wait", TAGC_OPT_DOUBLE, OFF(leave_ckpt_wait), "0", 0, 86400, NULL,
+     "SIGTERM/SIGINT: first keep training up to this many seconds until the next periodic "
+     "checkpoint is committed (0 = leave at once)"},
     {"dump-params", TAGC_OPT_STRING, OFF(dump_params), "", 0, -1, NULL,
      "at the end, rank 0 writes the full fp32 parameter arena to this file (tests, tools)"},
     {"gather", TAGC_OPT_CHOICE, OFF(gather), "auto", 0, -1, "auto|fp32|bf16",

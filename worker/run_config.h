@@ -53,6 +53,11 @@ typedef struct tagc_train_config {
   char *job;
   char *worker_id;
   double lease_ttl;
+  char *etcd_ca, *etcd_cert, *etcd_key; /* TLS files of the etcd client ("" = none) */
+  char *etcd_user;            /* etcd auth ("" = none); password: TAGC_ETCD_PASSWORD or the file */
+  char *etcd_password_file;
+  double leave_timeout;       /* SIGTERM: longest wait for the generation without this worker */
+  double leave_ckpt_wait;     /* SIGTERM: longest wait for the next committed checkpoint first */
   char *metrics_addr; /* HOST:PORT of /metrics and /healthz ("" = off) */
   char *device;       /* "cpu", "cuda" or "cuda:N" */
   char *compute;      /* "fp32" or "bf16" matrix products (CUDA) */

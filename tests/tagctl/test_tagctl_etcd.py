@@ -1,12 +1,18 @@
 #!/usr/bin/env python3
-"""`tagctl status` and `tagctl inject` against a real etcd (started on free loopback ports by
-tests/chaos/harness.py): an unknown job is an error (status 1, one line), a job with keys is
-shown, inject writes and clears chaos/<worker>. Skipped (77) without an etcd executable.
+"""`tagctl status`, `tagctl inject` and `tagctl job reset|delete` against a real etcd (started
+on free loopback ports by tests/chaos/harness.py): an unknown job is an error (status 1, one
+line), a job with keys is shown in words (waiting, running, recovering, failed, done), inject
+writes and clears chaos/<worker>, job reset clears a run's keys but keeps config (refused
+while workers are registered, unless --force), job delete removes them all. Skipped (77)
+without an etcd executable.
 usage: test_tagctl_etcd.py BINDIR"""
+import base64
+import json
 import os
 import shutil
 import subprocess
 import sys
+import urllib.request
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "chaos"))
 from harness import Checks, Cluster  # noqa: E402
@@ -22,6 +28,31 @@ check = Checks()
 
 def run(*args):
     return subprocess.run([tagctl] + list(args), capture_output=True, text=True, timeout=60)
+
+
+def b64(text):
+    return base64.b64encode(text.encode()).decode()
+
+
+def put(url, key, value):
+    """Writes a key through etcd's JSON gateway."""
+    data = json.dumps({"key": b64(key), "value": b64(value)}).encode()
+    urllib.request.urlopen(urllib.request.Request(url + "/v3/kv/put", data), timeout=5).read()
+
+
+def keys(url, job):
+    """The keys of a job, without the /tagc/<job>/ prefix."""
+    prefix = "/tagc/%s/" % job
+    data = json.dumps({"key": b64(prefix), "range_end": b64(prefix[:-1] + "0"), "keys_only": True}).encode()
+    with urllib.request.urlopen(urllib.request.Request(url + "/v3/kv/range", data), timeout=5) as r:
+        return sorted(base64.b64decode(kv["key"]).decode()[len(prefix):] for kv in json.load(r).get("kvs", []))
+
+
+def state(url, job):
+    """(status, the 'state' line of tagctl status without its label)."""
+    r = run("status", "--etcd", url, "--job", job)
+    line = [l for l in r.stdout.splitlines() if l.startswith("state ")]
+    return r.returncode, line[0][len("state"):].strip() if line else r.stderr.strip()
 
 
 c = Cluster(bindir, job="tagctl")
@@ -50,15 +81,63 @@ try:
 
     r = run("status", "--etcd", url, "--job", "j1")
     lines = r.stdout.splitlines()
-    check(r.returncode == 0 and r.stderr == "" and lines[:4] == [
-        "gen        -", "progress   -", "ckpt       -", "done       -"],
-        "status of a job with keys but no generation yet: status 0, every field '-'")
+    check(r.returncode == 0 and r.stderr == "" and lines[:6] == [
+        "job         j1", "state       waiting: no generation yet, 0 worker(s) registered",
+        "plan        -", "progress    -", "checkpoint  -", "failures    none"],
+        "status of a job with keys but no generation yet: status 0, waiting, every field '-'")
 
     for w in ("w0", "w1"):
         r = run("inject", "--etcd", url, "--job", "j1", "--worker", w, "--clear")
         check(r.returncode == 0, "inject --clear %s" % w)
     r = run("status", "--etcd", url, "--job", "j1")
     check(r.returncode == 1 and "no such job 'j1'" in r.stderr, "after --clear the job has no keys left")
+
+    # ---- a job's states in words, and job reset / delete ----
+    j = "/tagc/j2/"
+    put(url, j + "config", json.dumps({"steps": 100}))
+    put(url, j + "gen", "3")
+    put(url, j + "gen/3/plan", json.dumps({"gen": 3, "world": 2, "members": ["w0", "w1"],
+                                           "reason": "w2 left", "failures_total": {"lease": 1}}))
+    put(url, j + "progress", json.dumps({"step": 50, "loss": 2.5, "tokens_per_s": 1000, "world_size": 2}))
+    put(url, j + "ckpt/committed", json.dumps({"gen": 3, "step": 40, "path": "/ckpt/step-40", "world": 2}))
+    put(url, j + "failures/3/w1", json.dumps({"kind": "comm", "step": 50, "peer": 0}))
+    rc, st = state(url, "j2")
+    check(rc == 0 and st.startswith("failed: not done and no worker is registered (stopped at step 50 of 100)"),
+          "no worker registered, not done: 'failed' (%s)" % st)
+    put(url, j + "workers/w0", json.dumps({"host": "h", "pid": 1}))
+    rc, st = state(url, "j2")
+    check(rc == 0 and st.startswith("recovering: generation 3 lost 1 of 2 member(s), 1 failure report(s)"),
+          "a member missing: 'recovering' (%s)" % st)
+    put(url, j + "workers/w1", json.dumps({"host": "h", "pid": 2}))
+    data = json.dumps({"key": b64(j + "failures/3/w1")}).encode()
+    urllib.request.urlopen(urllib.request.Request(url + "/v3/kv/deleterange", data), timeout=5).read()
+    rc, st = state(url, "j2")
+    check(rc == 0 and st == "running: generation 3 with 2 worker(s), step 50 of 100",
+          "every member registered, no report: 'running' (%s)" % st)
+    r = run("job", "reset", "--etcd", url, "--job", "j2")
+    err = r.stderr.strip().splitlines()
+    check(r.returncode == 1 and len(err) == 1 and "is running: 2 worker(s) registered" in err[0],
+          "job reset of a job with registered workers: refused, status 1, one line (%s)" % r.stderr.strip())
+    put(url, j + "done", json.dumps({"status": "finished", "gen": 3, "step": 100, "by": "w0"}))
+    r = run("status", "--etcd", url, "--job", "j2")
+    check(r.returncode == 0 and "state       done: finished at step 100 (generation 3, recorded by w0)" in r.stdout
+          and "failures    lease 1" in r.stdout and "worker      w0: rank 0, host h, pid 1" in r.stdout
+          and "checkpoint  step 40 of generation 3 (world 2): /ckpt/step-40" in r.stdout,
+          "done job: 'done', failures by kind, workers with their ranks, the checkpoint")
+    r = run("job", "reset", "--etcd", url, "--job", "j2", "--force")
+    check(r.returncode == 0 and r.stdout.startswith("job j2 reset:"), "job reset --force (%s)" % r.stdout.strip())
+    left = keys(url, "j2")
+    check(left == ["config", "workers/w0", "workers/w1"],
+          "reset kept config (and the live registrations), cleared the rest (%s)" % left)
+    rc, st = state(url, "j2")
+    check(rc == 0 and st.startswith("waiting: no generation yet"), "after reset: 'waiting' (%s)" % st)
+    r = run("job", "delete", "--etcd", url, "--job", "j2", "--force")
+    check(r.returncode == 0 and keys(url, "j2") == [], "job delete --force removed every key (%s)" % r.stdout.strip())
+    r = run("job", "delete", "--etcd", url, "--job", "j2")
+    check(r.returncode == 1 and "no such job 'j2'" in r.stderr and len(r.stderr.strip().splitlines()) == 1,
+          "job delete of an unknown job: status 1, one line")
+    r = run("job", "rename", "--etcd", url, "--job", "j2")
+    check(r.returncode == 2 and "say reset or delete" in r.stderr, "job with another verb: status 2")
 finally:
     c.close()
 
