@@ -1,0 +1,327 @@
+/* Checkpoints of a worker's run (run_internal.h): the saver, the all-ranks commit rule, and
+ * resuming at a point every rank agrees on. */
+#include "worker/run_internal.h"
+
+#include <cblas.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <omp.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "common/crc32c.h"
+#include "common/fsutil.h"
+#include "common/json.h"
+#include "common/log.h"
+#include "common/timeutil.h"
+
+json_t *run_model_json(const tagc_run *t) {
+  const tagc_model_config *m = &t->layout.cfg;
+  return json_pack("{s:i, s:i, s:i, s:i, s:i}", "vocab", m->vocab, "ctx", m->ctx, "layers",
+                   m->n_layer, "heads", m->n_head, "dim", m->d_model);
+}
+
+static json_t *tensors_json(const tagc_run *t) {
+  json_t *a = json_array();
+  for (int i = 0; a && i < t->layout.n_tensors; i++) {
+    const tagc_tensor_info *ti = &t->layout.tensors[i];
+    json_array_append_new(a, json_pack("{s:s, s:s, s:i, s:i, s:i, s:I}", "name", ti->name, "role",
+                                       tagc_role_name(ti->role), "unit", ti->unit, "rows", ti->rows,
+                                       "cols", ti->cols, "offset", (json_int_t)ti->offset));
+  }
+  return a;
+}
+
+static json_t *sampler_json(const tagc_run *t, int64_t step) {
+  return json_pack("{s:I, s:I, s:I, s:I, s:I}", "seed", (json_int_t)t->cfg->seed, "batch",
+                   (json_int_t)t->cfg->batch, "ctx", (json_int_t)t->cfg->ctx, "step",
+                   (json_int_t)step, "corpus_crc32c", (json_int_t)t->corpus.crc);
+}
+
+/* Rank 0's barrier before commit: every rank's shard file is durable once it has its final
+ * name (ckpt/ renames it after fsync), so waiting for the W files is the barrier, and it needs
+ * no collective on the saver's thread. Every rank agreed that all snapshots succeeded before
+ * it began to write (save_checkpoint), so each shard is on its way: the wait allows for a
+ * peer starting up to an operation timeout later and writing 3x slower than this rank did,
+ * and no longer, so that a peer that died meanwhile does not hold the generation's end up. */
+static tagc_status shard_files_barrier(void *arg, int64_t step) {
+  tagc_run *t = arg;
+  if (t->rank != 0)
+    return TAGC_OK;
+  double now = tagc_now(), deadline = now + t->cfg->op_timeout + 3 * (now - t->save_started);
+  for (int r = 0; r < t->world; r++) {
+    char path[4200];
+    TAGC_CHECK(tagc_ckpt_shard_path(t->ckpt_root, step, r, 1, path, sizeof path));
+    while (access(path, F_OK) != 0) {
+      if (tagc_now() > deadline || t->aborted)
+        return tagc_errorf(TAGC_ETIMEDOUT, "checkpoint of step %lld: rank %d's shard did not "
+                           "arrive within %.1f s", (long long)step, r, deadline - now);
+      tagc_sleep(0.01);
+    }
+  }
+  return TAGC_OK;
+}
+
+/* Rank 0, on the saver's thread: records the committed checkpoint in etcd. */
+static tagc_status record_commit(void *arg, const tagc_ckpt_committed *c) {
+  tagc_run *t = arg;
+  if (!t->member)
+    return TAGC_OK;
+  tagc_status st = tagc_member_commit_ckpt(t->member, t->gen, c->step, c->path, c->world_size,
+                                           c->manifest_crc32c);
+  if (st == TAGC_ECONFLICT) /* a newer generation or step is already recorded */
+    return TAGC_OK;
+  return st;
+}
+
+tagc_status run_open_saver(tagc_run *t) {
+  if (t->cfg->ckpt_every == 0)
+    return TAGC_OK;
+  if (t->rank == 0 && mkdir(t->ckpt_root, 0755) != 0 && errno != EEXIST)
+    return tagc_errorf(TAGC_EIO, "checkpoint root %s: %s", t->ckpt_root, strerror(errno));
+  /* Leftover shards of an abandoned save would satisfy shard_files_barrier: remove them now,
+   * before any rank can save (saves come after collective steps, which wait for rank 0). */
+  if (t->rank == 0)
+    TAGC_CHECK(tagc_ckpt_remove_partial(t->ckpt_root, NULL));
+  int n = tagc_engine_n_segments(t->engine);
+  t->ranges = calloc((size_t)n, sizeof *t->ranges);
+  if (!t->ranges)
+    return tagc_errorf(TAGC_ENOMEM, "checkpoint ranges");
+  tagc_ckpt_writer_config wc = {0};
+  wc.dir = t->ckpt_root;
+  wc.rank = t->rank;
+  wc.world_size = t->world;
+  tagc_engine_ckpt_layout(t->engine, &wc.layout, t->ranges);
+  wc.ranges = t->ranges;
+  wc.barrier = shard_files_barrier;
+  wc.barrier_arg = t;
+  wc.keep_last = (int)t->cfg->ckpt_keep_last;
+  wc.keep_every = (int)t->cfg->ckpt_keep_every;
+  wc.on_commit = record_commit;
+  wc.on_commit_arg = t;
+  return tagc_ckpt_saver_create(&wc, &t->saver);
+}
+
+/* ---------- what the ranks of a generation agree on ---------- */
+
+/* All-gather of `bytes` host bytes per rank on the training communicator, through device
+ * memory (NCCL works on device memory). Collective; the engine's comm thread must be idle. */
+static tagc_status allgather_host(tagc_run *t, const void *send, void *recv, size_t bytes) {
+  void *dev;
+  TAGC_CHECK(tagc_device_alloc(t->device, bytes * ((size_t)t->world + 1), &dev));
+  char *dsend = dev, *drecv = dsend + bytes;
+  tagc_status st = tagc_device_copy(t->device, TAGC_LANE_COMPUTE, dsend, send, bytes, TAGC_COPY_H2D);
+  if (st == TAGC_OK)
+    st = tagc_comm_allgather(t->comm, dsend, drecv, bytes, t->cfg->op_timeout);
+  if (st == TAGC_OK)
+    st = tagc_device_copy(t->device, TAGC_LANE_COMPUTE, recv, drecv, bytes * (size_t)t->world,
+                          TAGC_COPY_D2H);
+  tagc_device_free(t->device, dev);
+  return st;
+}
+
+/* A status that came over the wire; anything out of range counts as a peer failure. */
+static tagc_status wire_status(int64_t v) {
+  return v <= TAGC_OK && v >= TAGC_EINTERNAL ? (tagc_status)v : TAGC_EPEER;
+}
+
+/* Collective: every rank tells the others how its part went (mine), and every rank learns
+ * the first failure: this rank's own (its detail kept), else TAGC_EPEER naming the rank
+ * whose part failed (`what`, e.g. "snapshot of step 4"), else the all-gather's failure.
+ * all[r * n + k] (W * n values) gets rank r's values[k] (n values per rank, values[0] is
+ * overwritten with the status). At world size 1, mine. */
+static tagc_status agree(tagc_run *t, tagc_status mine, int64_t *values, int n, int64_t *all,
+                         const char *what) {
+  if (t->world == 1 || !t->comm)
+    return mine;
+  if (!all) /* no room for the answers: the peers' agreement then times out */
+    return mine != TAGC_OK ? mine : tagc_errorf(TAGC_ENOMEM, "agreement on the %s", what);
+  values[0] = mine;
+  tagc_error_saved own;
+  tagc_error_save(&own);
+  tagc_status st = allgather_host(t, values, all, (size_t)n * sizeof *values);
+  if (mine != TAGC_OK) {
+    tagc_error_restore(&own);
+    return mine;
+  }
+  for (int r = 0; st == TAGC_OK && r < t->world; r++)
+    if (all[(size_t)r * n] != TAGC_OK) {
+      t->suspect = r;
+      return tagc_errorf(TAGC_EPEER, "rank %d's %s failed (%s)", r, what,
+                         tagc_strerror(wire_status(all[(size_t)r * n])));
+    }
+  return st;
+}
+
+/* Re-tags this thread's error detail with a prefix, keeping st. */
+static tagc_status prefixed(tagc_status st, const char *prefix) {
+  char detail[1024];
+  snprintf(detail, sizeof detail, "%s", tagc_last_error());
+  return tagc_errorf(st, "%s: %s", prefix, detail);
+}
+
+/* Starts an asynchronous save of the state after `step` completed steps. The ranks agree
+ * first that every snapshot succeeded (one collective): otherwise every rank abandons the
+ * save, so a stale or partly canonicalised state never becomes a checkpoint. */
+tagc_status run_save_checkpoint(tagc_run *t, int64_t step) {
+  float *const *views;
+  TAGC_CHECK(tagc_ckpt_saver_begin(t->saver, step, &views));
+  if (tagc_ckpt_fault_abort_snapshot(t->rank))
+    tagc_run_abort(t); /* what a newer generation or a lost lease does during a snapshot */
+  char what[64];
+  snprintf(what, sizeof what, "snapshot of step %lld", (long long)step);
+  int64_t mine[1], *all = calloc((size_t)t->world, sizeof *all);
+  tagc_status st = agree(t, tagc_engine_snapshot(t->engine, views), mine, 1, all, what);
+  free(all);
+  if (st != TAGC_OK) {
+    TAGC_CHECK_IGNORE(tagc_ckpt_saver_abandon(t->saver), st);
+    char prefix[96];
+    snprintf(prefix, sizeof prefix, "checkpoint of step %lld abandoned", (long long)step);
+    return prefixed(st, prefix);
+  }
+  json_t *model = run_model_json(t), *tensors = tensors_json(t), *sampler = sampler_json(t, step);
+  json_t *rng = json_pack("{s:I}", "seed", (json_int_t)t->cfg->seed);
+  json_t *comp = tagc_engine_compression_state(t->engine);
+  if (comp)
+    json_object_set_new(comp, "policy", json_string(t->cfg->compress));
+  tagc_ckpt_meta meta = {model, tensors, sampler, rng, comp};
+  t->save_started = tagc_now();
+  st = tagc_ckpt_saver_finish(t->saver, &meta);
+  json_decref(model);
+  json_decref(tensors);
+  json_decref(sampler);
+  json_decref(rng);
+  json_decref(comp);
+  return st;
+}
+
+/* ---------- resuming ---------- */
+
+/* TAGC_ALLOW_RESTART_FROM_SCRATCH=1: when every checkpoint is invalid, train from step 0. */
+static int restart_from_scratch_allowed(void) {
+  const char *v = getenv("TAGC_ALLOW_RESTART_FROM_SCRATCH");
+  return v && (!strcmp(v, "1") || !strcmp(v, "true"));
+}
+
+/* This rank's resume point: *rd open and fully verified, or NULL for step 0 — which is
+ * chosen silently only when nothing was ever saved. The plan's checkpoint first, else (it is
+ * damaged or gone) the newest valid one; when the plan names the committed manifest's CRC
+ * and the plan's checkpoint has another, TAGC_ECORRUPT: the folder was written over. */
+static tagc_status choose_resume(tagc_run *t, const tagc_gen_spec *g, tagc_ckpt_reader **rd) {
+  *rd = NULL;
+  if (!t->cfg->resume)
+    return TAGC_OK;
+  tagc_status st;
+  if (g->resume_path) {
+    st = tagc_ckpt_open(g->resume_path, TAGC_CKPT_VERIFY_FULL, rd);
+    uint32_t crc = st == TAGC_OK ? tagc_ckpt_reader_manifest_crc32c(*rd) : 0;
+    if (st == TAGC_OK && g->resume_manifest_crc && crc != g->resume_manifest_crc) {
+      tagc_ckpt_close(*rd); /* not what was committed: someone replaced it, trust none here */
+      *rd = NULL;
+      return tagc_errorf(TAGC_ECORRUPT, "checkpoint %s is not the one committed: its manifest "
+                         "has CRC32C %08x, the job's record %08x (written over by another run?)",
+                         g->resume_path, crc, g->resume_manifest_crc);
+    }
+    if (st == TAGC_OK)
+      return TAGC_OK;
+    LOG_WARN("train", "checkpoint %s: %s; looking for the newest valid one", g->resume_path,
+             tagc_last_error());
+  }
+  st = tagc_ckpt_find_latest_valid(t->ckpt_root, TAGC_CKPT_VERIFY_FULL, rd);
+  if (st == TAGC_OK || (st == TAGC_ENOTFOUND && !g->resume_path)) {
+    tagc_clear_error();
+    return TAGC_OK;
+  }
+  if (st != TAGC_ENOTFOUND && st != TAGC_ECORRUPT)
+    return st;
+  if (restart_from_scratch_allowed()) {
+    LOG_ERROR("train", "%s: RESTARTING FROM STEP 0, as TAGC_ALLOW_RESTART_FROM_SCRATCH allows",
+              tagc_last_error());
+    tagc_clear_error();
+    return TAGC_OK;
+  }
+  return prefixed(TAGC_ECORRUPT, "no checkpoint to resume from, and refusing to restart from "
+                  "step 0 (set TAGC_ALLOW_RESTART_FROM_SCRATCH=1 for that, or use --no-resume)");
+}
+
+/* The checkpoint belongs to this job: same model, batch, seed and corpus. */
+static tagc_status check_job(tagc_run *t, tagc_ckpt_reader *rd) {
+  json_t *model = run_model_json(t), *sampler = sampler_json(t, tagc_ckpt_reader_step(rd));
+  tagc_status st = TAGC_OK;
+  if (!json_equal(model, tagc_ckpt_reader_meta(rd, "model")) ||
+      !json_equal(sampler, tagc_ckpt_reader_meta(rd, "sampler")))
+    st = tagc_errorf(TAGC_EINVAL, "checkpoint %s is of another model, batch, seed or corpus: "
+                     "use another --out or --no-resume", tagc_ckpt_reader_path(rd));
+  json_decref(model);
+  json_decref(sampler);
+  return st;
+}
+
+/* Collective: the ranks resume from the same checkpoint (step and manifest CRC32C), or the
+ * generation fails with TAGC_ECONFLICT naming their choices. */
+static tagc_status agree_resume(tagc_run *t, const tagc_gen_spec *g, tagc_status mine,
+                                const tagc_ckpt_reader *rd) {
+  int64_t values[3] = {0, rd ? tagc_ckpt_reader_step(rd) : 0,
+                       rd ? (int64_t)tagc_ckpt_reader_manifest_crc32c(rd) : 0};
+  if (g->resume_step > 0 && values[1] != g->resume_step && mine == TAGC_OK)
+    LOG_WARN("train", "the plan resumes from step %lld; this rank found step %lld",
+             (long long)g->resume_step, (long long)values[1]);
+  int64_t *all = calloc((size_t)t->world * 3, sizeof *all);
+  tagc_status st = agree(t, mine, values, 3, all, "choice of its resume point");
+  char list[512] = "";
+  int off_rank0 = -1, off_plan = -1;
+  for (int r = 0; st == TAGC_OK && r < t->world && t->world > 1; r++) {
+    const int64_t *v = all + 3 * (size_t)r;
+    size_t used = strlen(list);
+    if (v[1])
+      snprintf(list + used, sizeof list - used, "%srank %d: step %lld (manifest %08llx)", r ? ", " : "",
+               r, (long long)v[1], (unsigned long long)v[2]);
+    else
+      snprintf(list + used, sizeof list - used, "%srank %d: step 0 (no checkpoint)", r ? ", " : "", r);
+    if (off_rank0 < 0 && (v[1] != all[1] || v[2] != all[2]))
+      off_rank0 = r;
+    if (off_plan < 0 && g->resume_step > 0 && v[1] != g->resume_step)
+      off_plan = r;
+  }
+  if (off_rank0 >= 0) { /* blame the first rank off the plan, else the first off rank 0 */
+    t->suspect = off_plan >= 0 ? off_plan : off_rank0;
+    st = tagc_errorf(TAGC_ECONFLICT, "the ranks would resume from different checkpoints (%s): "
+                     "refusing to train", list);
+  }
+  free(all);
+  return st;
+}
+
+/* Chooses, agrees on and loads the resume point (collective). */
+tagc_status run_resume(tagc_run *t, const tagc_gen_spec *g) {
+  tagc_ckpt_reader *rd;
+  tagc_status st = choose_resume(t, g, &rd);
+  if (st == TAGC_OK && rd)
+    st = check_job(t, rd);
+  if (st != TAGC_OK) {
+    tagc_ckpt_close(rd);
+    rd = NULL;
+  }
+  st = agree_resume(t, g, st, rd);
+  if (st == TAGC_OK && rd)
+    st = tagc_engine_load(t->engine, rd);
+  if (st == TAGC_OK && rd)
+    st = tagc_engine_set_compression_state(t->engine, tagc_ckpt_reader_meta(rd, "compression"));
+  if (st == TAGC_OK && rd) {
+    t->start_step = tagc_ckpt_reader_step(rd);
+    if (t->rank == 0)
+      LOG_INFO("train", "resuming from %s (step %lld, saved by %d workers) with %d workers",
+               tagc_ckpt_reader_path(rd), (long long)t->start_step,
+               tagc_ckpt_reader_world_size(rd), t->world);
+  }
+  tagc_ckpt_close(rd);
+  return st;
+}

@@ -1,0 +1,82 @@
+/* The state of one worker's run (worker/run.h), shared by its two files: run.c (generations,
+ * the training loop, faults, recovery accounting) and run_ckpt.c (checkpoints, resuming, and
+ * what the ranks of a generation agree on before they train). */
+#ifndef TAGC_WORKER_RUN_INTERNAL_H
+#define TAGC_WORKER_RUN_INTERNAL_H
+
+#include "worker/run.h"
+
+#include <pthread.h>
+#include <stdint.h>
+
+#include <jansson.h>
+
+#include "ckpt/ckpt_saver.h"
+#include "cluster/member.h"
+#include "worker/data.h"
+#include "worker/engine.h"
+#include "worker/fault.h"
+#include "worker/metrics_http.h"
+#include "worker/model.h"
+#include "worker/report.h"
+
+/* Recovery accounting: one failure at a time. */
+typedef struct recovery {
+  tagc_recovery_counts n; /* what summary.json and /metrics show */
+  double pending_since;   /* while n.recovering: when the failure happened */
+  int64_t failed_at_step;
+  char pending_kind[16];
+} recovery;
+
+struct tagc_run {
+  const tagc_train_config *cfg;
+  tagc_model_layout layout;
+  tagc_compress_policy policy;
+  tagc_corpus corpus;
+  int threads;
+  char ckpt_root[4096];
+  tagc_report report; /* progress, metrics.jsonl, summary.json, /metrics */
+  recovery rec;
+  tagc_faults faults;
+  tagc_member *member; /* elastic mode only */
+  double last_chaos;
+  char chaos_seen[256];
+  tagc_metrics_http *http; /* --metrics-addr, else NULL */
+  tagc_device *device;     /* --device: kept across generations */
+  tagc_device_info dev_info;
+  tagc_step_stats last_ss; /* the latest completed step */
+  int out_lock;            /* OUT/.lock while this process owns OUT (tagc_out_lock), else -1 */
+  double save_started;     /* when the latest save was handed to the saver (its barrier's clock) */
+
+  /* the current generation */
+  int64_t gen;
+  int rank, world;
+  pthread_mutex_t comm_mu; /* guards comm against tagc_run_abort from other threads */
+  tagc_comm *comm;
+  int boot_peer; /* the rank the communicator's bootstrap could not reach, or -1 */
+  int aborted;
+  tagc_engine *engine;
+  tagc_ckpt_range *ranges;
+  tagc_ckpt_saver *saver;
+  int64_t start_step;
+  int suspect; /* the rank blamed for a disagreement this rank detected, or -1 */
+};
+
+/* The model's shape as the checkpoint manifest and the summary record it (new reference). */
+json_t *run_model_json(const tagc_run *t);
+
+/* Opens this generation's asynchronous checkpoint saver (rank 0 also prepares the root).
+ * Errors: TAGC_EIO, TAGC_ENOMEM. */
+tagc_status run_open_saver(tagc_run *t);
+
+/* Collective: snapshots the engine into the saver and commits step `step` only when every
+ * rank's snapshot succeeded; otherwise every rank abandons it and the generation fails. */
+tagc_status run_save_checkpoint(tagc_run *t, int64_t step);
+
+/* Collective: chooses the resume point of generation g (the plan's checkpoint, else the newest
+ * valid one), checks it matches this job, makes every rank agree on (step, manifest CRC) and
+ * loads it resharded to this world size. Errors: the loader's, TAGC_ECONFLICT on disagreement,
+ * TAGC_ECORRUPT when checkpoints exist but none is valid (unless a restart is allowed). */
+tagc_status run_resume(tagc_run *t, const tagc_gen_spec *g);
+
+#endif
