@@ -302,6 +302,23 @@ tagc_status tagc_device_copy(tagc_device *d, tagc_lane lane, void *dst, const vo
   return bytes ? d->ops->copy(d->impl, lane, dst, src, bytes, kind) : TAGC_OK;
 }
 
+tagc_status tagc_device_allgather_host(tagc_device *d, tagc_comm *comm, const void *send, void *recv,
+                                       size_t bytes, void *scratch, double timeout_s) {
+  void *dev = scratch;
+  if (!dev)
+    TAGC_CHECK(tagc_device_alloc(d, bytes * ((size_t)tagc_comm_world_size(comm) + 1), &dev));
+  char *dsend = dev, *drecv = dsend + bytes;
+  tagc_status st = tagc_device_copy(d, TAGC_LANE_COMPUTE, dsend, send, bytes, TAGC_COPY_H2D);
+  if (st == TAGC_OK)
+    st = tagc_comm_allgather(comm, dsend, drecv, bytes, timeout_s);
+  if (st == TAGC_OK)
+    st = tagc_device_copy(d, TAGC_LANE_COMPUTE, recv, drecv,
+                          bytes * (size_t)tagc_comm_world_size(comm), TAGC_COPY_D2H);
+  if (!scratch)
+    tagc_device_free(d, dev);
+  return st;
+}
+
 tagc_status tagc_device_zero(tagc_device *d, tagc_lane lane, void *p, size_t bytes) {
   return bytes ? d->ops->zero(d->impl, lane, p, bytes) : TAGC_OK;
 }

@@ -28,6 +28,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "comm/comm.h"
 #include "common/status.h"
 #include "kernels/tagc_kernels.h"
 #include "worker/adamw.h"
@@ -92,6 +93,14 @@ void tagc_device_usage(const tagc_device *d, uint64_t *current, uint64_t *peak);
 /* Copies `bytes` on `lane` (see tagc_copy_kind for which side each pointer is on). */
 tagc_status tagc_device_copy(tagc_device *d, tagc_lane lane, void *dst, const void *src,
                              size_t bytes, tagc_copy_kind kind);
+
+/* Collective over comm: all-gathers `bytes` of host memory from every rank into recv (host,
+ * world * bytes, rank order), through device memory as the communicator needs: `scratch` is
+ * at least (world + 1) * bytes of device memory, or NULL to allocate it for the call. Runs on
+ * the compute lane; blocks. Errors: the copies' and the all-gather's (TAGC_ETIMEDOUT,
+ * TAGC_EPEER, TAGC_EABORTED), TAGC_ENOMEM. */
+tagc_status tagc_device_allgather_host(tagc_device *d, tagc_comm *comm, const void *send, void *recv,
+                                       size_t bytes, void *scratch, double timeout_s);
 
 /* Zeroes `bytes` of device memory on `lane`. */
 tagc_status tagc_device_zero(tagc_device *d, tagc_lane lane, void *p, size_t bytes);

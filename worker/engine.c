@@ -462,10 +462,7 @@ void tagc_engine_free(tagc_engine *e) {
 static tagc_status all_gather_host(tagc_engine *e, const void *send, void *recv, size_t bytes) {
   if (bytes * ((size_t)e->world + 1) > e->xfer_bytes)
     return tagc_errorf(TAGC_EINTERNAL, "scalar all-gather of %zu bytes exceeds its buffer", bytes);
-  char *dsend = e->xfer, *drecv = dsend + bytes;
-  TAGC_CHECK(tagc_device_copy(e->dev, TAGC_LANE_COMPUTE, dsend, send, bytes, TAGC_COPY_H2D));
-  TAGC_CHECK(tagc_comm_allgather(e->cfg.comm, dsend, drecv, bytes, e->cfg.op_timeout_s));
-  return tagc_device_copy(e->dev, TAGC_LANE_COMPUTE, recv, drecv, bytes * (size_t)e->world, TAGC_COPY_D2H);
+  return tagc_device_allgather_host(e->dev, e->cfg.comm, send, recv, bytes, e->xfer, e->cfg.op_timeout_s);
 }
 
 /* Reduces n doubles over ranks (one all-gather): the first n_sum are summed in rank order

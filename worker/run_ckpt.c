@@ -112,22 +112,6 @@ tagc_status run_open_saver(tagc_run *t) {
 
 /* ---------- what the ranks of a generation agree on ---------- */
 
-/* All-gather of `bytes` host bytes per rank on the training communicator, through device
- * memory (NCCL works on device memory). Collective; the engine's comm thread must be idle. */
-static tagc_status allgather_host(tagc_run *t, const void *send, void *recv, size_t bytes) {
-  void *dev;
-  TAGC_CHECK(tagc_device_alloc(t->device, bytes * ((size_t)t->world + 1), &dev));
-  char *dsend = dev, *drecv = dsend + bytes;
-  tagc_status st = tagc_device_copy(t->device, TAGC_LANE_COMPUTE, dsend, send, bytes, TAGC_COPY_H2D);
-  if (st == TAGC_OK)
-    st = tagc_comm_allgather(t->comm, dsend, drecv, bytes, t->cfg->op_timeout);
-  if (st == TAGC_OK)
-    st = tagc_device_copy(t->device, TAGC_LANE_COMPUTE, recv, drecv, bytes * (size_t)t->world,
-                          TAGC_COPY_D2H);
-  tagc_device_free(t->device, dev);
-  return st;
-}
-
 /* A status that came over the wire; anything out of range counts as a peer failure. */
 static tagc_status wire_status(int64_t v) {
   return v <= TAGC_OK && v >= TAGC_EINTERNAL ? (tagc_status)v : TAGC_EPEER;
@@ -147,7 +131,9 @@ static tagc_status agree(tagc_run *t, tagc_status mine, int64_t *values, int n, 
   values[0] = mine;
   tagc_error_saved own;
   tagc_error_save(&own);
-  tagc_status st = allgather_host(t, values, all, (size_t)n * sizeof *values);
+  /* collective on the training communicator: the engine's comm thread must be idle */
+  tagc_status st = tagc_device_allgather_host(t->device, t->comm, values, all,
+                                              (size_t)n * sizeof *values, NULL, t->cfg->op_timeout);
   if (mine != TAGC_OK) {
     tagc_error_restore(&own);
     return mine;
