@@ -85,11 +85,12 @@ static inline void store_run(float *out, int64_t limit, int64_t at, const float 
 static void group_load(const tagc_layout *l, const float *sketch, const uint64_t *bitmap, int w,
                        group_state *s) {
   int64_t rows = l->rows;
-  for (int64_t r0 = 0; r0 < rows; r0 += 16) { /* 16-row tiles: whole cache lines per lane */
-    int64_t r1 = r0 + 16 < rows ? r0 + 16 : rows;
+  /* Row-major reads: a row's 64 group cells are 4 contiguous cache lines. (Reading down a
+   * column instead strides by 4 KiB, and 16 such rows share one L1 set.) */
+  for (int64_t r = 0; r < rows; r++) {
+    const float *src = sketch + r * TAGC_BLOCK + GROUP * w;
     for (int q = 0; q < GROUP; q++)
-      for (int64_t r = r0; r < r1; r++)
-        s->cell[q * rows + r] = sketch[r * TAGC_BLOCK + GROUP * w + q];
+      s->cell[q * rows + r] = src[q];
   }
   memset(s->nitems, 0, GROUP * sizeof *s->nitems);
   for (int64_t b = 0; b < l->blocks; b++) {
