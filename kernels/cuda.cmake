@@ -10,6 +10,7 @@ add_library(tagc_kernels_cuda STATIC
   ${CMAKE_SOURCE_DIR}/kernels/sketch_cuda.cu
   ${CMAKE_SOURCE_DIR}/kernels/decode_cuda.cu
   ${CMAKE_SOURCE_DIR}/kernels/bf16_cuda.cu
+  ${CMAKE_SOURCE_DIR}/kernels/q8_cuda.cu
 )
 target_include_directories(tagc_kernels_cuda PUBLIC ${CMAKE_SOURCE_DIR})
 target_link_libraries(tagc_kernels_cuda PUBLIC CUDA::cudart tagc_common)

@@ -113,3 +113,14 @@ tagc_status tagc_kernels_bf16_add_encode(const tagc_kernel_ctx *ctx, uint16_t *o
   DISPATCH(ctx, tagc_bf16_add_encode_cpu(out, local, in, n),
            tagc_bf16_add_encode_cuda(out, local, in, n, ctx->stream));
 }
+
+tagc_status tagc_kernels_q8_encode(const tagc_kernel_ctx *ctx, const float *src, int64_t n,
+                                   void *chunk) {
+  DISPATCH(ctx, tagc_q8_encode_cpu(src, n, chunk), tagc_q8_encode_cuda(src, n, chunk, ctx->stream));
+}
+
+tagc_status tagc_kernels_q8_decode(const tagc_kernel_ctx *ctx, const void *chunks, int64_t n,
+                                   int32_t count, int64_t limit, float *dst) {
+  DISPATCH(ctx, tagc_q8_decode_cpu(chunks, n, count, limit, dst),
+           tagc_q8_decode_cuda(chunks, n, count, limit, dst, ctx->stream));
+}

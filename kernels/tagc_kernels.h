@@ -24,6 +24,7 @@
 #include "kernels/bitmap.h"
 #include "kernels/decode.h"
 #include "kernels/layout.h"
+#include "kernels/q8.h"
 #include "kernels/rho.h"
 #include "kernels/sketch.h"
 #include "kernels/sparsify.h"
@@ -81,6 +82,10 @@ tagc_status tagc_kernels_bf16_decode(const tagc_kernel_ctx *ctx, const uint16_t 
                                      float *dst, int64_t n);
 tagc_status tagc_kernels_bf16_accumulate(const tagc_kernel_ctx *ctx, float *acc,
                                          const uint16_t *in, int64_t n);
+tagc_status tagc_kernels_q8_encode(const tagc_kernel_ctx *ctx, const float *src, int64_t n,
+                                   void *chunk);
+tagc_status tagc_kernels_q8_decode(const tagc_kernel_ctx *ctx, const void *chunks, int64_t n,
+                                   int32_t count, int64_t limit, float *dst);
 tagc_status tagc_kernels_bf16_add_encode(const tagc_kernel_ctx *ctx, uint16_t *out,
                                          const float *local, const uint16_t *in, int64_t n);
 

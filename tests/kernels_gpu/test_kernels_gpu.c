@@ -601,6 +601,46 @@ static void test_lane_max(void) {
   CHECK(tagc_bitmap_lane_max_cuda(NULL, 3, 0, NULL, stream) == TAGC_EINVAL);
 }
 
+/* Blockwise int8 gather quantisation: the CUDA chunk bytes and decoded values equal the CPU
+ * oracle's, for ragged sizes, an all-zero block, a NaN block, and a W=3 gathered decode. */
+static void test_q8(void) {
+  static const int64_t sizes[] = {1, 255, 257, 1000, TEST_BIG_ARRAY + 77};
+  for (size_t s = 0; s < sizeof sizes / sizeof *sizes; s++) {
+    int64_t n = sizes[s], bytes = tagc_q8_chunk_bytes(n), count = 3;
+    float *f = malloc((size_t)(count * n) * 4), *out_cpu = malloc((size_t)(count * n) * 4),
+          *out_gpu = malloc((size_t)(count * n) * 4);
+    unsigned char *q_cpu = malloc((size_t)(count * bytes)), *q_gpu = malloc((size_t)(count * bytes));
+    for (int64_t i = 0; i < count * n; i++)
+      f[i] = gaussian() * (i % 3 == 0 ? 1e-3f : 0.5f);
+    if (n > 600) {
+      for (int64_t i = 256; i < 512; i++)
+        f[i] = 0.0f; /* an all-zero block */
+      f[n + 3] = NAN;
+    }
+    float *df = dev_copy(f, (size_t)(count * n) * 4), *dout = dev_alloc((size_t)(count * n) * 4);
+    unsigned char *dq = dev_alloc((size_t)(count * bytes));
+    for (int64_t c = 0; c < count; c++) {
+      CHECK_OK(tagc_q8_encode_cpu(f + c * n, n, q_cpu + c * bytes));
+      CHECK_OK(tagc_q8_encode_cuda(df + c * n, n, dq + c * bytes, stream));
+    }
+    int64_t limit = count * n - (n > 1 ? n / 2 : 0);
+    CHECK_OK(tagc_q8_decode_cpu(q_cpu, n, (int32_t)count, limit, out_cpu));
+    CHECK_OK(tagc_q8_decode_cuda(dq, n, (int32_t)count, limit, dout, stream));
+    CUDA_OK(cudaStreamSynchronize(stream));
+    host_copy(q_gpu, dq, (size_t)(count * bytes));
+    host_copy(out_gpu, dout, (size_t)limit * 4);
+    int64_t bad_q = diff_bytes(q_cpu, q_gpu, count * bytes, 1);
+    int64_t bad_f = diff_f32_nan(out_cpu, out_gpu, limit);
+    printf("q8 n=%lld: mismatches chunk bytes %lld decode %lld\n", (long long)n, (long long)bad_q,
+           (long long)bad_f);
+    CHECK_EQ_INT(bad_q, 0);
+    CHECK_EQ_INT(bad_f, 0);
+    CHECK(tagc_q8_decode_cuda(dq, n, 0, 1, dout, stream) == TAGC_EINVAL);
+    cudaFree(df), cudaFree(dout), cudaFree(dq);
+    free(f), free(out_cpu), free(out_gpu), free(q_cpu), free(q_gpu);
+  }
+}
+
 int main(int argc, char **argv) {
   quick = argc > 1 && strcmp(argv[1], "quick") == 0;
   int devices = 0;
@@ -616,6 +656,7 @@ int main(int argc, char **argv) {
   test_bitmap();
   test_lane_max();
   test_bf16();
+  test_q8();
   test_sparsify();
   test_sketch_pipeline();
   test_dispatch();

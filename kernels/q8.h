@@ -1,0 +1,72 @@
+/* Blockwise int8 quantisation of parameters for the all-gather (ZeRO++ qwZ style; the fp32
+ * master shard never changes, only what crosses the wire is quantised).
+ *
+ * A chunk holds n consecutive fp32 values as
+ *   [nb = ceil(n / TAGC_Q8_BLOCK) fp32 scales][n int8 codes][zero padding to 16 bytes]
+ * (tagc_q8_chunk_bytes(n) bytes). Block k covers elements [256k, 256k + 256):
+ *   scale_k = amax_k / 127 (amax_k = the largest |x| in the block, fp32 division),
+ *   q_i     = rint(x_i / scale_k) clamped to [-127, 127] (round to nearest, ties to even),
+ *   x'_i    = q_i * scale_k  (one fp32 multiply, so |x - x'| <= scale_k / 2 per element).
+ * An all-zero block has scale 0 and decodes to +0. A block holding a NaN or an infinity gets
+ * a NaN or infinite scale and decodes to NaN throughout: it is never silently finite.
+ * Every operation is IEEE fp32 (no FMA, correctly rounded division), so the CPU oracle and
+ * the CUDA twin produce the same bytes and values. An all-gather of W chunks of n elements
+ * (one per rank) decodes in one call into the first `limit` elements of the W*n. */
+#ifndef TAGC_KERNELS_Q8_H
+#define TAGC_KERNELS_Q8_H
+
+#include <math.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/status.h"
+#include "kernels/hash.h"
+#include "kernels/stream.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define TAGC_Q8_BLOCK 256
+
+/* Bytes of a chunk of n elements (n >= 0). */
+TAGC_HD int64_t tagc_q8_chunk_bytes(int64_t n) {
+  int64_t nb = (n + TAGC_Q8_BLOCK - 1) / TAGC_Q8_BLOCK;
+  return (4 * nb + n + 15) & ~(int64_t)15;
+}
+
+/* The code of x in a block with scale s (see above). */
+TAGC_HD int8_t tagc_q8_code(float x, float s) {
+  float t = rintf(x / s);
+  if (!(t == t))
+    return 0; /* 0/0 (all-zero block) or a non-finite block: the scale carries it */
+  t = t > 127.0f ? 127.0f : (t < -127.0f ? -127.0f : t);
+  return (int8_t)t;
+}
+
+/* |x| folded into a block maximum; a NaN wins over everything (order-independent). */
+TAGC_HD float tagc_q8_amax(float m, float x) {
+  float a = fabsf(x);
+  return (a != a || m != m) ? (a != a ? a : m) : (a > m ? a : m);
+}
+
+/* Encodes src[0..n) into one chunk (tagc_q8_chunk_bytes(n) bytes, padding zeroed).
+ * Errors: TAGC_EINVAL (NULL with n > 0, n < 0). Blocking, OpenMP over blocks. */
+tagc_status tagc_q8_encode_cpu(const float *src, int64_t n, void *chunk);
+
+/* dst[j] = decode of element j % n of chunk j / n, for j < limit, where chunk c starts at
+ * byte c * tagc_q8_chunk_bytes(n) of chunks (count chunks). Errors: TAGC_EINVAL (NULL,
+ * n < 0, count < 1, limit < 0 or > count * n). Blocking, OpenMP. */
+tagc_status tagc_q8_decode_cpu(const void *chunks, int64_t n, int32_t count, int64_t limit,
+                               float *dst);
+
+/* CUDA versions: same contracts and bytes, device pointers, enqueued on `stream`. */
+tagc_status tagc_q8_encode_cuda(const float *src, int64_t n, void *chunk, tagc_stream stream);
+tagc_status tagc_q8_decode_cuda(const void *chunks, int64_t n, int32_t count, int64_t limit,
+                                float *dst, tagc_stream stream);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

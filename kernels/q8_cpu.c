@@ -1,0 +1,53 @@
+/* CPU blockwise int8 quantisation (see q8.h). */
+#include "kernels/q8.h"
+
+#include <string.h>
+
+#define PAR_MIN_BLOCKS 256 /* below this many blocks a thread team costs more than it saves */
+
+tagc_status tagc_q8_encode_cpu(const float *src, int64_t n, void *chunk) {
+  if (n < 0 || (n > 0 && (!src || !chunk)))
+    return tagc_errorf(TAGC_EINVAL, "q8_encode: bad arguments (n %lld)", (long long)n);
+  int64_t nb = (n + TAGC_Q8_BLOCK - 1) / TAGC_Q8_BLOCK;
+  float *scale = (float *)chunk;
+  int8_t *code = (int8_t *)chunk + 4 * nb;
+#pragma omp parallel for schedule(static) if (nb > PAR_MIN_BLOCKS)
+  for (int64_t k = 0; k < nb; k++) {
+    int64_t lo = k * TAGC_Q8_BLOCK, hi = lo + TAGC_Q8_BLOCK < n ? lo + TAGC_Q8_BLOCK : n;
+    float m = 0.0f;
+    for (int64_t i = lo; i < hi; i++)
+      m = tagc_q8_amax(m, src[i]);
+    float s = m / 127.0f;
+    scale[k] = s;
+    for (int64_t i = lo; i < hi; i++)
+      code[i] = tagc_q8_code(src[i], s);
+  }
+  int64_t used = 4 * nb + n;
+  if (n > 0)
+    memset((char *)chunk + used, 0, (size_t)(tagc_q8_chunk_bytes(n) - used));
+  return TAGC_OK;
+}
+
+tagc_status tagc_q8_decode_cpu(const void *chunks, int64_t n, int32_t count, int64_t limit,
+                               float *dst) {
+  if (n < 0 || count < 1 || limit < 0 || limit > (int64_t)count * n ||
+      (limit > 0 && (!chunks || !dst)))
+    return tagc_errorf(TAGC_EINVAL, "q8_decode: bad arguments (n %lld, count %d, limit %lld)",
+                       (long long)n, (int)count, (long long)limit);
+  if (limit == 0)
+    return TAGC_OK;
+  int64_t nb = (n + TAGC_Q8_BLOCK - 1) / TAGC_Q8_BLOCK, bytes = tagc_q8_chunk_bytes(n);
+  for (int32_t c = 0; c < count; c++) {
+    int64_t base = (int64_t)c * n, len = limit - base < n ? limit - base : n;
+    if (len <= 0)
+      break;
+    const char *p = (const char *)chunks + (int64_t)c * bytes;
+    const float *scale = (const float *)p;
+    const int8_t *code = (const int8_t *)p + 4 * nb;
+    float *out = dst + base;
+#pragma omp parallel for schedule(static) if (len > PAR_MIN_BLOCKS * TAGC_Q8_BLOCK)
+    for (int64_t i = 0; i < len; i++)
+      out[i] = (float)code[i] * scale[i / TAGC_Q8_BLOCK];
+  }
+  return TAGC_OK;
+}

@@ -1,0 +1,75 @@
+/* CUDA blockwise int8 quantisation (see q8.h): one thread block per quantisation block for
+ * the encode (block maximum by warp shuffles, then one element per thread), a grid-stride
+ * element loop for the decode. Same helpers as the CPU oracle (tagc_q8_amax, tagc_q8_code)
+ * and an explicit round-to-nearest multiply, so bytes and values are bit-identical. */
+#include "kernels/cuda_common.cuh"
+#include "kernels/q8.h"
+
+static_assert(TAGC_Q8_BLOCK == CUDA_THREADS, "one CUDA thread per element of a q8 block");
+
+__global__ void q8_encode_kernel(const float *src, int64_t n, int64_t nb, float *scale,
+                                 int8_t *code, uint8_t *pad, int64_t pad_bytes) {
+  __shared__ float warp_max[CUDA_THREADS / 32];
+  for (int64_t k = blockIdx.x; k < nb; k += gridDim.x) {
+    int64_t i = k * TAGC_Q8_BLOCK + threadIdx.x;
+    float x = i < n ? src[i] : 0.0f;
+    float m = tagc_q8_amax(0.0f, x);
+    for (int off = 16; off > 0; off >>= 1)
+      m = tagc_q8_amax(m, __shfl_down_sync(0xFFFFFFFFu, m, off));
+    if ((threadIdx.x & 31) == 0)
+      warp_max[threadIdx.x >> 5] = m;
+    __syncthreads();
+    float s = warp_max[0];
+    for (int w = 1; w < CUDA_THREADS / 32; w++)
+      s = tagc_q8_amax(s, warp_max[w]);
+    s = __fdiv_rn(s, 127.0f);
+    if (threadIdx.x == 0)
+      scale[k] = s;
+    if (i < n)
+      code[i] = tagc_q8_code(x, s);
+    __syncthreads(); /* warp_max is reused by the next block of the grid-stride loop */
+  }
+  if (blockIdx.x == 0)
+    for (int64_t b = threadIdx.x; b < pad_bytes; b += blockDim.x)
+      pad[b] = 0;
+}
+
+__global__ void q8_decode_kernel(const char *chunks, int64_t n, int64_t nb, int64_t bytes,
+                                 int64_t limit, float *dst) {
+  for (int64_t j = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; j < limit;
+       j += (int64_t)gridDim.x * blockDim.x) {
+    int64_t c = j / n, i = j - c * n;
+    const char *p = chunks + c * bytes;
+    float s = ((const float *)p)[i / TAGC_Q8_BLOCK];
+    dst[j] = __fmul_rn((float)((const int8_t *)p)[4 * nb + i], s);
+  }
+}
+
+extern "C" tagc_status tagc_q8_encode_cuda(const float *src, int64_t n, void *chunk,
+                                           tagc_stream stream) {
+  if (n < 0 || (n > 0 && (!src || !chunk)))
+    return tagc_errorf(TAGC_EINVAL, "q8_encode_cuda: bad arguments (n %lld)", (long long)n);
+  if (n == 0)
+    return TAGC_OK;
+  int64_t nb = (n + TAGC_Q8_BLOCK - 1) / TAGC_Q8_BLOCK, used = 4 * nb + n;
+  unsigned grid = (unsigned)(nb < CUDA_MAX_GRID ? nb : CUDA_MAX_GRID);
+  TAGC_LAUNCH(q8_encode_kernel, grid, CUDA_THREADS, stream)
+  (src, n, nb, (float *)chunk, (int8_t *)chunk + 4 * nb, (uint8_t *)chunk + used,
+   tagc_q8_chunk_bytes(n) - used);
+  return cuda_launched("q8_encode_cuda");
+}
+
+extern "C" tagc_status tagc_q8_decode_cuda(const void *chunks, int64_t n, int32_t count,
+                                           int64_t limit, float *dst, tagc_stream stream) {
+  if (n < 0 || count < 1 || limit < 0 || limit > (int64_t)count * n ||
+      (limit > 0 && (!chunks || !dst)))
+    return tagc_errorf(TAGC_EINVAL,
+                       "q8_decode_cuda: bad arguments (n %lld, count %d, limit %lld)",
+                       (long long)n, (int)count, (long long)limit);
+  if (limit == 0)
+    return TAGC_OK;
+  int64_t nb = (n + TAGC_Q8_BLOCK - 1) / TAGC_Q8_BLOCK;
+  TAGC_LAUNCH(q8_decode_kernel, grid_for(limit, 4 * CUDA_THREADS), CUDA_THREADS, stream)
+  ((const char *)chunks, n, nb, tagc_q8_chunk_bytes(n), limit, dst);
+  return cuda_launched("q8_decode_cuda");
+}

@@ -1,0 +1,147 @@
+/* Blockwise int8 gather quantisation (kernels/q8.h): chunk size and layout, the per-element
+ * error bound scale/2 against a double-precision reference of the scale, ties to even, the
+ * all-zero block, a NaN or infinite element poisoning its block only, the gathered decode with
+ * a limit, thread-count independence, and argument errors. */
+#include <omp.h>
+
+#include "common/status.h"
+#include "kernels/q8.h"
+#include "kgen.h"
+#include "test.h"
+
+static void test_chunk_bytes(void) {
+  CHECK_EQ_INT(tagc_q8_chunk_bytes(0), 0);
+  CHECK_EQ_INT(tagc_q8_chunk_bytes(1), 16);           /* 4 + 1 -> 16 */
+  CHECK_EQ_INT(tagc_q8_chunk_bytes(256), 272);        /* 4 + 256 -> 272 */
+  CHECK_EQ_INT(tagc_q8_chunk_bytes(257), 272);        /* 8 + 257 = 265 -> 272 */
+  CHECK_EQ_INT(tagc_q8_chunk_bytes(1 << 20), (1 << 20) + 4 * 4096);
+}
+
+static void test_round_trip(int64_t n, kgen *g) {
+  int64_t bytes = tagc_q8_chunk_bytes(n), nb = (n + 255) / 256;
+  float *x = malloc((size_t)n * 4), *y = malloc((size_t)n * 4);
+  unsigned char *q = malloc((size_t)bytes);
+  memset(q, 0xAB, (size_t)bytes);
+  for (int64_t i = 0; i < n; i++)
+    x[i] = kgen_sample(g, (kgen_dist)(i / 256 % 3)) * (i % 7 == 0 ? 100.0f : 1.0f);
+  CHECK_OK(tagc_q8_encode_cpu(x, n, q));
+  CHECK_OK(tagc_q8_decode_cpu(q, n, 1, n, y));
+  const float *scale = (const float *)q;
+  const int8_t *code = (const int8_t *)(q + 4 * nb);
+  int64_t bad_scale = 0, bad_err = 0, bad_code = 0;
+  for (int64_t k = 0; k < nb; k++) {
+    double amax = 0;
+    for (int64_t i = 256 * k; i < n && i < 256 * (k + 1); i++)
+      amax = fmax(amax, fabs((double)x[i]));
+    bad_scale += scale[k] != (float)((float)amax / 127.0f);
+    for (int64_t i = 256 * k; i < n && i < 256 * (k + 1); i++) {
+      bad_err += fabs((double)y[i] - (double)x[i]) > 0.5 * (double)scale[k] * (1 + 1e-6);
+      bad_code += code[i] < -127 || y[i] != (float)code[i] * scale[k];
+    }
+  }
+  int64_t pad_nonzero = 0;
+  for (int64_t b = 4 * nb + n; b < bytes; b++)
+    pad_nonzero += q[b] != 0;
+  CHECK_EQ_INT(bad_scale, 0);
+  CHECK_EQ_INT(bad_err, 0);
+  CHECK_EQ_INT(bad_code, 0);
+  CHECK_EQ_INT(pad_nonzero, 0);
+  free(x), free(y), free(q);
+}
+
+static void test_special_blocks(void) {
+  float x[768];
+  for (int i = 0; i < 768; i++)
+    x[i] = (float)(i % 17) - 8.0f; /* amax 8: scale 8/127 */
+  for (int i = 256; i < 512; i++)
+    x[i] = 0.0f;
+  x[600] = NAN;
+  unsigned char q[1024];
+  float y[768];
+  CHECK_OK(tagc_q8_encode_cpu(x, 768, q));
+  CHECK_OK(tagc_q8_decode_cpu(q, 768, 1, 768, y));
+  int zero_ok = 1, nan_ok = 1, first_ok = 1;
+  for (int i = 256; i < 512; i++)
+    zero_ok &= y[i] == 0.0f && !signbit(y[i]);
+  for (int i = 512; i < 768; i++)
+    nan_ok &= isnan(y[i]);
+  for (int i = 0; i < 256; i++)
+    first_ok &= fabsf(y[i] - x[i]) <= 0.5f * 8.0f / 127.0f;
+  CHECK(zero_ok);
+  CHECK(nan_ok);
+  CHECK(first_ok);
+  /* The block maximum maps to +-127 exactly and decodes to itself up to one rounding. */
+  CHECK_EQ_INT(((const int8_t *)(q + 12))[0], -127); /* x[0] = -8, x[16] = 8 */
+  CHECK_EQ_INT(((const int8_t *)(q + 12))[16], 127);
+  /* An infinity poisons only its block, never turns finite. */
+  x[700] = INFINITY;
+  x[600] = 1.0f;
+  CHECK_OK(tagc_q8_encode_cpu(x, 768, q));
+  CHECK_OK(tagc_q8_decode_cpu(q, 768, 1, 768, y));
+  CHECK(!isfinite(y[700]) && !isfinite(y[520]));
+  CHECK(isfinite(y[10]) && y[300] == 0.0f);
+}
+
+/* W chunks decoded at once into the first `limit` elements, as the all-gather does. */
+static void test_gathered(kgen *g) {
+  int64_t n = 1000, count = 3, bytes = tagc_q8_chunk_bytes(n), limit = 2500;
+  float *x = malloc((size_t)(count * n) * 4), *y = malloc((size_t)(count * n) * 4),
+        *one = malloc((size_t)n * 4);
+  unsigned char *q = malloc((size_t)(count * bytes));
+  for (int64_t i = 0; i < count * n; i++)
+    x[i] = kgen_sample(g, KGEN_GAUSS);
+  for (int64_t c = 0; c < count; c++)
+    CHECK_OK(tagc_q8_encode_cpu(x + c * n, n, q + c * bytes));
+  for (int64_t i = limit; i < count * n; i++)
+    y[i] = 42.0f;
+  CHECK_OK(tagc_q8_decode_cpu(q, n, (int32_t)count, limit, y));
+  int64_t bad = 0;
+  for (int64_t c = 0; c < count; c++) {
+    CHECK_OK(tagc_q8_decode_cpu(q + c * bytes, n, 1, n, one));
+    for (int64_t i = 0; i < n && c * n + i < limit; i++)
+      bad += memcmp(&one[i], &y[c * n + i], 4) != 0;
+  }
+  CHECK_EQ_INT(bad, 0);
+  CHECK(y[limit] == 42.0f && y[count * n - 1] == 42.0f); /* nothing written past the limit */
+  free(x), free(y), free(one), free(q);
+}
+
+/* The bytes do not depend on the OpenMP team size. */
+static void test_threads(kgen *g) {
+  int64_t n = 300000, bytes = tagc_q8_chunk_bytes(n);
+  float *x = malloc((size_t)n * 4);
+  unsigned char *a = malloc((size_t)bytes), *b = malloc((size_t)bytes);
+  for (int64_t i = 0; i < n; i++)
+    x[i] = kgen_sample(g, KGEN_LOGNORMAL);
+  omp_set_num_threads(1);
+  CHECK_OK(tagc_q8_encode_cpu(x, n, a));
+  omp_set_num_threads(2);
+  CHECK_OK(tagc_q8_encode_cpu(x, n, b));
+  CHECK(memcmp(a, b, (size_t)bytes) == 0);
+  free(x), free(a), free(b);
+}
+
+static void test_bad_arguments(void) {
+  float x[4] = {0};
+  unsigned char q[32];
+  CHECK(tagc_q8_encode_cpu(NULL, 4, q) == TAGC_EINVAL);
+  CHECK(tagc_q8_encode_cpu(x, -1, q) == TAGC_EINVAL);
+  CHECK(tagc_q8_decode_cpu(q, 4, 0, 1, x) == TAGC_EINVAL);
+  CHECK(tagc_q8_decode_cpu(q, 4, 1, 5, x) == TAGC_EINVAL); /* limit past count * n */
+  CHECK(tagc_q8_decode_cpu(NULL, 4, 1, 4, x) == TAGC_EINVAL);
+  CHECK_OK(tagc_q8_encode_cpu(NULL, 0, NULL));
+  CHECK_OK(tagc_q8_decode_cpu(NULL, 4, 1, 0, NULL));
+}
+
+int main(void) {
+  kgen g = {7};
+  test_chunk_bytes();
+  for (int64_t n = 1; n < 1200; n += 173)
+    test_round_trip(n, &g);
+  test_round_trip(1 << 18, &g);
+  test_special_blocks();
+  test_gathered(&g);
+  test_threads(&g);
+  test_bad_arguments();
+  return TEST_END();
+}
