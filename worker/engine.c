@@ -80,9 +80,14 @@ static tagc_status build_segments(tagc_engine *e) {
     TAGC_CHECK(tagc_grad_segment_new(e->codec, &s->pol, s->len, s->S, (uint32_t)s->unit, &s->codec));
   }
   TAGC_CHECK(tagc_device_alloc(e->dev, max_padded * sizeof(float), (void **)&e->staging));
-  if (e->cfg.gather_bf16)
+  if (e->cfg.gather_int8) {
+    e->gatherq_chunk = (size_t)tagc_q8_chunk_bytes((int64_t)(max_padded / (size_t)e->world));
+    TAGC_CHECK(tagc_device_alloc(e->dev, ((size_t)e->world + 1) * e->gatherq_chunk,
+                                 (void **)&e->gatherq));
+  } else if (e->cfg.gather_bf16) {
     TAGC_CHECK(tagc_device_alloc(e->dev, (max_padded + max_padded / (size_t)e->world) * sizeof(uint16_t),
                                  (void **)&e->gather16));
+  }
   size_t n_sums = (size_t)(SUM_SEG0 + 3 * e->n_segs + 1);
   e->xfer_bytes = n_sums * ((size_t)e->world + 1) * sizeof(double);
   TAGC_CHECK(tagc_device_alloc(e->dev, e->xfer_bytes, &e->xfer));
@@ -120,7 +125,7 @@ static tagc_lane task_lane(const tagc_engine *e) {
   return e->thread_started ? TAGC_LANE_COMM : TAGC_LANE_COMPUTE;
 }
 
-/* Gathers unit's full parameters into dst; bf16 on the wire when configured and `for_compute`
+/* Gathers unit's full parameters into dst; bf16 or int8 on the wire when configured and `for_compute`
  * (dumps and checkpoint tools always get the exact fp32 values). Inputs of a collective are
  * made ready (lane synchronised) before it is called. */
 static tagc_status gather_unit(tagc_engine *e, int unit, float *dst, int for_compute) {
@@ -132,6 +137,15 @@ static tagc_status gather_unit(tagc_engine *e, int unit, float *dst, int for_com
     float *out = dst + (s->off - ui->offset);
     if (e->world == 1) {
       TAGC_CHECK(tagc_device_copy(e->dev, lane, out, s->p, s->len * sizeof(float), TAGC_COPY_D2D));
+      continue;
+    }
+    if (e->cfg.gather_int8 && for_compute) {
+      size_t chunk = (size_t)tagc_q8_chunk_bytes((int64_t)s->S);
+      unsigned char *recv = e->gatherq, *send = e->gatherq + (size_t)e->world * e->gatherq_chunk;
+      TAGC_CHECK(tagc_kernels_q8_encode(&ctx, s->p, (int64_t)s->S, send));
+      TAGC_CHECK(tagc_device_sync(e->dev, lane));
+      TAGC_CHECK(tagc_comm_allgather(e->cfg.comm, send, recv, chunk, e->cfg.op_timeout_s));
+      TAGC_CHECK(tagc_kernels_q8_decode(&ctx, recv, (int64_t)s->S, e->world, (int64_t)s->len, out));
       continue;
     }
     if (e->cfg.gather_bf16 && for_compute) {
@@ -429,7 +443,7 @@ void tagc_engine_free(tagc_engine *e) {
       tagc_grad_segment_free(e->codec, e->segs[i].codec);
     }
     tagc_grad_codec_free(e->codec);
-    void *bufs[] = {e->gather16, e->grads, e->staging, e->xfer};
+    void *bufs[] = {e->gather16, e->gatherq, e->grads, e->staging, e->xfer};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
       tagc_device_free(d, bufs[i]);
     for (int s = 0; e->slot_buf && s < e->n_slots; s++)

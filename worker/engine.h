@@ -58,6 +58,9 @@ typedef struct tagc_engine_config {
   int check_feedback;              /* test hook: measure error-feedback mass conservation */
   int gather_bf16;                 /* all-gather parameters as bf16 (mixed-precision FSDP: the
                                       model computes on bf16-rounded weights, fp32 master shards) */
+  int gather_int8;                 /* all-gather parameters as blockwise int8 (kernels/q8.h, ZeRO++
+                                      qwZ style: one fp32 scale per 256 elements, fp32 master
+                                      shards); wins over gather_bf16 */
   double op_delay_s;               /* fault injection: delay before every collective task */
   int reshard_after_forward;       /* 1: ZeRO-3, a unit is gathered before forward and again
                                       before backward; 0: gathered units stay for the whole step

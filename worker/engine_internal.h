@@ -56,6 +56,8 @@ struct tagc_engine {
   int64_t *slot_task;
   size_t max_unit;
   uint16_t *gather16;  /* bf16 all-gather: [W][max S] received, then [max S] sent */
+  unsigned char *gatherq; /* int8 all-gather: [W][max chunk] received, then [max chunk] sent */
+  size_t gatherq_chunk;   /* tagc_q8_chunk_bytes of the largest shard */
 
   tagc_device_model *model;
   uint8_t *tokens, *targets; /* host */

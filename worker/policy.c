@@ -20,6 +20,12 @@ int tagc_policy_gather_bf16(const char *gather, const tagc_compress_policy *p) {
   return 0;
 }
 
+const char *tagc_policy_gather_name(const char *gather, const tagc_compress_policy *p) {
+  if (strcmp(gather, "int8") == 0)
+    return "int8";
+  return tagc_policy_gather_bf16(gather, p) ? "bf16" : "fp32";
+}
+
 const char *tagc_policy_kind_name(tagc_policy_kind kind) {
   switch (kind) {
   case TAGC_POLICY_NONE: return "none";

@@ -278,7 +278,7 @@ static tagc_status write_summary(tagc_report *rp, const tagc_report_final *f, co
   tagc_compress_policy pol; /* the gather precision in effect (--gather auto follows it) */
   if (tagc_policy_parse(cfg->compress, &pol) == TAGC_OK)
     json_object_set_new(s, "gather",
-                        json_string(tagc_policy_gather_bf16(cfg->gather, &pol) ? "bf16" : "fp32"));
+                        json_string(tagc_policy_gather_name(cfg->gather, &pol)));
   if (isnan(rp->loss)) /* no step of the job ran in this process */
     json_object_set_new(s, "final_train_loss", json_null());
   if (isnan(rp->val)) /* no evaluation completed in this process */

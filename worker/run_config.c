@@ -80,9 +80,10 @@ static const tagc_opt train_opts[] = {
      "checkpoint is committed (0 = leave at once)"},
     {"dump-params", TAGC_OPT_STRING, OFF(dump_params), "", 0, -1, NULL,
      "at the end, rank 0 writes the full fp32 parameter arena to this file (tests, tools)"},
-    {"gather", TAGC_OPT_CHOICE, OFF(gather), "auto", 0, -1, "auto|fp32|bf16",
-     "parameter all-gather precision (bf16 = mixed-precision FSDP: fp32 master shards; auto = bf16 "
-     "when --compress compresses any role, else fp32)"},
+    {"gather", TAGC_OPT_CHOICE, OFF(gather), "auto", 0, -1, "auto|fp32|bf16|int8",
+     "parameter all-gather precision (bf16 = mixed-precision FSDP, int8 = blockwise int8 with one "
+     "scale per 256 elements; the master shards stay fp32; auto = bf16 when --compress "
+     "compresses any role, else fp32)"},
     {"reshard-after-forward", TAGC_OPT_BOOL, OFF(reshard_after_forward), "true", 0, -1, NULL,
      "free a unit's gathered parameters after forward and gather again for backward (ZeRO-3); "
      "false keeps them for the whole step"},

@@ -8,7 +8,9 @@ shards of S = roundup(ceil(len / W), 1024) elements:
                                                   M (W-1) S g for the embedding unit, whose
                                                   backward needs no parameters); g = 4 bytes
                                                   (fp32 gathers) or 2 (bf16: --gather auto
-                                                  picks it when any role is compressed)
+                                                  picks it when any role is compressed);
+                                                  int8: the q8 chunk, S + 4 ceil(S / 256)
+                                                  bytes rounded up to 16, instead of S g
   reduce-scatter, none       (W-1) S 4
   reduce-scatter, bf16       (W-1) S 2
   tagc: bitmap OR            (W-1) (S / 64) 8
@@ -58,7 +60,8 @@ def expected(policy, W, M, rho, gather_bytes):
     total = 0
     for n, kind, unit in segs:
         S = math.ceil(math.ceil(n / W) / 1024) * 1024
-        total += (M if unit == 0 else 2 * M) * (W - 1) * S * gather_bytes
+        chunk = (S + 4 * math.ceil(S / 256) + 15) // 16 * 16 if gather_bytes == 1 else S * gather_bytes
+        total += (M if unit == 0 else 2 * M) * (W - 1) * chunk
         if kind == "none":
             total += (W - 1) * S * 4
         elif kind == "bf16":
@@ -80,9 +83,10 @@ def policy_of(name):
 RHO = 2.0
 SPEC = {"none": "none", "bf16": "bf16",
         "tagc": "tagc,mlp=tagc:0.1:2,tok_emb=tagc:0.1:2,pos_emb=tagc:0.1:2,head=tagc:0.1:2"}
-# (policy, --gather, bytes per gathered element): the default (auto) and both explicit settings
+# (policy, --gather, bytes per gathered element; 1 = int8 chunks): the default (auto) and the
+# explicit settings
 CASES = [("none", "auto", 4), ("bf16", "auto", 2), ("tagc", "auto", 2), ("none", "bf16", 2),
-         ("tagc", "fp32", 4)]
+         ("tagc", "fp32", 4), ("tagc", "int8", 1)]
 passed = failed = 0
 with tempfile.TemporaryDirectory() as tmp:
     for W, M in ((2, 1), (3, 2)):

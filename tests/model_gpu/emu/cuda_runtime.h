@@ -8,11 +8,10 @@
 
 #include <cmath>
 
+/* __fmul_rn and __fdiv_rn come from the kernels emulation. */
 template <typename T> inline T __shfl_xor_sync(unsigned, T v, int mask) {
   return emu_shfl(v, emu_lane() ^ mask);
 }
-inline float __fmul_rn(float a, float b) { return a * b; }
-inline float __fdiv_rn(float a, float b) { return a / b; }
 inline float __fsqrt_rn(float a) { return std::sqrt(a); }
 inline int min(int a, int b) { return a < b ? a : b; }
 
