@@ -129,8 +129,9 @@ static int64_t lane_decode(const tagc_layout *l, float *cell, const uint32_t *it
       continue;
     uint32_t b = s->ids[r];
     const uint32_t *rows = &l->block_rows[3 * (int64_t)b];
-    uint32_t own = (rows[0] & TAGC_ROW_MASK) == r ? rows[0]
-                   : ((rows[1] & TAGC_ROW_MASK) == r ? rows[1] : rows[2]);
+    uint32_t e0 = rows[0], e1 = rows[1], e2 = rows[2]; /* which of them is r is unpredictable: */
+    uint32_t own = (e1 & TAGC_ROW_MASK) == r ? e1 : e2; /* selects, not branches */
+    own = (e0 & TAGC_ROW_MASK) == r ? e0 : own;
     float x = row_sign(own) * cell[r];
     vals[s->pos[b]] = x;
     s->done[b] = 1;
