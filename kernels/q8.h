@@ -4,7 +4,8 @@
  * A chunk holds n consecutive fp32 values as
  *   [nb = ceil(n / TAGC_Q8_BLOCK) fp32 scales][n int8 codes][zero padding to 16 bytes]
  * (tagc_q8_chunk_bytes(n) bytes). Block k covers elements [256k, 256k + 256):
- *   scale_k = amax_k / 127 (amax_k = the largest |x| in the block, fp32 division),
+ *   scale_k = amax_k / 127 (amax_k = the largest |x| in the block, fp32 division; the
+ *             canonical quiet NaN 0x7FC00000 when the block holds a NaN),
  *   q_i     = rint(x_i / scale_k) clamped to [-127, 127] (round to nearest, ties to even),
  *   x'_i    = q_i * scale_k  (one fp32 multiply, so |x - x'| <= scale_k / 2 per element).
  * An all-zero block has scale 0 and decodes to +0. A block holding a NaN or an infinity gets
@@ -38,16 +39,26 @@ TAGC_HD int64_t tagc_q8_chunk_bytes(int64_t n) {
 /* The code of x in a block with scale s (see above). */
 TAGC_HD int8_t tagc_q8_code(float x, float s) {
   float t = rintf(x / s);
-  if (!(t == t))
-    return 0; /* 0/0 (all-zero block) or a non-finite block: the scale carries it */
-  t = t > 127.0f ? 127.0f : (t < -127.0f ? -127.0f : t);
+  t = t == t ? t : 0.0f; /* 0/0 (all-zero block) or a non-finite block: the scale carries it */
+  t = t > 127.0f ? 127.0f : (t < -127.0f ? -127.0f : t); /* selects: the loop vectorises */
   return (int8_t)t;
 }
 
-/* |x| folded into a block maximum; a NaN wins over everything (order-independent). */
-TAGC_HD float tagc_q8_amax(float m, float x) {
-  float a = fabsf(x);
-  return (a != a || m != m) ? (a != a ? a : m) : (a > m ? a : m);
+/* |x| as its bit pattern: ordered like |x| for every finite and infinite value, and every
+ * NaN above infinity, so a block's maximum is an integer maximum (exact, order-independent,
+ * vectorisable) in which a NaN always wins. */
+TAGC_HD uint32_t tagc_q8_abs_bits(float x) {
+  union { float f; uint32_t u; } c;
+  c.f = x;
+  return c.u & 0x7FFFFFFFu;
+}
+
+/* The scale of a block from its maximum |x| bits: amax / 127, or the canonical quiet NaN when
+ * the block holds a NaN (so CPU and CUDA write the same bytes). */
+TAGC_HD float tagc_q8_scale(uint32_t amax_bits) {
+  union { float f; uint32_t u; } c;
+  c.u = amax_bits > 0x7F800000u ? 0x7FC00000u : amax_bits;
+  return amax_bits > 0x7F800000u ? c.f : c.f / 127.0f;
 }
 
 /* Encodes src[0..n) into one chunk (tagc_q8_chunk_bytes(n) bytes, padding zeroed).

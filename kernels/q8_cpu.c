@@ -14,10 +14,12 @@ tagc_status tagc_q8_encode_cpu(const float *src, int64_t n, void *chunk) {
 #pragma omp parallel for schedule(static) if (nb > PAR_MIN_BLOCKS)
   for (int64_t k = 0; k < nb; k++) {
     int64_t lo = k * TAGC_Q8_BLOCK, hi = lo + TAGC_Q8_BLOCK < n ? lo + TAGC_Q8_BLOCK : n;
-    float m = 0.0f;
-    for (int64_t i = lo; i < hi; i++)
-      m = tagc_q8_amax(m, src[i]);
-    float s = m / 127.0f;
+    uint32_t m = 0;
+    for (int64_t i = lo; i < hi; i++) {
+      uint32_t a = tagc_q8_abs_bits(src[i]);
+      m = a > m ? a : m;
+    }
+    float s = tagc_q8_scale(m);
     scale[k] = s;
     for (int64_t i = lo; i < hi; i++)
       code[i] = tagc_q8_code(src[i], s);
@@ -45,9 +47,14 @@ tagc_status tagc_q8_decode_cpu(const void *chunks, int64_t n, int32_t count, int
     const float *scale = (const float *)p;
     const int8_t *code = (const int8_t *)p + 4 * nb;
     float *out = dst + base;
-#pragma omp parallel for schedule(static) if (len > PAR_MIN_BLOCKS * TAGC_Q8_BLOCK)
-    for (int64_t i = 0; i < len; i++)
-      out[i] = (float)code[i] * scale[i / TAGC_Q8_BLOCK];
+    int64_t blocks = (len + TAGC_Q8_BLOCK - 1) / TAGC_Q8_BLOCK;
+#pragma omp parallel for schedule(static) if (blocks > PAR_MIN_BLOCKS)
+    for (int64_t k = 0; k < blocks; k++) {
+      int64_t lo = k * TAGC_Q8_BLOCK, hi = lo + TAGC_Q8_BLOCK < len ? lo + TAGC_Q8_BLOCK : len;
+      float s = scale[k];
+      for (int64_t i = lo; i < hi; i++)
+        out[i] = (float)code[i] * s;
+    }
   }
   return TAGC_OK;
 }

@@ -1,6 +1,7 @@
 /* CUDA blockwise int8 quantisation (see q8.h): one thread block per quantisation block for
  * the encode (block maximum by warp shuffles, then one element per thread), a grid-stride
- * element loop for the decode. Same helpers as the CPU oracle (tagc_q8_amax, tagc_q8_code)
+ * element loop for the decode. Same helpers as the CPU oracle (tagc_q8_abs_bits, tagc_q8_scale,
+ * tagc_q8_code)
  * and an explicit round-to-nearest multiply, so bytes and values are bit-identical. */
 #include "kernels/cuda_common.cuh"
 #include "kernels/q8.h"
@@ -9,20 +10,23 @@ static_assert(TAGC_Q8_BLOCK == CUDA_THREADS, "one CUDA thread per element of a q
 
 __global__ void q8_encode_kernel(const float *src, int64_t n, int64_t nb, float *scale,
                                  int8_t *code, uint8_t *pad, int64_t pad_bytes) {
-  __shared__ float warp_max[CUDA_THREADS / 32];
+  __shared__ uint32_t warp_max[CUDA_THREADS / 32];
   for (int64_t k = blockIdx.x; k < nb; k += gridDim.x) {
     int64_t i = k * TAGC_Q8_BLOCK + threadIdx.x;
     float x = i < n ? src[i] : 0.0f;
-    float m = tagc_q8_amax(0.0f, x);
+    uint32_t m = tagc_q8_abs_bits(x);
     for (int off = 16; off > 0; off >>= 1)
-      m = tagc_q8_amax(m, __shfl_down_sync(0xFFFFFFFFu, m, off));
+    {
+      uint32_t o = __shfl_down_sync(0xFFFFFFFFu, m, off);
+      m = o > m ? o : m;
+    }
     if ((threadIdx.x & 31) == 0)
       warp_max[threadIdx.x >> 5] = m;
     __syncthreads();
-    float s = warp_max[0];
+    uint32_t bmax = warp_max[0];
     for (int w = 1; w < CUDA_THREADS / 32; w++)
-      s = tagc_q8_amax(s, warp_max[w]);
-    s = __fdiv_rn(s, 127.0f);
+      bmax = warp_max[w] > bmax ? warp_max[w] : bmax;
+    float s = tagc_q8_scale(bmax); /* the division is IEEE (-prec-div=true) */
     if (threadIdx.x == 0)
       scale[k] = s;
     if (i < n)

@@ -5,7 +5,8 @@
  *   sparsify   input grad + residual        8 B/element
  *   encode     input kept values            4 B/element
  *   decode     output shard (one owner)     4 B/element of the shard
- *   bf16       input fp32                   4 B/element
+ *   bf16       input fp32                   4 B/element (encode and decode: the fp32 side)
+ *   q8         input fp32                   4 B/element (int8 gather: encode and decode)
  *   or_many    input W bitmaps              W/8 B/element
  * memcpy copies the same number of bytes between two other buffers (best of the repeats);
  * "ratio" = op GB/s / memcpy GB/s. Best of --reps runs for every figure.
@@ -26,6 +27,7 @@ typedef struct unit {
   int64_t total;
   float *grad, *res, *res_saved, *kept, *sketch, *out, *scratch_a, *scratch_b;
   uint16_t *half;
+  unsigned char *q8; /* one int8 chunk of the whole gradient (kernels/q8.h) */
   uint64_t *bitmap, *glob;
   tagc_sparsify_stats stats[2];
   void *ws;
@@ -77,6 +79,7 @@ static void unit_init(unit *u, int64_t n_total, float density) {
   u->scratch_a = xmalloc((size_t)u->total * 8);
   u->scratch_b = xmalloc((size_t)u->total * 8);
   u->half = xmalloc((size_t)u->total * 2);
+  u->q8 = xmalloc((size_t)tagc_q8_chunk_bytes(u->total));
   u->kept = xmalloc((size_t)(2 * geo.shard_padded) * 4);
   u->bitmap = xmalloc((size_t)(2 * geo.bitmap_words) * 8);
   u->glob = xmalloc((size_t)geo.bitmap_words * 8);
@@ -110,6 +113,7 @@ static void unit_free(unit *u) {
   free(u->scratch_a);
   free(u->scratch_b);
   free(u->half);
+  free(u->q8);
   free(u->kept);
   free(u->bitmap);
   free(u->glob);
@@ -119,8 +123,9 @@ static void unit_free(unit *u) {
   tagc_layout_free(&u->l);
 }
 
-enum { OP_SPARSIFY, OP_ENCODE, OP_DECODE, OP_BF16, OP_OR, OP_COUNT };
-static const char *op_names[] = {"sparsify", "encode", "decode", "bf16_encode", "or_many"};
+enum { OP_SPARSIFY, OP_ENCODE, OP_DECODE, OP_BF16, OP_BF16_DECODE, OP_Q8, OP_Q8_DECODE, OP_OR, OP_COUNT };
+static const char *op_names[] = {"sparsify", "encode", "decode", "bf16_encode", "bf16_decode",
+                                 "q8_encode", "q8_decode", "or_many"};
 
 static double op_bytes(const unit *u, int op) {
   switch (op) {
@@ -139,6 +144,9 @@ static tagc_status run_op(unit *u, int op, tagc_decode_stats *dst) {
   case OP_ENCODE: return tagc_sketch_encode_cpu(&u->l, u->kept, u->bitmap, u->sketch);
   case OP_DECODE: return tagc_decode_cpu(&u->l, u->sketch, u->glob, u->out, dst, u->ws, u->ws_bytes);
   case OP_BF16: return tagc_bf16_encode_cpu(u->grad, u->half, u->total);
+  case OP_BF16_DECODE: return tagc_bf16_decode_cpu(u->half, u->res, u->total);
+  case OP_Q8: return tagc_q8_encode_cpu(u->grad, u->total, u->q8);
+  case OP_Q8_DECODE: return tagc_q8_decode_cpu(u->q8, u->total, 1, u->total, u->res);
   default: return tagc_bitmap_or_many_cpu(u->glob, u->bitmap, 2, u->l.bitmap_words);
   }
 }
