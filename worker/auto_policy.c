@@ -37,3 +37,32 @@ const char *tagc_wire_mode_name(tagc_wire_mode m) {
   default: return "?";
   }
 }
+
+void tagc_auto_gather_costs(int world, double link_bytes_per_s, double cost[TAGC_GATHER_COUNT]) {
+  double share = world > 1 ? (double)(world - 1) / (double)world : 0.0;
+  cost[TAGC_GATHER_FP32] = 4.0 * share / link_bytes_per_s;
+  cost[TAGC_GATHER_BF16] = 2.0 * share / link_bytes_per_s + TAGC_AUTO_GATHER_BF16_S_PER_ELEMENT;
+  cost[TAGC_GATHER_INT8] =
+      (1.0 + 4.0 / 256.0) * share / link_bytes_per_s + TAGC_AUTO_GATHER_Q8_S_PER_ELEMENT;
+}
+
+tagc_gather_mode tagc_auto_gather_choose(int world, double link_bytes_per_s,
+                                         tagc_gather_mode current, int switches) {
+  if (!(link_bytes_per_s > 0) || world < 2)
+    return current;
+  double cost[TAGC_GATHER_COUNT];
+  tagc_auto_gather_costs(world, link_bytes_per_s, cost);
+  tagc_gather_mode best = cost[TAGC_GATHER_INT8] < cost[TAGC_GATHER_BF16] ? TAGC_GATHER_INT8
+                                                                          : TAGC_GATHER_BF16;
+  double gain = switches >= TAGC_AUTO_MAX_SWITCHES ? 2 * TAGC_AUTO_GAIN : TAGC_AUTO_GAIN;
+  return cost[best] <= (1.0 - gain) * cost[current] ? best : current;
+}
+
+const char *tagc_gather_mode_name(tagc_gather_mode m) {
+  switch (m) {
+  case TAGC_GATHER_FP32: return "fp32";
+  case TAGC_GATHER_BF16: return "bf16";
+  case TAGC_GATHER_INT8: return "int8";
+  default: return "?";
+  }
+}

@@ -50,4 +50,32 @@ tagc_wire_mode tagc_auto_choose(const tagc_auto_input *in, tagc_wire_mode curren
 /* "sketch", "bf16" or "fp32". */
 const char *tagc_wire_mode_name(tagc_wire_mode m);
 
+/* `--gather auto` with `--compress auto`: the precision of the parameter all-gathers, bf16 or
+ * blockwise int8 (kernels/q8.h), from the same shared link rate. Per gathered element, on W
+ * ranks, the predicted cost is
+ *   bf16   2 (W-1)/W bytes / link rate + TAGC_AUTO_GATHER_BF16_S_PER_ELEMENT
+ *   int8   (1 + 4/256) (W-1)/W bytes / link rate + TAGC_AUTO_GATHER_Q8_S_PER_ELEMENT
+ * (conversions: encode of the own shard, decode of the whole unit). Every unit and every
+ * gather of a step scale both costs alike, so one choice serves all units: int8 wins below a
+ * link rate of about 1 GB/s at W = 2. Same hysteresis as the gradient wires. */
+typedef enum tagc_gather_mode {
+  TAGC_GATHER_FP32 = 0,
+  TAGC_GATHER_BF16,
+  TAGC_GATHER_INT8,
+  TAGC_GATHER_COUNT
+} tagc_gather_mode;
+
+#define TAGC_AUTO_GATHER_BF16_S_PER_ELEMENT 0.5e-9 /* bench_kernels: encode + decode, 1 thread */
+#define TAGC_AUTO_GATHER_Q8_S_PER_ELEMENT 1e-9
+
+/* Predicted seconds per gathered element of each precision (fp32 included, for the log). */
+void tagc_auto_gather_costs(int world, double link_bytes_per_s, double cost[TAGC_GATHER_COUNT]);
+
+/* bf16 or int8 for the next steps; `current` when the rate is unknown or W < 2. Pure. */
+tagc_gather_mode tagc_auto_gather_choose(int world, double link_bytes_per_s,
+                                         tagc_gather_mode current, int switches);
+
+/* "fp32", "bf16" or "int8". */
+const char *tagc_gather_mode_name(tagc_gather_mode m);
+
 #endif

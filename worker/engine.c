@@ -60,6 +60,7 @@ static tagc_status build_segments(tagc_engine *e) {
       s->off = ti->offset;
       s->len = ti->numel;
       s->pol = pol;
+      e->n_adaptive += pol.adaptive != 0;
     }
     e->unit_n_segs[u] = e->n_segs - e->unit_first_seg[u];
     if (ui->numel > e->max_unit)
@@ -80,14 +81,17 @@ static tagc_status build_segments(tagc_engine *e) {
     TAGC_CHECK(tagc_grad_segment_new(e->codec, &s->pol, s->len, s->S, (uint32_t)s->unit, &s->codec));
   }
   TAGC_CHECK(tagc_device_alloc(e->dev, max_padded * sizeof(float), (void **)&e->staging));
-  if (e->cfg.gather_int8) {
+  e->gather_adaptive = e->cfg.gather_auto && e->n_adaptive > 0 && e->world > 1;
+  e->gather = e->cfg.gather_int8 ? TAGC_GATHER_INT8
+              : (e->cfg.gather_bf16 || e->gather_adaptive) ? TAGC_GATHER_BF16 : TAGC_GATHER_FP32;
+  if (e->cfg.gather_int8 || e->gather_adaptive) {
     e->gatherq_chunk = (size_t)tagc_q8_chunk_bytes((int64_t)(max_padded / (size_t)e->world));
     TAGC_CHECK(tagc_device_alloc(e->dev, ((size_t)e->world + 1) * e->gatherq_chunk,
                                  (void **)&e->gatherq));
-  } else if (e->cfg.gather_bf16) {
+  }
+  if (e->gather == TAGC_GATHER_BF16)
     TAGC_CHECK(tagc_device_alloc(e->dev, (max_padded + max_padded / (size_t)e->world) * sizeof(uint16_t),
                                  (void **)&e->gather16));
-  }
   size_t n_sums = (size_t)(SUM_SEG0 + 3 * e->n_segs + 1);
   e->xfer_bytes = n_sums * ((size_t)e->world + 1) * sizeof(double);
   TAGC_CHECK(tagc_device_alloc(e->dev, e->xfer_bytes, &e->xfer));
@@ -139,7 +143,8 @@ static tagc_status gather_unit(tagc_engine *e, int unit, float *dst, int for_com
       TAGC_CHECK(tagc_device_copy(e->dev, lane, out, s->p, s->len * sizeof(float), TAGC_COPY_D2D));
       continue;
     }
-    if (e->cfg.gather_int8 && for_compute) {
+    tagc_gather_mode mode = for_compute ? e->gather : TAGC_GATHER_FP32;
+    if (mode == TAGC_GATHER_INT8) {
       size_t chunk = (size_t)tagc_q8_chunk_bytes((int64_t)s->S);
       unsigned char *recv = e->gatherq, *send = e->gatherq + (size_t)e->world * e->gatherq_chunk;
       TAGC_CHECK(tagc_kernels_q8_encode(&ctx, s->p, (int64_t)s->S, send));
@@ -148,7 +153,7 @@ static tagc_status gather_unit(tagc_engine *e, int unit, float *dst, int for_com
       TAGC_CHECK(tagc_kernels_q8_decode(&ctx, recv, (int64_t)s->S, e->world, (int64_t)s->len, out));
       continue;
     }
-    if (e->cfg.gather_bf16 && for_compute) {
+    if (mode == TAGC_GATHER_BF16) {
       uint16_t *recv = e->gather16, *send = e->gather16 + (size_t)e->world * s->S;
       TAGC_CHECK(tagc_kernels_bf16_encode(&ctx, s->p, send, (int64_t)s->S));
       TAGC_CHECK(tagc_device_sync(e->dev, lane));
@@ -643,6 +648,20 @@ static void choose_wires(tagc_engine *e, int64_t step, double link_rate) {
     tagc_grad_segment_set_mode(s->codec, next);
     s->switches++;
   }
+  if (!e->gather_adaptive)
+    return;
+  tagc_gather_mode next = tagc_auto_gather_choose(e->world, link_rate, e->gather, e->gather_switches);
+  if (next == e->gather)
+    return;
+  double cost[TAGC_GATHER_COUNT];
+  tagc_auto_gather_costs(e->world, link_rate, cost);
+  if (e->rank == 0)
+    LOG_INFO("engine", "auto: step %lld, parameter gathers: %s -> %s (link %.1f MB/s; predicted "
+             "%.3f -> %.3f ns per gathered element)", (long long)step + 1,
+             tagc_gather_mode_name(e->gather), tagc_gather_mode_name(next), link_rate / 1e6,
+             1e9 * cost[e->gather], 1e9 * cost[next]);
+  e->gather = next;
+  e->gather_switches++;
 }
 
 /* Records the global density of each tagc segment (all ranks see the same sums, so they
@@ -672,6 +691,7 @@ static void update_density(tagc_engine *e, tagc_step_stats *stats) {
   stats->sketch_coverage = tagc_len > 0 ? elements / tagc_len : 0;
   for (int m = 0; m < TAGC_MODE_COUNT; m++)
     stats->path_fraction[m] = all > 0 ? path[m] / all : 0;
+  stats->gather = tagc_gather_mode_name(e->gather);
   stats->unpeeled = (uint64_t)e->sums[SUM_ESTIMATED];
   if (e->sums[SUM_FB_ABS] > 0)
     stats->feedback_error = fabs(e->sums[SUM_FB_IN] - e->sums[SUM_FB_OUT]) / e->sums[SUM_FB_ABS];
@@ -727,7 +747,8 @@ tagc_status tagc_engine_step(tagc_engine *e, const tagc_corpus *corpus, int64_t 
     }
   }
   if (e->n_adaptive && e->cfg.comm)
-    sums[at_rate] = -tagc_comm_link_rate(tagc_comm_backend_of(e->cfg.comm));
+    sums[at_rate] = -(e->cfg.link_rate > 0 ? e->cfg.link_rate
+                                            : tagc_comm_link_rate(tagc_comm_backend_of(e->cfg.comm)));
   TAGC_CHECK(reduce_over_ranks(e, sums, n_sums, SUM_SEG0 + e->n_segs));
   stats->loss = sums[SUM_LOSS] / ((double)e->cfg.batch * T);
   stats->grad_norm = sqrt(sums[SUM_SQ]);

@@ -61,6 +61,11 @@ typedef struct tagc_engine_config {
   int gather_int8;                 /* all-gather parameters as blockwise int8 (kernels/q8.h, ZeRO++
                                       qwZ style: one fp32 scale per 256 elements, fp32 master
                                       shards); wins over gather_bf16 */
+  int gather_auto;                 /* with adaptive (--compress auto) roles: the all-gathers
+                                      switch between bf16 and int8 with the measured link
+                                      (auto_policy.h); starts as bf16 */
+  double link_rate;                /* > 0: the link rate (bytes/s) the auto choices assume
+                                      instead of the measured one */
   double op_delay_s;               /* fault injection: delay before every collective task */
   int reshard_after_forward;       /* 1: ZeRO-3, a unit is gathered before forward and again
                                       before backward; 0: gathered units stay for the whole step
@@ -86,6 +91,7 @@ typedef struct tagc_step_stats {
                              went dense: the sketch would not have paid) */
   double path_fraction[3]; /* of all gradient elements: sent as sketches, dense bf16, dense fp32
                               (indexed by tagc_wire_mode, worker/auto_policy.h) */
+  const char *gather;     /* precision of this step's compute all-gathers: "fp32", "bf16", "int8" */
   uint64_t unpeeled;      /* tagc segments: elements left to the estimate, all ranks */
   uint64_t tagc_elements; /* tagc segments: elements set in the ORed bitmaps, all ranks */
   double feedback_error;  /* check_feedback: |sum(grad + old residual) - sum(kept + new

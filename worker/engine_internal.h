@@ -58,6 +58,9 @@ struct tagc_engine {
   uint16_t *gather16;  /* bf16 all-gather: [W][max S] received, then [max S] sent */
   unsigned char *gatherq; /* int8 all-gather: [W][max chunk] received, then [max chunk] sent */
   size_t gatherq_chunk;   /* tagc_q8_chunk_bytes of the largest shard */
+  tagc_gather_mode gather; /* precision of the compute gathers now */
+  int gather_adaptive;     /* --gather auto over adaptive roles: re-chosen with the wires */
+  int gather_switches;
 
   tagc_device_model *model;
   uint8_t *tokens, *targets; /* host */

@@ -23,6 +23,10 @@ int tagc_policy_gather_bf16(const char *gather, const tagc_compress_policy *p) {
 const char *tagc_policy_gather_name(const char *gather, const tagc_compress_policy *p) {
   if (strcmp(gather, "int8") == 0)
     return "int8";
+  if (strcmp(gather, "auto") == 0)
+    for (int r = 0; r < TAGC_ROLE_COUNT; r++)
+      if (p->role[r].adaptive)
+        return "auto"; /* bf16 or int8 with the link; metrics.jsonl tells each step's */
   return tagc_policy_gather_bf16(gather, p) ? "bf16" : "fp32";
 }
 

@@ -51,7 +51,8 @@ tagc_status tagc_policy_parse(const char *spec, tagc_compress_policy *out);
  * `none` everywhere stays the fp32 ZeRO-3 baseline. */
 int tagc_policy_gather_bf16(const char *gather, const tagc_compress_policy *p);
 
-/* The precision of the parameter all-gathers in effect: "int8", "bf16" or "fp32". */
+/* The precision of the parameter all-gathers in effect: "int8", "bf16" or "fp32", or "auto"
+ * for --gather auto over adaptive (--compress auto) roles. */
 const char *tagc_policy_gather_name(const char *gather, const tagc_compress_policy *p);
 
 /* "none", "bf16" or "tagc". */

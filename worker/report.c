@@ -164,6 +164,8 @@ static void write_metrics(tagc_report *rp, int64_t step, const tagc_step_stats *
     json_object_set_new(m, "feedback_error", json_real(ss->feedback_error));
   json_object_set_new(m, "sketch_coverage", json_real(ss->sketch_coverage));
   json_object_set_new(m, "paths", paths_json(ss->path_fraction, 1));
+  if (ss->gather)
+    json_object_set_new(m, "gather", json_string(ss->gather));
   json_object_set_new(m, "batch_crc32c", json_integer(batch_crc(rp, step)));
   json_dumpf(m, rp->metrics, JSON_COMPACT);
   fputc('\n', rp->metrics);

@@ -194,6 +194,8 @@ static tagc_status gen_begin(tagc_run *t, const tagc_gen_spec *g) {
   ec.check_feedback = cfg->check_feedback;
   ec.gather_bf16 = tagc_policy_gather_bf16(cfg->gather, &t->policy);
   ec.gather_int8 = strcmp(cfg->gather, "int8") == 0;
+  ec.gather_auto = strcmp(cfg->gather, "auto") == 0;
+  ec.link_rate = cfg->link_rate;
   ec.reshard_after_forward = cfg->reshard_after_forward;
   ec.op_delay_s = t->faults.slow_s;
   TAGC_CHECK(tagc_engine_new(&ec, &t->engine));

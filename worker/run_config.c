@@ -84,6 +84,9 @@ static const tagc_opt train_opts[] = {
      "parameter all-gather precision (bf16 = mixed-precision FSDP, int8 = blockwise int8 with one "
      "scale per 256 elements; the master shards stay fp32; auto = bf16 when --compress "
      "compresses any role, else fp32)"},
+    {"link-rate", TAGC_OPT_DOUBLE, OFF(link_rate), "0", 0, 1e12, NULL,
+     "bytes/s the --compress/--gather auto choices assume for the slowest link (0 = measure it; "
+     "set it when the link is known and measurements are noisy)"},
     {"reshard-after-forward", TAGC_OPT_BOOL, OFF(reshard_after_forward), "true", 0, -1, NULL,
      "free a unit's gathered parameters after forward and gather again for backward (ZeRO-3); "
      "false keeps them for the whole step"},

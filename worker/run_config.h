@@ -46,6 +46,7 @@ typedef struct tagc_train_config {
   int resume;
   int64_t stop_at;    /* stop after this step (0 = no) */
   int check_feedback; /* test hook, see tagc_engine_config */
+  double link_rate;   /* bytes/s assumed by the auto choices; 0 = measured */
   char *gather;       /* "auto", "fp32" or "bf16" parameter all-gathers (tagc_policy_gather_bf16) */
   int reshard_after_forward;
   char *fault;        /* fault spec (see worker/fault.h) */
