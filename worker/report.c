@@ -196,10 +196,13 @@ void tagc_report_progress(tagc_report *rp, int64_t step, const tagc_step_stats *
     return;
   rp->last_progress = now;
   double tokens_per_s = ss->step_s > 0 ? step_tokens(rp) / ss->step_s : 0;
-  json_t *p = json_pack("{s:I, s:f, s:f, s:I, s:i, s:I}", "step", (json_int_t)(step + 1), "loss",
-                        isfinite(ss->loss) ? ss->loss : 0.0, "tokens_per_s", tokens_per_s,
+  int64_t done = step + 1, left = rp->c.cfg->steps - done;
+  double eta = (now - rp->t0) / (double)(rp->tt.steps ? rp->tt.steps : 1) * (double)left;
+  json_t *p = json_pack("{s:I, s:I, s:f, s:f, s:f, s:I, s:i, s:I, s:i}", "step", (json_int_t)done,
+                        "steps", (json_int_t)rp->c.cfg->steps, "eta_s", left > 0 ? eta : 0.0,
+                        "loss", isfinite(ss->loss) ? ss->loss : 0.0, "tokens_per_s", tokens_per_s,
                         "bytes_per_step", (json_int_t)ss->bytes_sent, "world_size", rp->world,
-                        "generation", (json_int_t)rp->gen);
+                        "generation", (json_int_t)rp->gen, "recoveries", rp->recoveries);
   if (p && tagc_member_progress(rp->member, p) != TAGC_OK)
     LOG_WARN("train", "progress not recorded: %s", tagc_last_error());
   json_decref(p);
@@ -251,6 +254,7 @@ static void sample_step(tagc_report *rp, const tagc_step_stats *ss) {
 void tagc_report_sample(tagc_report *rp, int64_t steps_done, const tagc_step_stats *ss,
                         const tagc_recovery_counts *rec, const tagc_comm *comm,
                         tagc_ckpt_saver *saver) {
+  rp->recoveries = rec->recoveries;
   if (!rp->c.http)
     return;
   tagc_worker_sample *m = &rp->sample;

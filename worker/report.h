@@ -66,6 +66,7 @@ typedef struct tagc_report {
   tagc_report_totals tt;
   double t0, last_print, last_progress;
   double loss, val;           /* latest training and validation loss, NAN until known */
+  int recoveries;             /* of this process so far, for the progress record */
   tagc_worker_sample sample;  /* what /metrics serves */
   const tagc_ckpt_saver *saver_seen;   /* the saver of the last sample (NULL: none) */
   int64_t saves_before, failed_before; /* of the savers of earlier generations */
