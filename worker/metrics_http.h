@@ -4,7 +4,7 @@
  * The training loop owns a tagc_worker_sample and hands a copy to the server whenever it
  * changes (after a step, at a generation's start and end); the server keeps the copy under a
  * mutex and renders each scrape from it, so a scrape never waits on training and never reads
- * a half-updated sample. Every sample carries the label job="<--job>" ("" in static mode).
+ * a half-updated sample. Every sample carries the label job="<--job>" ("default" unless given).
  * Metrics (prefixed tagc_worker_ unless said otherwise):
  *   step, loss, step_seconds, tokens_per_second         the last completed step
  *   step_duration_seconds (histogram)                    every step of the process

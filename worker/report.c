@@ -20,8 +20,11 @@ void tagc_report_init(tagc_report *rp, const tagc_report_config *c) {
   memset(rp, 0, sizeof *rp);
   rp->c = *c;
   tagc_device_get_info(c->device, &rp->dev_info);
-  if (c->http)
+  if (c->http) { /* the job label from the first scrape on */
     rp->sample = tagc_worker_sample_empty();
+    rp->sample.job = c->cfg->job;
+    tagc_metrics_http_publish(c->http, &rp->sample);
+  }
   rp->loss = rp->val = NAN;
   rp->t0 = tagc_now();
   rp->last_print = -1e9;
