@@ -84,8 +84,12 @@ static const char *state_of(const coord_view *v, char *why, size_t cap) {
     return "done";
   }
   if (v->n_workers == 0 && v->gen > 0) {
-    snprintf(why, cap, "not done and no worker is registered (stopped at step %lld); start "
-             "workers to resume from the last checkpoint, or `tagctl job reset`", step);
+    long long final = (long long)final_step(v);
+    char of[40] = "";
+    if (final > 0)
+      snprintf(of, sizeof of, " of %lld", final);
+    snprintf(why, cap, "not done and no worker is registered (stopped at step %lld%s); start "
+             "workers to resume from the last checkpoint, or `tagctl job reset`", step, of);
     return "failed";
   }
   if (v->gen == 0) {
@@ -156,11 +160,14 @@ static void print_progress(const coord_view *v) {
   if (final > 0)
     snprintf(of, sizeof of, "/%lld (%.0f%%)", (long long)final, 100.0 * (double)step / (double)final);
   duration(eta_of(v), eta, sizeof eta);
-  printf(LABEL "step %lld%s, ETA %s, %.0f tokens/s, loss %.4f, world %lld, updated %.0f s ago\n",
-         "progress", (long long)step, of, eta,
-         json_number_value(json_object_get(v->progress, "tokens_per_s")),
+  printf(LABEL "step %lld%s, ETA %s, %.0f tokens/s, loss %.4f, world %lld", "progress",
+         (long long)step, of, eta, json_number_value(json_object_get(v->progress, "tokens_per_s")),
          json_number_value(json_object_get(v->progress, "loss")),
-         (long long)coord_int_field(v->progress, "world_size"), age_of(v->progress));
+         (long long)coord_int_field(v->progress, "world_size"));
+  double age = age_of(v->progress);
+  if (isfinite(age))
+    printf(", updated %.0f s ago", age);
+  printf("\n");
 }
 
 static void print_plan(const coord_view *v) {
