@@ -2,7 +2,8 @@
 """The /metrics of a real job (etcd, a coordinator with --http, two workers with
 --metrics-addr, checkpoints every 10 steps) as Prometheus itself reads them.
   check:  both the worker's and the coordinator's text pass `promtool check metrics` (format
-          and naming lint), and a text that breaks a naming rule does not;
+          and naming lint), and a text that breaks a naming rule does not; both count their
+          etcd requests, and the coordinator counts failed ones once etcd is killed;
   scrape: a real Prometheus (temporary config, storage and port) scrapes both; its HTTP API
           returns the step duration histogram, its quantile, and the checkpoint age series of
           worker and coordinator, each labelled with the tagc job.
@@ -13,6 +14,7 @@ import math
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -52,6 +54,12 @@ def check_texts(texts):
         check(r.returncode == 0 and not (r.stdout + r.stderr).strip(),
               "promtool check metrics passes on the %s's /metrics (%d lines): %s"
               % (who, text.count("\n"), (r.stdout + r.stderr).strip()[:2000]))
+        values = dict(re.findall(r"^(tagc_etcd_requests_total|tagc_etcd_request_duration_seconds_count|"
+                                 r"process_resident_memory_bytes|tagc_build_info)\{[^}]*\} (\S+)$", text, re.M))
+        check(float(values.get("tagc_etcd_requests_total", 0)) > 0 and
+              values.get("tagc_etcd_request_duration_seconds_count") == values.get("tagc_etcd_requests_total") and
+              float(values.get("process_resident_memory_bytes", 0)) > 1e6 and values.get("tagc_build_info") == "1",
+              "the %s counts its etcd requests (%s)" % (who, values))
     broken = texts["worker"].replace("tagc_worker_failures_total", "tagc_worker_failures")
     r = promtool(broken)
     check(r.returncode != 0 and "tagc_worker_failures" in r.stdout + r.stderr,
@@ -120,6 +128,12 @@ try:
     if mode == "check":
         check_texts({"worker": get("http://127.0.0.1:%d/metrics" % wport),
                      "coordinator": get("http://127.0.0.1:%d/metrics" % cport)})
+        errors = lambda: float(re.search(r"^tagc_etcd_request_errors_total\{[^}]*\} (\S+)$",
+                                         get("http://127.0.0.1:%d/metrics" % cport), re.M).group(1))
+        check(errors() == 0, "no etcd request failed while etcd ran")
+        c.signal("etcd", signal.SIGKILL)
+        failed = wait_for(lambda: _try(lambda: errors() or None), 60, "a failed etcd request")
+        check(failed >= 1, "with etcd killed, the coordinator counts failed etcd requests (%g)" % failed)
     else:
         scrape_with_prometheus(c, [wport, cport], c.job)
 finally:
