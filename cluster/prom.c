@@ -173,11 +173,13 @@ void tagc_prom_common(tagc_prom *p, const char *program) {
 }
 
 char *tagc_prom_finish(tagc_prom *p) {
-  char *text = p->failed ? NULL : p->buf;
-  if (p->failed)
-    free(p->buf);
-  if (text == NULL && !p->failed)
-    text = calloc(1, 1);
+  char *text = p->buf;
+  if (p->failed) {
+    free(text);
+    text = NULL;
+  } else if (!text) {
+    text = calloc(1, 1); /* nothing was added */
+  }
   memset(p, 0, sizeof *p);
   return text;
 }
