@@ -8,6 +8,9 @@
 
 #include <curl/curl.h>
 
+#include "cluster/etcd_stats.h"
+#include "common/timeutil.h"
+
 enum { IDLE_TICK_MS = 100, TCP_KEEPIDLE_S = 5, TCP_KEEPINTVL_S = 2 };
 
 /* A unary reply body, NUL-terminated, of at most max bytes; too_long once more arrived. */
@@ -149,6 +152,7 @@ static tagc_status curl_request(void *ctx, const tagc_etcd_request *req, long *h
   buffer b = {.max = req->max_reply_bytes ? req->max_reply_bytes : TAGC_ETCD_MAX_REPLY_BYTES};
   curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, append_body);
   curl_easy_setopt(h, CURLOPT_WRITEDATA, &b);
+  double started = tagc_now();
   CURLcode rc = curl_easy_perform(h);
   tagc_status st = TAGC_OK;
   if (b.too_long) {
@@ -165,6 +169,7 @@ static tagc_status curl_request(void *ctx, const tagc_etcd_request *req, long *h
     if (!*body)
       st = tagc_errorf(TAGC_ENOMEM, "etcd reply buffer");
   }
+  tagc_etcd_stats_record(tagc_now() - started, st != TAGC_OK || *http_status >= 400);
   curl_easy_cleanup(h);
   curl_slist_free_all(hl);
   return st;

@@ -1,10 +1,10 @@
 #include "coordinator/status_http.h"
 
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "cluster/prom.h"
 #include "common/log.h"
 #include "common/timeutil.h"
 
@@ -60,60 +60,77 @@ void coord_status_etcd_failed(coord_status *s, const char *what) {
     LOG_WARN("coord", "%s: %s", what, tagc_last_error());
 }
 
-/* Appends printf output to a growing buffer; on allocation failure the text is cut. */
-typedef struct text {
-  char *buf;
-  size_t len, cap;
-} text;
+/* Failure kinds always exported (0 until seen), in the order of docs/operations.md; a kind
+ * outside this list that appears in failures_total is exported too. */
+static const char *const kinds[] = {"crash", "lease", "hang", "partition", "oom",
+                                    "injected", "timeout", "comm"};
 
-static void add(text *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static int listed_kind(const char *kind) {
+  for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++) {
+    if (!strcmp(kinds[i], kind))
+      return 1;
+  }
+  return 0;
+}
 
-static void add(text *t, const char *fmt, ...) {
-  for (;;) {
-    va_list ap;
-    va_start(ap, fmt);
-    int n = t->buf ? vsnprintf(t->buf + t->len, t->cap - t->len, fmt, ap) : -1;
-    va_end(ap);
-    if (n >= 0 && t->len + (size_t)n < t->cap) {
-      t->len += (size_t)n;
-      return;
-    }
-    size_t cap = t->cap ? t->cap * 2 : 1024;
-    char *bigger = realloc(t->buf, cap);
-    if (!bigger)
-      return;
-    t->buf = bigger;
-    t->cap = cap;
-    t->buf[t->len] = '\0';
+static void failure_metrics(tagc_prom *p, const json_t *totals) {
+  tagc_prom_family(p, "tagc_failures_total", "counter", "Failure reports and lost leases, by "
+                   "kind, over the job");
+  char label[128];
+  for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++) {
+    snprintf(label, sizeof label, "kind=\"%s\"", kinds[i]);
+    tagc_prom_sample(p, "tagc_failures_total", label,
+                     (double)json_integer_value(json_object_get(totals, kinds[i])));
+  }
+  const char *kind;
+  json_t *n;
+  json_object_foreach((json_t *)totals, kind, n) {
+    if (listed_kind(kind) || strspn(kind, "abcdefghijklmnopqrstuvwxyz_") != strlen(kind) ||
+        strlen(kind) > 64)
+      continue;
+    snprintf(label, sizeof label, "kind=\"%s\"", kind);
+    tagc_prom_sample(p, "tagc_failures_total", label, (double)json_integer_value(n));
   }
 }
 
-static void gauge(text *t, const char *name, const char *help, double value) {
-  add(t, "# HELP %s %s\n# TYPE %s gauge\n%s %.17g\n", name, help, name, name, value);
+/* The committed checkpoint (ckpt/committed): its step and age; nothing before the first. */
+static void checkpoint_metrics(tagc_prom *p, const json_t *ckpt) {
+  const json_t *time = json_object_get(ckpt, "time");
+  if (!json_is_number(time))
+    return;
+  tagc_prom_gauge(p, "tagc_checkpoint_last_step", "Step of the job's latest committed "
+                  "checkpoint", (double)coord_int_field(ckpt, "step"));
+  tagc_prom_gauge(p, "tagc_checkpoint_age_seconds", "Seconds since the job's latest "
+                  "checkpoint was committed", tagc_wall_time() - json_number_value(time));
 }
 
 /* Prometheus text of the snapshot. Caller holds s->lock. */
 static char *metrics_text(const coord_status *s) {
   const json_t *plan = json_object_get(s->snapshot, "plan");
-  text t = {0};
-  gauge(&t, "tagc_coordinator_leader", "1 when this coordinator is the job's leader", s->leader);
-  gauge(&t, "tagc_generation", "Current generation number",
-        (double)coord_int_field(s->snapshot, "generation"));
-  gauge(&t, "tagc_world_size", "Workers in the current generation",
-        (double)coord_int_field(plan, "world"));
-  gauge(&t, "tagc_step", "Training step last reported by rank 0",
-        (double)coord_int_field(s->snapshot, "step"));
-  gauge(&t, "tagc_members", "Workers registered with a live lease",
-        (double)json_object_size(json_object_get(s->snapshot, "workers")));
-  gauge(&t, "tagc_job_done", "1 once the job is done", s->done);
-  add(&t, "# HELP tagc_failures_total Failure reports and lost leases, by kind, over the job\n"
-          "# TYPE tagc_failures_total counter\n");
-  static const char *const kinds[] = {"comm", "timeout", "oom", "crash", "hang", "injected", "lease"};
-  const json_t *totals = json_object_get(plan, "failures_total");
-  for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++)
-    add(&t, "tagc_failures_total{kind=\"%s\"} %lld\n", kinds[i],
-        (long long)json_integer_value(json_object_get(totals, kinds[i])));
-  return t.buf;
+  const json_t *progress = json_object_get(s->snapshot, "progress");
+  tagc_prom p;
+  tagc_prom_init(&p, json_string_value(json_object_get(s->snapshot, "job")));
+  tagc_prom_gauge(&p, "tagc_coordinator_leader", "1 when this coordinator is the job's leader",
+                  s->leader);
+  tagc_prom_gauge(&p, "tagc_generation", "Current generation number",
+                  (double)coord_int_field(s->snapshot, "generation"));
+  tagc_prom_gauge(&p, "tagc_world_size", "Workers in the current generation",
+                  (double)coord_int_field(plan, "world"));
+  tagc_prom_gauge(&p, "tagc_step", "Training step last reported by rank 0",
+                  (double)coord_int_field(s->snapshot, "step"));
+  if (json_is_object(progress)) {
+    tagc_prom_gauge(&p, "tagc_loss", "Training loss last reported by rank 0",
+                    json_number_value(json_object_get(progress, "loss")));
+    tagc_prom_gauge(&p, "tagc_tokens_per_second", "Global tokens per second last reported by "
+                    "rank 0", json_number_value(json_object_get(progress, "tokens_per_s")));
+  }
+  tagc_prom_gauge(&p, "tagc_members", "Workers registered with a live lease",
+                  (double)json_object_size(json_object_get(s->snapshot, "workers")));
+  tagc_prom_gauge(&p, "tagc_job_done", "1 once the job is done", s->done);
+  failure_metrics(&p, json_object_get(plan, "failures_total"));
+  checkpoint_metrics(&p, json_object_get(s->snapshot, "checkpoint"));
+  tagc_prom_common(&p, "tagc-coordinator");
+  return tagc_prom_finish(&p);
 }
 
 void coord_status_serve(void *arg, const char *path, tagc_http_response *resp) {
@@ -122,9 +139,10 @@ void coord_status_serve(void *arg, const char *path, tagc_http_response *resp) {
   if (strcmp(path, "/healthz") == 0) {
     int ok = s->etcd_ok_at > 0 && tagc_now() - s->etcd_ok_at < HEALTH_STALE_S;
     resp->status = ok ? 200 : 503;
-    text t = {0};
-    add(&t, ok ? "ok\n" : "etcd unreachable: %s\n", s->etcd_error[0] ? s->etcd_error : "no read yet");
-    resp->body = t.buf;
+    char line[300];
+    snprintf(line, sizeof line, ok ? "ok\n" : "etcd unreachable: %s\n",
+             s->etcd_error[0] ? s->etcd_error : "no read yet");
+    resp->body = strdup(line);
   } else if (strcmp(path, "/status") == 0) {
     resp->status = 200;
     resp->content_type = "application/json";

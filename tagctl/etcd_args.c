@@ -18,6 +18,7 @@ static const tagc_opt etcd_opts[] = {
     {"clear", TAGC_OPT_BOOL, ARGOFF(clear), "false", 0, -1, NULL, "inject: remove the worker's chaos key"},
     {"force", TAGC_OPT_BOOL, ARGOFF(force), "false", 0, -1, NULL,
      "job reset|delete: also while workers are registered"},
+    {"json", TAGC_OPT_BOOL, ARGOFF(json), "false", 0, -1, NULL, "status: one JSON object"},
 };
 #define N_ETCD_OPTS (sizeof etcd_opts / sizeof etcd_opts[0])
 

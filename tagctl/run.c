@@ -408,6 +408,30 @@ static void stop_infra(infra *in) {
     nftw(in->data_dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
 }
 
+/* One line at the start of an elastic run: where coordinator 0 serves /status and /metrics
+ * (the port its log names, waited for up to 10 s) and the tagctl status command. */
+static void print_where(const run_config *rc) {
+  char log[PATH_MAX + 32], line[1024];
+  snprintf(log, sizeof log, "%s/coordinator-0.log", rc->train.out);
+  int port = 0;
+  for (double until = tagc_now() + 10; !port && tagc_now() < until; tagc_sleep(0.05)) {
+    FILE *f = fopen(log, "r");
+    while (f && !port && fgets(line, sizeof line, f)) {
+      const char *at = strstr(line, "serving /healthz, /status, /metrics on port ");
+      if (at)
+        port = atoi(at + strlen("serving /healthz, /status, /metrics on port "));
+    }
+    if (f)
+      fclose(f);
+  }
+  char where[64] = "(see coordinator-0.log)";
+  if (port > 0)
+    snprintf(where, sizeof where, "http://127.0.0.1:%d", port);
+  printf("tagctl run: coordinator /status and /metrics at %s; progress: tagctl status --etcd %s "
+         "--job %s\n", where, rc->train.etcd, rc->train.job);
+  fflush(stdout);
+}
+
 int tagctl_run(int argc, char **argv) {
   run_config rc;
   memset(&rc, 0, sizeof rc);
@@ -476,6 +500,8 @@ int tagctl_run(int argc, char **argv) {
     code = 0;
   } else {
     snprintf(worker, sizeof worker, "%s/tagc-worker", dir);
+    if (rc.elastic)
+      print_where(&rc);
     code = launch_workers(worker, job, &rc, lock_fd);
   }
   stop_infra(&in);

@@ -1,6 +1,9 @@
-/* tagctl status: a job's state in words (done, running, recovering, waiting or failed) with
- * its generation, progress, last checkpoint, failures and workers, from one read of its etcd
- * keys (coordinator/view.h; docs/etcd-schema.md). */
+/* tagctl status: a job's state for people (done, running, recovering, waiting or failed; step
+ * of total, percent, ETA, throughput, loss, world, generation, leader, the last checkpoint and
+ * its age, failures by kind, recoveries and each worker's state) or, with --json, the same as
+ * one JSON object for scripts. One read of the job's etcd keys (coordinator/view.h;
+ * docs/etcd-schema.md); an unknown job is an error. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -42,49 +45,138 @@ static int missing_members(const coord_view *v) {
   return n;
 }
 
-/* " of F" when the job's config names its final step, else "". */
-static void of_final(const coord_view *v, char *buf, size_t cap) {
-  int64_t final = coord_int_field(v->config, "steps");
-  if (final > 0)
-    snprintf(buf, cap, " of %lld", (long long)final);
-  else
-    buf[0] = '\0';
+/* Rank of id in the plan, or -1. */
+static int rank_of(const coord_view *v, const char *id) {
+  const json_t *members = json_object_get(v->plan, "members");
+  for (size_t r = 0; r < json_array_size(members); r++) {
+    const char *m = json_string_value(json_array_get(members, r));
+    if (m && !strcmp(m, id))
+      return (int)r;
+  }
+  return -1;
 }
 
-/* The state line: done, waiting, failed, recovering or running, and why. */
-static void print_state(const coord_view *v) {
-  char of[40];
-  of_final(v, of, sizeof of);
+/* The final step: the job's config, else rank 0's progress record; 0 when unknown. */
+static int64_t final_step(const coord_view *v) {
+  int64_t final = coord_int_field(v->config, "steps");
+  return final > 0 ? final : coord_int_field(v->progress, "steps");
+}
+
+/* Seconds since the record's "time" (wall clock), or NaN without one. */
+static double age_of(const json_t *record) {
+  const json_t *t = json_object_get(record, "time");
+  if (!json_is_number(t))
+    return NAN;
+  double ago = tagc_wall_time() - json_number_value(t);
+  return ago > 0 ? ago : 0;
+}
+
+/* The job's state in one word and a sentence saying why. */
+static const char *state_of(const coord_view *v, char *why, size_t cap) {
   long long step = (long long)coord_int_field(v->progress, "step");
   int missing = missing_members(v);
   size_t world = json_array_size(json_object_get(v->plan, "members"));
   if (v->done) {
     const char *by = json_string_value(json_object_get(v->done, "by"));
-    printf(LABEL "done: finished at step %lld (generation %lld%s%s)\n", "state",
-           (long long)coord_int_field(v->done, "step"), (long long)coord_int_field(v->done, "gen"),
-           by ? ", recorded by " : "", by ? by : "");
-  } else if (v->n_workers == 0 && v->gen > 0) {
-    printf(LABEL "failed: not done and no worker is registered (stopped at step %lld%s); start "
-           "workers to resume from the last checkpoint, or `tagctl job reset`\n",
-           "state", step, of);
-  } else if (v->gen == 0) {
-    printf(LABEL "waiting: no generation yet, %zu worker(s) registered\n", "state", v->n_workers);
-  } else if (missing > 0 || v->n_reports > 0) {
-    printf(LABEL "recovering: generation %lld lost %d of %zu member(s), %zu failure report(s); "
-           "step %lld%s\n", "state", (long long)v->gen, missing, world, v->n_reports, step, of);
-  } else {
-    printf(LABEL "running: generation %lld with %zu worker(s), step %lld%s\n", "state",
-           (long long)v->gen, world, step, of);
+    snprintf(why, cap, "finished at step %lld (generation %lld%s%s)",
+             (long long)coord_int_field(v->done, "step"), (long long)coord_int_field(v->done, "gen"),
+             by ? ", recorded by " : "", by ? by : "");
+    return "done";
   }
+  if (v->n_workers == 0 && v->gen > 0) {
+    long long final = (long long)final_step(v);
+    char of[40] = "";
+    if (final > 0)
+      snprintf(of, sizeof of, " of %lld", final);
+    snprintf(why, cap, "not done and no worker is registered (stopped at step %lld%s); start "
+             "workers to resume from the last checkpoint, or `tagctl job reset`", step, of);
+    return "failed";
+  }
+  if (v->gen == 0) {
+    snprintf(why, cap, "no generation yet, %zu worker(s) registered", v->n_workers);
+    return "waiting";
+  }
+  if (missing > 0 || v->n_reports > 0) {
+    snprintf(why, cap, "generation %lld lost %d of %zu member(s), %zu failure report(s)",
+             (long long)v->gen, missing, world, v->n_reports);
+    return "recovering";
+  }
+  snprintf(why, cap, "generation %lld with %zu worker(s)", (long long)v->gen, world);
+  return "running";
+}
+
+/* A duration for people: 42s, 3m07s, 2h05m. */
+static void duration(double s, char *buf, size_t cap) {
+  if (!isfinite(s))
+    snprintf(buf, cap, "?");
+  else if (s < 60)
+    snprintf(buf, cap, "%.0fs", s);
+  else if (s < 3600)
+    snprintf(buf, cap, "%dm%02ds", (int)s / 60, (int)s % 60);
+  else
+    snprintf(buf, cap, "%dh%02dm", (int)(s / 3600), (int)s % 3600 / 60);
+}
+
+/* Seconds to the final step: rank 0's estimate at its record, less the time since. */
+static double eta_of(const coord_view *v) {
+  const json_t *eta = json_object_get(v->progress, "eta_s");
+  if (v->done)
+    return 0;
+  if (!json_is_number(eta))
+    return NAN;
+  double left = json_number_value(eta) - age_of(v->progress);
+  return left > 0 ? left : 0;
+}
+
+/* The state of worker id: its rank and what it does, a failure it reported, or standby. */
+static void worker_state(const coord_view *v, const char *id, char *buf, size_t cap) {
+  int rank = rank_of(v, id);
+  const json_t *report = json_object_get(v->failures, id);
+  if (leaving(v, id))
+    snprintf(buf, cap, "leaving");
+  else if (rank < 0)
+    snprintf(buf, cap, "standby");
+  else if (registration(v, id) < 0)
+    snprintf(buf, cap, "lost");
+  else if (report)
+    snprintf(buf, cap, "reported %s at step %lld",
+             json_string_value(json_object_get(report, "kind")) ?: "?",
+             (long long)coord_int_field(report, "step"));
+  else if (v->done)
+    snprintf(buf, cap, "done");
+  else
+    snprintf(buf, cap, "training");
+}
+
+/* ---------- for people ---------- */
+
+static void print_progress(const coord_view *v) {
+  if (!json_is_object(v->progress)) {
+    printf(LABEL "-\n", "progress");
+    return;
+  }
+  int64_t step = coord_int_field(v->progress, "step"), final = final_step(v);
+  char of[64] = "", eta[32];
+  if (final > 0)
+    snprintf(of, sizeof of, "/%lld (%.0f%%)", (long long)final, 100.0 * (double)step / (double)final);
+  duration(eta_of(v), eta, sizeof eta);
+  printf(LABEL "step %lld%s, ETA %s, %.0f tokens/s, loss %.4f, world %lld", "progress",
+         (long long)step, of, eta, json_number_value(json_object_get(v->progress, "tokens_per_s")),
+         json_number_value(json_object_get(v->progress, "loss")),
+         (long long)coord_int_field(v->progress, "world_size"));
+  double age = age_of(v->progress);
+  if (isfinite(age))
+    printf(", updated %.0f s ago", age);
+  printf("\n");
 }
 
 static void print_plan(const coord_view *v) {
   const json_t *members = json_object_get(v->plan, "members");
   if (!json_is_array(members)) {
-    printf(LABEL "-\n", "plan");
+    printf(LABEL "-\n", "generation");
     return;
   }
-  printf(LABEL, "plan");
+  printf(LABEL "%lld: ", "generation", (long long)v->gen);
   size_t i;
   json_t *m;
   json_array_foreach(members, i, m) printf("%s%s", i ? ", " : "", json_string_value(m));
@@ -93,31 +185,21 @@ static void print_plan(const coord_view *v) {
          reason && *reason ? ")" : "");
 }
 
-static void print_progress(const coord_view *v) {
-  if (!json_is_object(v->progress)) {
-    printf(LABEL "-\n", "progress");
-    return;
-  }
-  double ago = tagc_wall_time() - json_number_value(json_object_get(v->progress, "time"));
-  printf(LABEL "step %lld, loss %.4f, %.0f tokens/s, world %lld, updated %.0f s ago\n", "progress",
-         (long long)coord_int_field(v->progress, "step"),
-         json_number_value(json_object_get(v->progress, "loss")),
-         json_number_value(json_object_get(v->progress, "tokens_per_s")),
-         (long long)coord_int_field(v->progress, "world_size"), ago > 0 ? ago : 0);
-}
-
 static void print_checkpoint(const coord_view *v) {
   const char *path = json_string_value(json_object_get(v->ckpt, "path"));
   if (!path) {
     printf(LABEL "-\n", "checkpoint");
     return;
   }
-  printf(LABEL "step %lld of generation %lld (world %lld): %s\n", "checkpoint",
-         (long long)coord_int_field(v->ckpt, "step"), (long long)coord_int_field(v->ckpt, "gen"),
-         (long long)coord_int_field(v->ckpt, "world"), path);
+  char age[32];
+  duration(age_of(v->ckpt), age, sizeof age);
+  printf(LABEL "step %lld, %s ago (generation %lld, world %lld): %s\n", "checkpoint",
+         (long long)coord_int_field(v->ckpt, "step"), age,
+         (long long)coord_int_field(v->ckpt, "gen"), (long long)coord_int_field(v->ckpt, "world"),
+         path);
 }
 
-/* Failures by kind over the job (the plan's failures_total). */
+/* Failures by kind over the job (the plan's failures_total) and rank 0's recoveries. */
 static void print_failures(const coord_view *v) {
   const json_t *totals = json_object_get(v->plan, "failures_total");
   printf(LABEL, "failures");
@@ -128,49 +210,133 @@ static void print_failures(const coord_view *v) {
     printf("%s%s %lld", any ? ", " : "", kind, (long long)json_integer_value(n));
     any = 1;
   }
-  printf("%s\n", any ? "" : "none");
+  printf("%s", any ? "" : "none");
+  if (json_is_integer(json_object_get(v->progress, "recoveries")))
+    printf("; recoveries %lld", (long long)coord_int_field(v->progress, "recoveries"));
+  printf("\n");
 }
 
 static void print_workers(const coord_view *v) {
-  const json_t *members = json_object_get(v->plan, "members");
+  char state[160];
   for (size_t i = 0; i < v->n_workers; i++) {
     const char *id = v->workers[i].id;
     const json_t *info = json_object_get(v->worker_info, id);
-    int rank = -1;
-    for (size_t r = 0; r < json_array_size(members); r++) {
-      if (!strcmp(json_string_value(json_array_get(members, r)), id))
-        rank = (int)r;
-    }
-    char role[32];
-    if (rank >= 0)
-      snprintf(role, sizeof role, "rank %d", rank);
-    else
-      snprintf(role, sizeof role, "standby");
+    int rank = rank_of(v, id);
+    worker_state(v, id, state, sizeof state);
     const char *host = json_string_value(json_object_get(info, "host"));
-    printf(LABEL "%s: %s, host %s, pid %lld%s\n", "worker", id, role, host ? host : "?",
-           (long long)coord_int_field(info, "pid"), leaving(v, id) ? ", leaving" : "");
+    char r[32] = "";
+    if (rank >= 0)
+      snprintf(r, sizeof r, "rank %d, ", rank);
+    printf(LABEL "%s: %s%s, host %s, pid %lld\n", "worker", id, r, state, host ? host : "?",
+           (long long)coord_int_field(info, "pid"));
+  }
+  const json_t *members = json_object_get(v->plan, "members");
+  size_t r;
+  json_t *m;
+  json_array_foreach(members, r, m) {
+    if (registration(v, json_string_value(m)) < 0)
+      printf(LABEL "%s: rank %zu, lost (not registered)\n", "worker", json_string_value(m), r);
   }
 }
 
-/* The whole report of a job with keys. */
 static void print_status(const coord_view *v, const char *job) {
+  char why[512];
+  const char *state = state_of(v, why, sizeof why);
   printf(LABEL "%s\n", "job", job);
-  print_state(v);
-  print_plan(v);
+  printf(LABEL "%s: %s\n", "state", state, why);
   print_progress(v);
   print_checkpoint(v);
   print_failures(v);
+  print_plan(v);
+  printf(LABEL "%s\n", "leader", v->leader ? v->leader : "-");
   print_workers(v);
-  printf(LABEL "%s\n", "coordinator", v->leader ? v->leader : "-");
+}
+
+/* ---------- --json ---------- */
+
+/* A number, or null when it is not finite. */
+static json_t *number_or_null(double x) { return isfinite(x) ? json_real(x) : json_null(); }
+
+static json_t *checkpoint_json(const coord_view *v) {
+  if (!json_string_value(json_object_get(v->ckpt, "path")))
+    return json_null();
+  return json_pack("{s:I, s:I, s:I, s:O, s:o}", "step", (json_int_t)coord_int_field(v->ckpt, "step"),
+                   "generation", (json_int_t)coord_int_field(v->ckpt, "gen"), "world",
+                   (json_int_t)coord_int_field(v->ckpt, "world"), "path",
+                   json_object_get(v->ckpt, "path"), "age_s", number_or_null(age_of(v->ckpt)));
+}
+
+static json_t *workers_json(const coord_view *v) {
+  json_t *a = json_array();
+  char state[160];
+  for (size_t i = 0; a && i < v->n_workers; i++) {
+    const char *id = v->workers[i].id;
+    const json_t *info = json_object_get(v->worker_info, id);
+    worker_state(v, id, state, sizeof state);
+    json_array_append_new(a, json_pack("{s:s, s:i, s:s, s:O?, s:I}", "id", id, "rank",
+                                       rank_of(v, id), "state", state, "host",
+                                       json_object_get(info, "host"), "pid",
+                                       (json_int_t)coord_int_field(info, "pid")));
+  }
+  const json_t *members = json_object_get(v->plan, "members");
+  size_t r;
+  json_t *m;
+  json_array_foreach(members, r, m) {
+    if (a && registration(v, json_string_value(m)) < 0)
+      json_array_append_new(a, json_pack("{s:O, s:i, s:s}", "id", m, "rank", (int)r, "state",
+                                         "lost"));
+  }
+  return a;
+}
+
+static json_t *status_json(const coord_view *v, const char *job) {
+  char why[512];
+  const char *state = state_of(v, why, sizeof why);
+  int64_t step = coord_int_field(v->progress, "step"), final = final_step(v);
+  const json_t *totals = json_object_get(v->plan, "failures_total");
+  json_t *o = json_pack("{s:s, s:s, s:s, s:I, s:I, s:o, s:o, s:o, s:o, s:o, s:I, s:o, s:s?}",
+                        "job", job, "state", state, "reason", why, "generation", (json_int_t)v->gen,
+                        "step", (json_int_t)step, "steps",
+                        final > 0 ? json_integer(final) : json_null(), "percent",
+                        final > 0 ? json_real(100.0 * (double)step / (double)final) : json_null(),
+                        "eta_s", number_or_null(eta_of(v)), "tokens_per_s",
+                        json_is_object(v->progress)
+                            ? json_real(json_number_value(json_object_get(v->progress, "tokens_per_s")))
+                            : json_null(),
+                        "loss", json_is_object(v->progress)
+                                    ? json_real(json_number_value(json_object_get(v->progress, "loss")))
+                                    : json_null(),
+                        "world_size", (json_int_t)json_array_size(json_object_get(v->plan, "members")),
+                        "progress_age_s", number_or_null(age_of(v->progress)), "leader", v->leader);
+  if (!o)
+    return NULL;
+  json_object_set_new(o, "checkpoint", checkpoint_json(v));
+  json_object_set_new(o, "failures", json_is_object(totals) ? json_deep_copy(totals) : json_object());
+  json_object_set_new(o, "recoveries", json_is_integer(json_object_get(v->progress, "recoveries"))
+                                           ? json_integer(coord_int_field(v->progress, "recoveries"))
+                                           : json_null());
+  json_object_set_new(o, "workers", workers_json(v));
+  return o;
+}
+
+static tagc_status print_json(const coord_view *v, const char *job) {
+  json_t *o = status_json(v, job);
+  char *text = o ? json_dumps(o, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
+  json_decref(o);
+  if (!text)
+    return tagc_errorf(TAGC_ENOMEM, "status JSON");
+  printf("%s\n", text);
+  free(text);
+  return TAGC_OK;
 }
 
 int tagctl_status(int argc, char **argv) {
   tagctl_etcd_args a = {0};
   tagc_etcd *etcd = NULL;
-  int code = tagctl_etcd_setup("tagctl status", "--etcd URL --job J",
+  int code = tagctl_etcd_setup("tagctl status", "--etcd URL --job J [--json]",
                                "Says whether a job is done, running, recovering, waiting for "
-                               "its workers or failed, with its generation, progress, last "
-                               "checkpoint, failures and workers.",
+                               "its workers or failed, with its progress, ETA, last checkpoint, "
+                               "failures and workers; --json prints one JSON object.",
                                argc, argv, &a, NULL, 0, NULL, &etcd);
   if (code >= 0)
     goto done;
@@ -185,13 +351,18 @@ int tagctl_status(int argc, char **argv) {
     st = tagc_errorf(TAGC_ENOTFOUND, "no such job '%s' in etcd %s", a.job, a.etcd);
   }
   coord_seen_free(&seen);
+  if (st == TAGC_OK) {
+    if (a.json)
+      st = print_json(&v, a.job);
+    else
+      print_status(&v, a.job);
+    coord_view_free(&v);
+  }
   if (st != TAGC_OK) {
     fprintf(stderr, "tagctl status: %s\n", tagc_last_error());
     code = 1;
     goto done;
   }
-  print_status(&v, a.job);
-  coord_view_free(&v);
   code = 0;
 done:
   tagctl_etcd_args_free(&a);

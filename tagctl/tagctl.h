@@ -24,6 +24,7 @@ typedef struct tagctl_etcd_args {
   double seconds;
   int clear;
   int force;
+  int json;
 } tagctl_etcd_args;
 
 /* Parses argv into *args (zeroed by the caller; positional arguments into pos[max_pos] and

@@ -16,6 +16,7 @@
 #include "cluster/etcd.h"
 #include "cluster/keys.h"
 #include "cluster/member.h"
+#include "worker/failure_kind.h"
 #include "worker/run.h"
 
 /* Pause between two reads of ckpt/committed while --leave-ckpt-wait waits for a save. */
@@ -113,8 +114,33 @@ static int stop_requested(void) {
   return stop;
 }
 
+/* How long a suspected peer on this host may take to exit before it counts as alive. */
+#define PEER_SETTLE_S 0.25
+
+/* The kind to report for a failed generation whose suspect is `suspect` (NULL: none), by the
+ * rule of worker/failure_kind.h: its registration (workers/<id>) and, on this host, its pid. */
+static const char *report_kind(tagc_etcd *etcd, const json_t *info, const char *suspect,
+                               const tagc_gen_result *res) {
+  tagc_peer_state peer = TAGC_PEER_UNKNOWN;
+  char key[512];
+  char *text = NULL;
+  if (suspect && tagc_key_worker(S.cfg->job, suspect, key, sizeof key) == TAGC_OK) {
+    tagc_error_saved why;
+    tagc_error_save(&why);
+    tagc_status st = tagc_etcd_get(etcd, key, &text, NULL, NULL);
+    json_t *peer_info = st == TAGC_OK ? json_loads(text, 0, NULL) : NULL;
+    if (st == TAGC_ENOTFOUND || peer_info)
+      peer = tagc_peer_check(peer_info, json_string_value(json_object_get(info, "host")),
+                             PEER_SETTLE_S);
+    json_decref(peer_info);
+    free(text);
+    tagc_error_restore(&why);
+  }
+  return tagc_failure_kind(res->kind, peer);
+}
+
 /* Trains the generations of a job until it is done or the worker leaves. */
-static tagc_status supervise(tagc_run *run, tagc_member *m, json_t *info) {
+static tagc_status supervise(tagc_run *run, tagc_etcd *etcd, tagc_member *m, json_t *info) {
   int64_t gen = 0;
   double rejoin_wait = 1.0; /* doubles after each exclusion: a lasting partition costs few generations */
   for (;;) {
@@ -166,6 +192,10 @@ static tagc_status supervise(tagc_run *run, tagc_member *m, json_t *info) {
     tagc_store_free(store);
     mark_generation(gen, 0);
     int rank = plan.rank;
+    char suspect[128] = "";
+    if (st == TAGC_OK && res.end == TAGC_GEN_FAILED && res.suspected_rank >= 0 &&
+        res.suspected_rank < plan.world && res.suspected_rank != rank)
+      snprintf(suspect, sizeof suspect, "%s", plan.members[res.suspected_rank]);
     tagc_plan_free(&plan);
     if (st != TAGC_OK)
       return st;
@@ -184,6 +214,7 @@ static tagc_status supervise(tagc_run *run, tagc_member *m, json_t *info) {
                  (long long)gen);
         break;
       }
+      res.kind = report_kind(etcd, info, suspect[0] ? suspect : NULL, &res);
       if (tagc_member_report_failure(m, gen, res.kind, res.step, res.suspected_rank, res.detail) != TAGC_OK)
         LOG_WARN("elastic", "failure report not recorded: %s", tagc_last_error());
       break;
@@ -386,7 +417,7 @@ tagc_status tagc_elastic_run(const tagc_train_config *cfg) {
   tagc_member_on_change(m, on_change, NULL);
   if (signalled && tagc_member_announce_leave(m, "signalled while joining") != TAGC_OK)
     LOG_WARN("elastic", "leave not recorded: %s", tagc_last_error());
-  st = supervise(run, m, info);
+  st = supervise(run, etcd, m, info);
   tagc_member_on_change(m, NULL, NULL);
 out:;
   /* Leaving revokes the lease over etcd; its errors must not replace the reason we stop. */

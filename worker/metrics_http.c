@@ -9,6 +9,7 @@
 
 #include "common/timeutil.h"
 #include "cluster/http.h"
+#include "cluster/prom.h"
 
 struct tagc_metrics_http {
   tagc_http *http;
@@ -17,58 +18,85 @@ struct tagc_metrics_http {
   tagc_worker_sample sample;
 };
 
-/* One metric: HELP, TYPE and the value (NaN and infinities as Prometheus spells them). */
-static void metric(FILE *f, const char *name, const char *type, const char *help, double v) {
-  char num[40];
-  if (isnan(v))
-    snprintf(num, sizeof num, "NaN");
-  else if (isinf(v))
-    snprintf(num, sizeof num, v > 0 ? "+Inf" : "-Inf");
-  else
-    snprintf(num, sizeof num, "%.17g", v);
-  fprintf(f, "# HELP tagc_worker_%s %s\n# TYPE tagc_worker_%s %s\ntagc_worker_%s %s\n", name,
-          help, name, type, name, num);
+const double tagc_step_bounds[TAGC_STEP_BUCKETS] = {0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1,
+                                                    2.5, 5, 10, 30, 60, 300};
+
+tagc_worker_sample tagc_worker_sample_empty(void) {
+  return (tagc_worker_sample){.loss = NAN, .rank = -1, .val_loss = NAN, .lr = NAN,
+                              .grad_norm = NAN, .sketch_coverage = NAN, .ckpt_last_step = -1};
 }
 
-char *tagc_metrics_text(const tagc_worker_sample *s, double uptime_s) {
-  char *buf = NULL;
-  size_t len = 0;
-  FILE *t = open_memstream(&buf, &len);
-  if (!t)
-    return NULL;
-  metric(t, "step", "gauge", "Steps completed", (double)s->step);
-  metric(t, "loss", "gauge", "Training loss of the last step", s->loss);
-  metric(t, "step_seconds", "gauge", "Wall time of the last step", s->step_s);
-  metric(t, "tokens_per_second", "gauge", "Global tokens per second of the last step",
-         s->tokens_per_s);
-  metric(t, "bytes_sent_total", "counter", "Collective payload bytes this worker sent",
-         (double)s->bytes_sent);
-  metric(t, "bytes_received_total", "counter", "Collective payload bytes this worker received",
-         (double)s->bytes_recv);
-  metric(t, "failures_total", "counter", "Failures this worker saw (data path or superseded)",
-         (double)s->failures);
-  metric(t, "recoveries_total", "counter", "Failures followed by a completed step",
-         (double)s->recoveries);
-  metric(t, "steps_lost_total", "counter", "Steps recomputed after failures",
-         (double)s->steps_lost);
-  metric(t, "max_recovery_seconds", "gauge", "Longest time from a failure to the next "
-         "completed step", s->max_recovery_s);
-  metric(t, "last_recovery_seconds", "gauge", "Time from the last failure to the next "
-         "completed step", s->last_recovery_s);
-  metric(t, "recovering", "gauge", "1 while a failure awaits its first completed step",
-         s->recovering);
-  metric(t, "generation", "gauge", "Generation this worker runs or last ran", (double)s->generation);
-  metric(t, "world_size", "gauge", "Workers in that generation", s->world_size);
-  metric(t, "rank", "gauge", "This worker's rank in that generation (-1: none yet)", s->rank);
-  metric(t, "link_rate_bytes_per_second", "gauge", "Measured link rate the collective "
-         "deadlines use (0: not measured yet)", s->link_rate);
-  metric(t, "uptime_seconds", "gauge", "Seconds since the metrics server started", uptime_s);
-  int bad = ferror(t);
-  if (fclose(t) != 0 || bad) {
-    free(buf);
-    return NULL;
-  }
-  return buf;
+/* The last step, its losses and the step duration histogram. */
+static void step_metrics(tagc_prom *p, const tagc_worker_sample *s) {
+  tagc_prom_gauge(p, "tagc_worker_step", "Steps completed", (double)s->step);
+  tagc_prom_gauge(p, "tagc_worker_loss", "Training loss of the last step", s->loss);
+  tagc_prom_gauge(p, "tagc_worker_step_seconds", "Wall time of the last step", s->step_s);
+  tagc_prom_histogram(p, "tagc_worker_step_duration_seconds", "Wall time of the steps this "
+                      "process ran", tagc_step_bounds, s->step_le, TAGC_STEP_BUCKETS,
+                      s->step_count, s->step_sum);
+  tagc_prom_gauge(p, "tagc_worker_tokens_per_second", "Global tokens per second of the last "
+                  "step", s->tokens_per_s);
+  tagc_prom_gauge(p, "tagc_worker_val_loss", "Validation loss of the latest evaluation (NaN "
+                  "before one)", s->val_loss);
+  tagc_prom_gauge(p, "tagc_worker_learning_rate", "Learning rate of the last step", s->lr);
+  tagc_prom_gauge(p, "tagc_worker_grad_norm", "Global gradient norm of the last step",
+                  s->grad_norm);
+  tagc_prom_gauge(p, "tagc_worker_sketch_coverage_ratio", "Fraction of the compressed "
+                  "gradient elements sent as sketches in the last step", s->sketch_coverage);
+}
+
+static void recovery_metrics(tagc_prom *p, const tagc_worker_sample *s) {
+  tagc_prom_counter(p, "tagc_worker_failures_total", "Failures this worker saw (data path or "
+                    "superseded)", (double)s->failures);
+  tagc_prom_counter(p, "tagc_worker_recoveries_total", "Failures followed by a completed step",
+                    (double)s->recoveries);
+  tagc_prom_counter(p, "tagc_worker_steps_lost_total", "Steps recomputed after failures",
+                    (double)s->steps_lost);
+  tagc_prom_gauge(p, "tagc_worker_max_recovery_seconds", "Longest time from a failure to the "
+                  "next completed step", s->max_recovery_s);
+  tagc_prom_gauge(p, "tagc_worker_last_recovery_seconds", "Time from the last failure to the "
+                  "next completed step", s->last_recovery_s);
+  tagc_prom_gauge(p, "tagc_worker_recovering", "1 while a failure awaits its first completed "
+                  "step", s->recovering);
+}
+
+/* This process's checkpoint saves; the age counts from the server's start before a save. */
+static void checkpoint_metrics(tagc_prom *p, const tagc_worker_sample *s, double started,
+                               double now) {
+  tagc_prom_gauge(p, "tagc_worker_checkpoint_last_step", "Step of this worker's latest "
+                  "successful checkpoint save (-1: none yet)", (double)s->ckpt_last_step);
+  double since = s->ckpt_time > 0 ? s->ckpt_time : started;
+  tagc_prom_gauge(p, "tagc_worker_checkpoint_age_seconds", "Seconds since this worker's "
+                  "latest successful checkpoint save (since start before one)", now - since);
+  tagc_prom_gauge(p, "tagc_worker_checkpoint_duration_seconds", "Background write time of "
+                  "the latest finished checkpoint save", s->ckpt_write_s);
+  tagc_prom_counter(p, "tagc_worker_checkpoint_saves_total", "Checkpoint saves finished (ok or "
+                    "failed)", (double)s->ckpt_saves);
+  tagc_prom_counter(p, "tagc_worker_checkpoint_failures_total", "Checkpoint saves that failed",
+                    (double)s->ckpt_failures);
+}
+
+char *tagc_metrics_text(const tagc_worker_sample *s, double uptime_s, double now) {
+  tagc_prom p;
+  tagc_prom_init(&p, s->job);
+  step_metrics(&p, s);
+  tagc_prom_counter(&p, "tagc_worker_bytes_sent_total", "Collective payload bytes this worker "
+                    "sent", (double)s->bytes_sent);
+  tagc_prom_counter(&p, "tagc_worker_bytes_received_total", "Collective payload bytes this "
+                    "worker received", (double)s->bytes_recv);
+  recovery_metrics(&p, s);
+  tagc_prom_gauge(&p, "tagc_worker_generation", "Generation this worker runs or last ran",
+                  (double)s->generation);
+  tagc_prom_gauge(&p, "tagc_worker_world_size", "Workers in that generation", s->world_size);
+  tagc_prom_gauge(&p, "tagc_worker_rank", "This worker's rank in that generation (-1: none "
+                  "yet)", s->rank);
+  tagc_prom_gauge(&p, "tagc_worker_link_rate_bytes_per_second", "Measured link rate the "
+                  "collective deadlines use (0: not measured yet)", s->link_rate);
+  checkpoint_metrics(&p, s, now - uptime_s, now);
+  tagc_prom_gauge(&p, "tagc_worker_uptime_seconds", "Seconds since the metrics server started",
+                  uptime_s);
+  tagc_prom_common(&p, "tagc-worker");
+  return tagc_prom_finish(&p);
 }
 
 static void serve(void *arg, const char *path, tagc_http_response *resp) {
@@ -79,7 +107,8 @@ static void serve(void *arg, const char *path, tagc_http_response *resp) {
   if (strcmp(path, "/metrics") == 0) {
     resp->status = 200;
     resp->content_type = "text/plain; version=0.0.4; charset=utf-8";
-    resp->body = tagc_metrics_text(&s, tagc_now() - m->started);
+    double now = tagc_now();
+    resp->body = tagc_metrics_text(&s, now - m->started, now);
     if (!resp->body)
       resp->status = 500;
   } else if (strcmp(path, "/healthz") == 0) {
@@ -102,8 +131,7 @@ tagc_status tagc_metrics_http_start(const char *addr, tagc_metrics_http **out) {
   if (!m)
     return tagc_errorf(TAGC_ENOMEM, "metrics server");
   m->started = tagc_now();
-  m->sample.loss = NAN;
-  m->sample.rank = -1;
+  m->sample = tagc_worker_sample_empty();
   pthread_mutex_init(&m->mu, NULL);
   tagc_status st = tagc_http_start(addr, serve, m, &m->http);
   if (st != TAGC_OK) {

@@ -4,15 +4,23 @@
  * The training loop owns a tagc_worker_sample and hands a copy to the server whenever it
  * changes (after a step, at a generation's start and end); the server keeps the copy under a
  * mutex and renders each scrape from it, so a scrape never waits on training and never reads
- * a half-updated sample. Metrics (all prefixed tagc_worker_):
+ * a half-updated sample. Every sample carries the label job="<--job>" ("default" unless given).
+ * Metrics (prefixed tagc_worker_ unless said otherwise):
  *   step, loss, step_seconds, tokens_per_second         the last completed step
+ *   step_duration_seconds (histogram)                    every step of the process
+ *   val_loss, learning_rate, grad_norm                    latest evaluation / step
+ *   sketch_coverage_ratio                                 fraction sent as sketches, last step
  *   bytes_sent_total, bytes_received_total               collective payload over the process
  *   failures_total, recoveries_total, steps_lost_total   recovery accounting (as summary.json)
  *   max_recovery_seconds, last_recovery_seconds          failure -> first completed step
  *   recovering                                           1 while a failure awaits recovery
  *   generation, world_size, rank                         the current (or last) generation
  *   link_rate_bytes_per_second                           the comm layer's measured link rate
+ *   checkpoint_last_step, checkpoint_age_seconds,        this process's latest good save, the
+ *   checkpoint_duration_seconds,                         seconds since it (since the server
+ *   checkpoint_saves_total, checkpoint_failures_total    started before one), its write time
  *   uptime_seconds                                       since the server started
+ *   process_*, tagc_build_info, tagc_etcd_*              cluster/prom.h
  * /healthz answers 200 "ok" with the generation and rank while the process runs. */
 #ifndef TAGC_WORKER_METRICS_HTTP_H
 #define TAGC_WORKER_METRICS_HTTP_H
@@ -20,6 +28,10 @@
 #include <stdint.h>
 
 #include "common/status.h"
+
+/* Upper bounds (seconds) of the step duration histogram's buckets. */
+#define TAGC_STEP_BUCKETS 13
+extern const double tagc_step_bounds[TAGC_STEP_BUCKETS];
 
 typedef struct tagc_worker_sample {
   int64_t step;         /* steps completed (the next step's index) */
@@ -34,16 +46,29 @@ typedef struct tagc_worker_sample {
   int64_t generation;
   int world_size, rank; /* rank -1 while in no generation */
   double link_rate;     /* bytes/s, 0 before the first measurement */
+  const char *job;      /* borrowed, outlives the server; NULL: "" */
+  double val_loss, lr, grad_norm, sketch_coverage; /* NaN until known */
+  uint64_t step_le[TAGC_STEP_BUCKETS]; /* steps that took <= tagc_step_bounds[i] (cumulative) */
+  uint64_t step_count;
+  double step_sum;
+  int64_t ckpt_last_step;   /* latest good save, -1 before one */
+  double ckpt_time;         /* tagc_now() when it was seen finished, 0 before one */
+  double ckpt_write_s;      /* background write time of the latest finished save */
+  int64_t ckpt_saves, ckpt_failures; /* over the process */
 } tagc_worker_sample;
 
 typedef struct tagc_metrics_http tagc_metrics_http;
 
-/* Renders s as Prometheus text (version 0.0.4), uptime_s included. Returns a new string
- * (caller frees) or NULL when out of memory. Pure. */
-char *tagc_metrics_text(const tagc_worker_sample *s, double uptime_s);
+/* The sample before any step: zeros, NaN losses and gauges, rank -1, no checkpoint. */
+tagc_worker_sample tagc_worker_sample_empty(void);
 
-/* Starts serving on addr ("HOST:PORT", IPv4, port 0 = a free one). The first sample is all
- * zeros with a NaN loss and rank -1. Errors: TAGC_EINVAL (bad address; one-line detail
+/* Renders s as Prometheus text (version 0.0.4) at time `now` (tagc_now()), uptime_s included,
+ * with the process metrics of cluster/prom.h. Returns a new string (caller frees) or NULL when
+ * out of memory. Reads /proc. */
+char *tagc_metrics_text(const tagc_worker_sample *s, double uptime_s, double now);
+
+/* Starts serving on addr ("HOST:PORT", IPv4, port 0 = a free one). The first sample is
+ * tagc_worker_sample_empty(). Errors: TAGC_EINVAL (bad address; one-line detail
  * naming --metrics-addr), TAGC_EIO (cannot listen), TAGC_ENOMEM. */
 tagc_status tagc_metrics_http_start(const char *addr, tagc_metrics_http **out);
 

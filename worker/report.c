@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "cluster/member.h"
+#include "cluster/prom.h"
 #include "common/crc32c.h"
 #include "common/json.h"
 #include "common/log.h"
@@ -19,8 +20,11 @@ void tagc_report_init(tagc_report *rp, const tagc_report_config *c) {
   memset(rp, 0, sizeof *rp);
   rp->c = *c;
   tagc_device_get_info(c->device, &rp->dev_info);
-  if (c->http)
-    rp->sample = (tagc_worker_sample){.loss = NAN, .rank = -1};
+  if (c->http) { /* the job label from the first scrape on */
+    rp->sample = tagc_worker_sample_empty();
+    rp->sample.job = c->cfg->job;
+    tagc_metrics_http_publish(c->http, &rp->sample);
+  }
   rp->loss = rp->val = NAN;
   rp->t0 = tagc_now();
   rp->last_print = -1e9;
@@ -167,10 +171,14 @@ static void write_metrics(tagc_report *rp, int64_t step, const tagc_step_stats *
   if (ss->gather)
     json_object_set_new(m, "gather", json_string(ss->gather));
   json_object_set_new(m, "batch_crc32c", json_integer(batch_crc(rp, step)));
-  json_dumpf(m, rp->metrics, JSON_COMPACT);
-  fputc('\n', rp->metrics);
-  fflush(rp->metrics);
+  char *row = json_dumps(m, JSON_COMPACT);
   json_decref(m);
+  if (!row)
+    return;
+  /* "time" last, in milliseconds exactly (a JSON real would print 17 digits) */
+  fprintf(rp->metrics, "%.*s,\"time\":%.3f}\n", (int)strlen(row) - 1, row, tagc_wall_time());
+  fflush(rp->metrics);
+  free(row);
 }
 
 void tagc_report_metrics_line(tagc_report *rp, int64_t step, const tagc_step_stats *ss,
@@ -193,27 +201,72 @@ void tagc_report_progress(tagc_report *rp, int64_t step, const tagc_step_stats *
     return;
   rp->last_progress = now;
   double tokens_per_s = ss->step_s > 0 ? step_tokens(rp) / ss->step_s : 0;
-  json_t *p = json_pack("{s:I, s:f, s:f, s:I, s:i, s:I}", "step", (json_int_t)(step + 1), "loss",
-                        isfinite(ss->loss) ? ss->loss : 0.0, "tokens_per_s", tokens_per_s,
+  int64_t done = step + 1, left = rp->c.cfg->steps - done;
+  double eta = (now - rp->t0) / (double)(rp->tt.steps ? rp->tt.steps : 1) * (double)left;
+  json_t *p = json_pack("{s:I, s:I, s:f, s:f, s:f, s:I, s:i, s:I, s:i}", "step", (json_int_t)done,
+                        "steps", (json_int_t)rp->c.cfg->steps, "eta_s", left > 0 ? eta : 0.0,
+                        "loss", isfinite(ss->loss) ? ss->loss : 0.0, "tokens_per_s", tokens_per_s,
                         "bytes_per_step", (json_int_t)ss->bytes_sent, "world_size", rp->world,
-                        "generation", (json_int_t)rp->gen);
+                        "generation", (json_int_t)rp->gen, "recoveries", rp->recoveries);
   if (p && tagc_member_progress(rp->member, p) != TAGC_OK)
     LOG_WARN("train", "progress not recorded: %s", tagc_last_error());
   json_decref(p);
 }
 
+/* Folds the checkpoint saver's counts into the sample: a new saver (a new generation) starts
+ * from zero, so the previous one's last counts move into the totals. */
+static void sample_checkpoints(tagc_report *rp, tagc_ckpt_saver *saver) {
+  tagc_worker_sample *m = &rp->sample;
+  tagc_ckpt_saver_stats cs;
+  if (saver)
+    tagc_ckpt_saver_stats_get(saver, &cs);
+  /* a saver at the address of the previous one starts from zero, too */
+  if (saver != rp->saver_seen || (saver && cs.saves_done < rp->saver_done)) {
+    rp->saves_before += rp->saver_done;
+    rp->failed_before += rp->saver_failed;
+    rp->saver_done = rp->saver_failed = 0;
+    rp->saver_seen = saver;
+  }
+  if (!saver)
+    return;
+  if (cs.saves_done > rp->saver_done) { /* a save finished since the last sample */
+    m->ckpt_write_s = cs.last_write_s;
+    if (cs.last_status == TAGC_OK && cs.last_step >= 0) {
+      m->ckpt_last_step = cs.last_step;
+      m->ckpt_time = tagc_now();
+    }
+  }
+  rp->saver_done = cs.saves_done;
+  rp->saver_failed = cs.saves_failed;
+  m->ckpt_saves = rp->saves_before + cs.saves_done;
+  m->ckpt_failures = rp->failed_before + cs.saves_failed;
+}
+
+static void sample_step(tagc_report *rp, const tagc_step_stats *ss) {
+  tagc_worker_sample *m = &rp->sample;
+  m->loss = ss->loss;
+  m->step_s = ss->step_s;
+  m->tokens_per_s = step_tokens(rp) / ss->step_s;
+  m->bytes_sent += ss->bytes_sent;
+  m->bytes_recv += ss->bytes_recv;
+  m->lr = ss->lr;
+  m->grad_norm = ss->grad_norm;
+  m->sketch_coverage = ss->sketch_coverage;
+  tagc_prom_observe(tagc_step_bounds, m->step_le, TAGC_STEP_BUCKETS, &m->step_count,
+                    &m->step_sum, ss->step_s);
+}
+
 void tagc_report_sample(tagc_report *rp, int64_t steps_done, const tagc_step_stats *ss,
-                        const tagc_recovery_counts *rec, const tagc_comm *comm) {
+                        const tagc_recovery_counts *rec, const tagc_comm *comm,
+                        tagc_ckpt_saver *saver) {
+  rp->recoveries = rec->recoveries;
   if (!rp->c.http)
     return;
   tagc_worker_sample *m = &rp->sample;
-  if (ss) {
-    m->loss = ss->loss;
-    m->step_s = ss->step_s;
-    m->tokens_per_s = step_tokens(rp) / ss->step_s;
-    m->bytes_sent += ss->bytes_sent;
-    m->bytes_recv += ss->bytes_recv;
-  }
+  if (ss)
+    sample_step(rp, ss);
+  m->job = rp->c.cfg->job;
+  m->val_loss = rp->val;
   m->step = steps_done;
   m->failures = rec->failures;
   m->recoveries = rec->recoveries;
@@ -226,6 +279,7 @@ void tagc_report_sample(tagc_report *rp, int64_t steps_done, const tagc_step_sta
   m->rank = rp->rank;
   if (comm)
     m->link_rate = tagc_comm_link_rate(tagc_comm_backend_of(comm));
+  sample_checkpoints(rp, saver);
   tagc_metrics_http_publish(rp->c.http, m);
 }
 

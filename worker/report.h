@@ -66,7 +66,11 @@ typedef struct tagc_report {
   tagc_report_totals tt;
   double t0, last_print, last_progress;
   double loss, val;           /* latest training and validation loss, NAN until known */
+  int recoveries;             /* of this process so far, for the progress record */
   tagc_worker_sample sample;  /* what /metrics serves */
+  const tagc_ckpt_saver *saver_seen;   /* the saver of the last sample (NULL: none) */
+  int64_t saves_before, failed_before; /* of the savers of earlier generations */
+  int64_t saver_done, saver_failed;    /* of saver_seen at the last sample */
 } tagc_report;
 
 /* Initialises rp (caller-owned) and starts the job's clock: elapsed and wall times count
@@ -109,9 +113,11 @@ void tagc_report_metrics_line(tagc_report *rp, int64_t step, const tagc_step_sta
 void tagc_report_progress(tagc_report *rp, int64_t step, const tagc_step_stats *ss, int force);
 
 /* --metrics-addr: the served sample after a step (ss) or, with ss NULL, at a generation's
- * start or end. comm (borrowed, may be NULL) gives the measured link rate. */
+ * start or end. comm (borrowed, may be NULL) gives the measured link rate, saver (borrowed,
+ * NULL between generations) the checkpoint saves; the counts add up over generations. */
 void tagc_report_sample(tagc_report *rp, int64_t steps_done, const tagc_step_stats *ss,
-                        const tagc_recovery_counts *rec, const tagc_comm *comm);
+                        const tagc_recovery_counts *rec, const tagc_comm *comm,
+                        tagc_ckpt_saver *saver);
 
 /* Steps this process has run so far (recomputed ones included). */
 int64_t tagc_report_steps_run(const tagc_report *rp);

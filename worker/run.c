@@ -344,7 +344,7 @@ static void note_recovery(tagc_run *t, int64_t step) {
 
 /* --metrics-addr: the served sample, after a step (ss) or at a generation's start or end. */
 static void publish_sample(tagc_run *t, int64_t steps_done, const tagc_step_stats *ss) {
-  tagc_report_sample(&t->report, steps_done, ss, &t->rec.n, t->comm);
+  tagc_report_sample(&t->report, steps_done, ss, &t->rec.n, t->comm, t->saver);
 }
 
 /* ---------- the training loop of one generation ---------- */

@@ -1,9 +1,11 @@
 #!/usr/bin/env python3
-"""`tagctl inject` arms a fault through etcd (chaos/<worker>): a crash injected into a running
-worker is survived by the others; a bad kind is refused with status 2; `tagctl status` shows
-the job."""
+"""`tagctl inject` arms a fault through etcd (chaos/<worker>): a crash injected without
+--at-step into a running worker fires at its next step (within a few seconds) and is survived by
+the others; a bad kind is refused with status 2, a worker that is not registered with status 1;
+`tagctl status` shows the live job for people and as JSON."""
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -25,16 +27,37 @@ try:
                           "explode", "--at-step", "5"], capture_output=True, text=True)
     check(bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1,
           "an unknown fault kind is refused with status 2 and one line: %s" % bad.stderr.strip())
-    at = len(metrics(out)) + 5
+    r = subprocess.run([tagctl, "inject", "--etcd", c.etcd_url, "--job", c.job, "--worker", "w7",
+                        "crash"], capture_output=True, text=True)
+    check(r.returncode == 1 and len(r.stderr.strip().splitlines()) == 1 and "no worker 'w7'" in r.stderr,
+          "inject into a worker that is not registered: status 1, one line (%s)" % r.stderr.strip())
+    status = subprocess.run([tagctl, "status", "--etcd", c.etcd_url, "--job", c.job, "--json"],
+                            capture_output=True, text=True)
+    s = json.loads(status.stdout) if status.returncode == 0 else {}
+    check(s.get("state") == "running" and s.get("steps") == STEPS and s.get("world_size") == 3 and
+          s.get("step", 0) >= 10 and s.get("leader") and
+          [w["state"] for w in s.get("workers", [])] == ["training"] * 3,
+          "tagctl status --json of the running job: running, W=3, three workers training (%s)" % s)
+    before = len(metrics(out))
     r = subprocess.run([tagctl, "inject", "--etcd", c.etcd_url, "--job", c.job, "--worker", "w1",
-                        "crash", "--at-step", str(at)], capture_output=True, text=True)
-    check(r.returncode == 0, "inject crash@%d: %s" % (at, r.stdout.strip()))
+                        "crash"], capture_output=True, text=True)
+    check(r.returncode == 0 and r.stdout.startswith("/tagc/%s/chaos/w1 = crash@" % c.job),
+          "inject crash without --at-step: %s" % r.stdout.strip())
     rc1 = c.wait("w1", 120)
-    check(rc1 == -9, "w1 killed itself at the injected step (status %s)" % rc1)
+    check(rc1 == -9, "w1 killed itself (status %s)" % rc1)
+    fired = [int(m.group(1)) for m in re.finditer(r"fault injected at step (\d+): crash", c.log("w1"))]
+    done_then = len(metrics(out))
+    check(len(fired) == 1 and before <= fired[0] <= done_then,
+          "the crash fired at the worker's next step (%s; %d steps when injected, %d after)"
+          % (fired, before, done_then))
     status = subprocess.run([tagctl, "status", "--etcd", c.etcd_url, "--job", c.job],
                             capture_output=True, text=True)
-    check(status.returncode == 0 and "gen" in status.stdout and "plan" in status.stdout,
-          "tagctl status shows the job")
+    check(status.returncode == 0 and all(l in status.stdout for l in
+                                         ("\nstate ", "\nprogress    step ", "/%d (" % STEPS, "ETA",
+                                          "\ncheckpoint  step ", "\nfailures ", "\nleader ",
+                                          "\nworker      w0: rank ")),
+          "tagctl status for people shows state, progress of the total, ETA, checkpoint, failures, "
+          "leader and workers:\n%s" % status.stdout)
     rc = [c.wait(n, 150) for n in ("w0", "w2")]
     check(rc == [0, 0], "the other workers finished (%s)" % rc)
     s = json.load(open(out + "/summary.json"))

@@ -37,9 +37,10 @@ def get(port, path):
         return e.code, e.read().decode()
 
 
-def scrape(port):
-    """/metrics as {name: value}; raises ValueError on a malformed line or a sample without
-    its HELP and TYPE lines."""
+def scrape(port, job=""):
+    """/metrics as {name: value} for the samples of tagc_worker_ families without labels other
+    than job (which must be `job`), plus the histogram's buckets as {"le=B": count}; raises
+    ValueError on a malformed line or a sample without its family's HELP and TYPE lines."""
     status, body = get(port, "/metrics")
     if status != 200:
         raise ValueError("/metrics answered %d" % status)
@@ -51,13 +52,18 @@ def scrape(port):
             _, _, name, kind = line.split()
             typed[name] = kind
         else:
-            name, value = line.split(" ")
-            if name not in helped or typed.get(name) not in ("gauge", "counter"):
+            m = re.fullmatch(r'([a-z_]+)\{job="([^"]*)"(?:,(.*))?\} (\S+)', line)
+            if not m or m.group(2) != job:
+                raise ValueError("malformed sample or job label: %r" % line)
+            name, labels, value = m.group(1), m.group(3), float(m.group(4))
+            family = re.sub(r"_(bucket|sum|count)$", "", name) if name not in typed else name
+            if family not in helped or typed.get(family) not in ("gauge", "counter", "histogram"):
                 raise ValueError("%s has no HELP or TYPE" % name)
-            values[name[len("tagc_worker_"):]] = float(value)
+            if name.startswith("tagc_worker_") and not labels:
+                values[name[len("tagc_worker_"):]] = value
+            elif name == "tagc_worker_step_duration_seconds_bucket":
+                values[labels] = value
     return values
-
-
 def port_of(log):
     m = re.search(r"serving /metrics and /healthz on port (\d+)", log)
     return int(m.group(1)) if m else None
@@ -85,10 +91,10 @@ def static_run(tmp):
                          job_args(1000000, 0, 8), stdout=log, stderr=subprocess.STDOUT)
     try:
         port = wait_for(lambda: port_of(open(log.name).read()), 30, "the metrics port")
-        first = wait_for(lambda: (lambda m: m if m["step"] >= 3 else None)(scrape(port)), 60,
+        first = wait_for(lambda: (lambda m: m if m["step"] >= 3 else None)(scrape(port, "default")), 60,
                          "3 steps")
         time.sleep(1.0)  # uptime must grow; a loaded machine may need longer for a step:
-        second = wait_for(lambda: (lambda m: m if m["step"] > first["step"] else None)(scrape(port)),
+        second = wait_for(lambda: (lambda m: m if m["step"] > first["step"] else None)(scrape(port, "default")),
                           60, "a later step")
         check(second["step"] > first["step"] >= 3,
               "step advances between scrapes (%d -> %d)" % (first["step"], second["step"]))
@@ -103,6 +109,16 @@ def static_run(tmp):
                                            "recovering", "bytes_sent_total")),
               "no failures, no recoveries, no bytes on a single worker")
         check(second["uptime_seconds"] > first["uptime_seconds"], "uptime grows")
+        check(second["step_duration_seconds_count"] == second["step"] and
+              second['le="+Inf"'] == second["step"] and
+              0 < second["step_duration_seconds_sum"] and
+              all(second['le="0.01"'] <= second['le="%s"' % b] <= second['le="+Inf"'] for b in ("0.1", "1", "60")),
+              "the step histogram counts every step, cumulative buckets")
+        check(math.isfinite(second["learning_rate"]) and second["learning_rate"] > 0 and
+              math.isfinite(second["grad_norm"]) and second["grad_norm"] > 0 and
+              math.isnan(second["val_loss"]) and second["sketch_coverage_ratio"] == 0,
+              "lr %g, grad norm %g, no evaluation yet (val loss NaN), no sketches with --compress none"
+              % (second["learning_rate"], second["grad_norm"]))
         status, body = get(port, "/healthz")
         check(status == 200 and body.startswith("ok: generation 0, rank 0 of 1"),
               "/healthz: %d %r" % (status, body.strip()))
@@ -121,16 +137,23 @@ def elastic_run():
         out = c.start_job(common)
         ports = {n: wait_for(lambda n=n: port_of(c.log(n)), 30, n + "'s port")
                  for n in ("w0", "w1")}
+        job = c.job
         wait_for(lambda: os.path.exists(out + "/metrics.jsonl") and len(metrics(out)) >= 20, 120,
                  "20 steps")
-        before = {n: scrape(p) for n, p in ports.items()}
+        before = {n: scrape(p, job) for n, p in ports.items()}
         check(all(m["world_size"] == 3 and m["failures_total"] == 0 for m in before.values()),
               "before the kill: W=3, no failures")
         check(all(m["bytes_sent_total"] > 0 and m["bytes_received_total"] > 0
                   for m in before.values()), "bytes counters count")
+        check(all(m["checkpoint_last_step"] >= 10 and m["checkpoint_last_step"] % 10 == 0 and
+                  m["checkpoint_saves_total"] >= 1 and m["checkpoint_failures_total"] == 0 and
+                  0 <= m["checkpoint_age_seconds"] < 60 and m["checkpoint_duration_seconds"] > 0
+                  for m in before.values()),
+              "checkpoint step, saves, no failures, age and duration (%s)" %
+              [(m["checkpoint_last_step"], m["checkpoint_age_seconds"]) for m in before.values()])
         c.signal("w2", signal.SIGKILL)
         after = {n: wait_for(lambda p=p: (lambda m: m if m["recoveries_total"] >= 1 else None)(
-            scrape(p)), 60, n + " to recover") for n, p in ports.items()}
+            scrape(p, job)), 60, n + " to recover") for n, p in ports.items()}
         for n, m in after.items():
             check(m["failures_total"] >= 1 and m["recoveries_total"] >= 1 and m["recovering"] == 0,
                   "%s: failures %d, recoveries %d" % (n, m["failures_total"], m["recoveries_total"]))
@@ -148,10 +171,15 @@ def elastic_run():
         last = after[rank0[0]] if rank0 else None
         while rank0 and c.procs[rank0[0]].poll() is None:
             try:
-                last = scrape(ports[rank0[0]])
+                last = scrape(ports[rank0[0]], job)
             except (OSError, ValueError):
                 pass  # the server stopped as the worker exits
             time.sleep(0.1)
+        # the SIGKILLed peer is a crash (its process is gone), not comm; its lease is counted too
+        st = json.loads(subprocess.run([os.path.join(bindir, "tagctl"), "status", "--etcd", c.etcd_url,
+                                        "--job", job, "--json"], capture_output=True, text=True).stdout)
+        check(st["failures"].get("crash", 0) >= 1 and st["failures"].get("comm", 0) == 0,
+              "failure kinds after a SIGKILL: crash counted, no comm (%s)" % st["failures"])
         rc = [c.wait(n, 180) for n in ("w0", "w1")]
         check(rc == [0, 0], "survivors finished (%s)" % rc)
         s = json.load(open(out + "/summary.json"))

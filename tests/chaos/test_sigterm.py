@@ -79,7 +79,7 @@ def metrics_port(c, name):
 def failures_counter(port):
     with urllib.request.urlopen("http://127.0.0.1:%d/metrics" % port, timeout=5) as r:
         for line in r.read().decode().splitlines():
-            if line.startswith("tagc_worker_failures_total "):
+            if line.startswith("tagc_worker_failures_total{"):
                 return int(float(line.split()[1]))
     return None
 

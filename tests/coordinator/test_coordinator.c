@@ -204,7 +204,22 @@ static double wait_role(const coord_proc *cp, const char *role, double limit_s) 
   return -1;
 }
 
-/* Waits until /metrics of cp holds line (a full line). */
+/* Removes the job label every sample carries ({job="J"} or {job="J",...}) in place. */
+static void drop_job_label(char *body) {
+  char *at;
+  while (body && (at = strstr(body, "{job=\"")) != NULL) {
+    char *end = strchr(at + 6, '"');
+    if (!end)
+      return;
+    end++;
+    if (*end == ',')
+      memmove(at + 1, end + 1, strlen(end + 1) + 1); /* {job="J",kind=...} -> {kind=...} */
+    else
+      memmove(at, end + 1, strlen(end + 1) + 1);     /* {job="J"} -> nothing */
+  }
+}
+
+/* Waits until /metrics of cp holds line (a full line; samples without their job label). */
 static int wait_metric(const coord_proc *cp, const char *line, double limit_s) {
   double t0 = tagc_now();
   char want[128];
@@ -212,6 +227,7 @@ static int wait_metric(const coord_proc *cp, const char *line, double limit_s) {
   while (tagc_now() - t0 < limit_s) {
     char *body;
     http(cp, "/metrics", 0, &body);
+    drop_job_label(body);
     int found = strstr(body, want) != NULL;
     free(body);
     if (found)

@@ -1,0 +1,31 @@
+/* The kind a worker reports a failed generation as (failures/<g>/<id>, counted by the
+ * coordinator in failures_total). The rule (docs/operations.md, "Failure kinds"):
+ *   oom, hang, injected   decided by the run itself (ENOMEM, an injected hang or drop)
+ *   crash                 the suspected peer's process is gone: its registration (lease) has
+ *                         ended, or it ran on this host and its pid is dead or a zombie
+ *   hang                  a collective (or the bootstrap) timed out and no peer is known to
+ *                         be gone
+ *   partition             a connection failed (reset, closed) while the peer's process is
+ *                         verifiably alive (same host)
+ *   comm                  a connection failed and the peer's process cannot be checked (another
+ *                         host, registration still live) or no peer was suspected
+ * The coordinator adds `lease` for each member whose lease expired (coordinator/planner.c).
+ * Threading: any thread; tagc_peer_check sleeps up to settle_s. */
+#ifndef TAGC_WORKER_FAILURE_KIND_H
+#define TAGC_WORKER_FAILURE_KIND_H
+
+#include <jansson.h>
+
+typedef enum { TAGC_PEER_UNKNOWN, TAGC_PEER_GONE, TAGC_PEER_ALIVE } tagc_peer_state;
+
+/* Whether the worker registered as `info` (its workers/<id> value, borrowed; NULL when the
+ * key is gone) still runs. A peer on host my_host is checked by pid through /proc, for up to
+ * settle_s seconds (a process killed a moment ago closes its sockets before it exits);
+ * on another host it is TAGC_PEER_UNKNOWN while registered. */
+tagc_peer_state tagc_peer_check(const json_t *info, const char *my_host, double settle_s);
+
+/* The kind to report: run_kind is what the run decided (oom, hang, injected, timeout, comm),
+ * peer what tagc_peer_check found (TAGC_PEER_UNKNOWN without a suspect). Static strings. */
+const char *tagc_failure_kind(const char *run_kind, tagc_peer_state peer);
+
+#endif
