@@ -127,7 +127,8 @@ static int print_csv(const tagctl_metrics_rows *m) {
   for (size_t r = 0; r < m->n && ok; r++)
     ok = collect(&extra, &known, m->rows[r], "");
   if (ok) {
-    qsort(extra.names, extra.n, sizeof *extra.names, by_name);
+    if (extra.n)
+      qsort(extra.names, extra.n, sizeof *extra.names, by_name);
     for (size_t i = 0; i < extra.n && ok; i++)
       ok = add_column(&known, extra.names[i]);
   }
@@ -194,7 +195,8 @@ int tagctl_metrics(int argc, char **argv) {
     print_table(&m);
   }
   if (m.skipped)
-    fprintf(stderr, "tagctl metrics: %s: %zu lines are not JSON objects (skipped)\n", m.path, m.skipped);
+    fprintf(stderr, "tagctl metrics: %s: %zu line%s not a JSON object (skipped)\n", m.path, m.skipped,
+            m.skipped == 1 ? " is" : "s are");
   tagctl_metrics_free(&m);
   return rc;
 }

@@ -64,10 +64,12 @@ static const tagc_tensor_info *block_tensor(const tagc_model_layout *lay, int l,
   return find_tensor(lay, full);
 }
 
-static tagc_status model_alloc(tagctl_model *m, const tagc_model_config *cfg, int vocab) {
-  TAGC_CHECK(tagc_model_layout_init(&m->layout, cfg));
-  if (vocab < 1 || vocab > cfg->vocab)
-    return tagc_errorf(TAGC_EINVAL, "vocabulary %d outside [1, %d] (the rows of wte)", vocab, cfg->vocab);
+/* Allocates the arena of m->layout (initialised and checked against the input first, so
+ * that a damaged header cannot ask for any amount of memory). */
+static tagc_status model_alloc(tagctl_model *m, int vocab) {
+  if (vocab < 1 || vocab > m->layout.cfg.vocab)
+    return tagc_errorf(TAGC_ECORRUPT, "vocabulary %d outside [1, %d] (the rows of wte)", vocab,
+                       m->layout.cfg.vocab);
   m->vocab = vocab;
   m->params = calloc(m->layout.n_params, sizeof(float));
   if (!m->params)
@@ -157,7 +159,7 @@ static tagc_status check_tensor_table(tagc_ckpt_reader *rd, const tagc_model_lay
 
 /* Reads the "param" stream of every unit into its place in the arena. A unit is a run of
  * whole tensors named "u<unit>.<first tensor>" (docs/checkpoint-format.md); the units must
- * tile the arena exactly. */
+ * tile the arena exactly, in order. */
 static tagc_status gather_params(tagc_ckpt_reader *rd, tagctl_model *m) {
   const char *path = tagc_ckpt_reader_path(rd);
   int stream = tagc_ckpt_reader_stream_index(rd, "param");
@@ -170,7 +172,8 @@ static tagc_status gather_params(tagc_ckpt_reader *rd, tagctl_model *m) {
     const char *dot = name ? strchr(name, '.') : NULL;
     const tagc_tensor_info *first = dot ? find_tensor(&m->layout, dot + 1) : NULL;
     int64_t numel = tagc_ckpt_reader_unit_numel(rd, u);
-    if (!first || numel < 0 || first->offset + (size_t)numel > m->layout.n_params)
+    if (!first || first->offset != covered || numel < 0 ||
+        first->offset + (size_t)numel > m->layout.n_params)
       return tagc_errorf(TAGC_ECORRUPT, "%s: unit '%s' is not a run of tagc's tensors", path,
                          name ? name : "?");
     TAGC_CHECK(tagc_ckpt_read(rd, u, stream, 0, numel, m->params + first->offset));
@@ -189,8 +192,9 @@ static tagc_status load_ckpt(const char *path, tagctl_model *m) {
   int vocab = 0;
   tagc_status st;
   TAGC_CHECK_GOTO(ckpt_config(rd, &cfg, &vocab), st, done);
-  TAGC_CHECK_GOTO(model_alloc(m, &cfg, vocab), st, done);
+  TAGC_CHECK_GOTO(tagc_model_layout_init(&m->layout, &cfg), st, done);
   TAGC_CHECK_GOTO(check_tensor_table(rd, &m->layout), st, done);
+  TAGC_CHECK_GOTO(model_alloc(m, vocab), st, done);
   TAGC_CHECK_GOTO(gather_params(rd, m), st, done);
   m->step = tagc_ckpt_reader_step(rd);
 done:
@@ -341,45 +345,54 @@ static tagc_status write_hf_config(const tagctl_model *m, const char *st_path) {
   return st;
 }
 
+/* The header and the data, each Conv1D weight transposed through scratch. */
+static tagc_status write_st_file(const tagctl_model *m, const st_entry *e, int n, const char *text,
+                                 float *scratch, const char *path) {
+  out_file o;
+  TAGC_CHECK(out_open(&o, path));
+  size_t len = strlen(text), padded = (len + 8 + 7) / 8 * 8 - 8; /* data starts 8-aligned */
+  uint64_t n_header = padded;
+  out_write(&o, &n_header, sizeof n_header);
+  out_write(&o, text, len);
+  for (size_t i = len; i < padded; i++)
+    out_write(&o, " ", 1);
+  for (int i = 0; i < n; i++) {
+    const tagc_tensor_info *ti = e[i].ti;
+    const float *x = m->params + ti->offset;
+    if (e[i].transpose) { /* (out, in) -> (in, out) */
+      for (int r = 0; r < ti->rows; r++)
+        for (int c = 0; c < ti->cols; c++)
+          scratch[(size_t)c * ti->rows + r] = x[(size_t)r * ti->cols + c];
+      x = scratch;
+    }
+    out_floats(&o, x, ti->numel);
+  }
+  return out_close(&o, 1);
+}
+
 tagc_status tagctl_model_write_safetensors(const tagctl_model *m, const char *path) {
   st_entry *e = calloc(TAGC_MAX_TENSORS, sizeof *e);
-  if (!e)
-    return tagc_errorf(TAGC_ENOMEM, "tensor list");
-  int n = st_entries(&m->layout, e);
-  for (int i = 0; i < n; i++)
-    if (!e[i].ti) {
-      free(e);
-      return tagc_errorf(TAGC_EINTERNAL, "safetensors: %s has no tagc tensor", e[i].name);
-    }
-  json_t *h = st_header(m, e, n);
-  char *text = h ? json_dumps(h, JSON_COMPACT) : NULL;
-  json_decref(h);
+  char *text = NULL;
+  float *scratch = NULL;
+  tagc_status st = e ? TAGC_OK : tagc_errorf(TAGC_ENOMEM, "tensor list");
+  int n = e ? st_entries(&m->layout, e) : 0;
   size_t largest = 1;
-  for (int i = 0; i < n; i++)
-    largest = e[i].transpose && e[i].ti->numel > largest ? e[i].ti->numel : largest;
-  float *scratch = malloc(largest * sizeof(float));
-  out_file o;
-  tagc_status st = text && scratch ? out_open(&o, path) : tagc_errorf(TAGC_ENOMEM, "safetensors header");
-  if (st == TAGC_OK) {
-    size_t len = strlen(text), padded = (len + 8 + 7) / 8 * 8 - 8; /* data starts 8-aligned */
-    uint64_t n_header = padded;
-    out_write(&o, &n_header, sizeof n_header);
-    out_write(&o, text, len);
-    for (size_t i = len; i < padded; i++)
-      out_write(&o, " ", 1);
-    for (int i = 0; i < n; i++) {
-      const tagc_tensor_info *ti = e[i].ti;
-      const float *x = m->params + ti->offset;
-      if (e[i].transpose) { /* (out, in) -> (in, out) */
-        for (int r = 0; r < ti->rows; r++)
-          for (int c = 0; c < ti->cols; c++)
-            scratch[(size_t)c * ti->rows + r] = x[(size_t)r * ti->cols + c];
-        x = scratch;
-      }
-      out_floats(&o, x, ti->numel);
-    }
-    st = out_close(&o, 1);
+  for (int i = 0; i < n && st == TAGC_OK; i++) {
+    if (!e[i].ti)
+      st = tagc_errorf(TAGC_EINTERNAL, "safetensors: %s has no tagc tensor", e[i].name);
+    else if (e[i].transpose && e[i].ti->numel > largest)
+      largest = e[i].ti->numel;
   }
+  if (st == TAGC_OK) {
+    json_t *h = st_header(m, e, n);
+    text = h ? json_dumps(h, JSON_COMPACT) : NULL;
+    json_decref(h);
+    scratch = malloc(largest * sizeof(float));
+    if (!text || !scratch)
+      st = tagc_errorf(TAGC_ENOMEM, "safetensors header and scratch");
+  }
+  if (st == TAGC_OK)
+    st = write_st_file(m, e, n, text, scratch, path);
   if (st == TAGC_OK)
     st = write_hf_config(m, path);
   free(text);
@@ -476,11 +489,16 @@ static tagc_status llmc_parse(FILE *f, const char *path, off_t size, tagctl_mode
   if (vp < h[3] || vp < 1)
     return tagc_errorf(TAGC_ECORRUPT, "%s: padded vocabulary %d below the vocabulary %d", path, vp, h[3]);
   tagc_model_config cfg = {.vocab = vp, .ctx = h[2], .n_layer = h[4], .n_head = h[5], .d_model = h[6]};
-  TAGC_CHECK(model_alloc(m, &cfg, h[3]));
+  if (tagc_model_layout_init(&m->layout, &cfg) != TAGC_OK) {
+    char detail[512]; /* the detail lives in the buffer tagc_errorf writes */
+    snprintf(detail, sizeof detail, "%s", tagc_last_error());
+    return tagc_errorf(TAGC_ECORRUPT, "%s: %s", path, detail);
+  }
   size_t C = (size_t)cfg.d_model, expect = m->layout.n_params - (untied ? 0 : (size_t)vp * C);
   if ((uint64_t)size != sizeof h + (uint64_t)expect * sizeof(float))
     return tagc_errorf(TAGC_ECORRUPT, "%s: %lld bytes, the header's model needs %llu", path,
                        (long long)size, (unsigned long long)(sizeof h + expect * sizeof(float)));
+  TAGC_CHECK(model_alloc(m, h[3]));
   llmc_reader r = {f, 0};
   llmc_visit(m, vp, untied, read_tensor, &r);
   if (r.failed)

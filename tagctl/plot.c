@@ -274,7 +274,7 @@ static int write_svg(const series *s, const char *title, const char *path) {
   svg_axes(f, s, &top, "loss", 0);
   svg_axes(f, s, &bottom, "tokens/s", 1);
   fprintf(f, "<text x=\"%d\" y=\"%d\" text-anchor=\"middle\" font-size=\"13\">step</text>\n",
-          (LEFT + RIGHT) / 2, 622);
+          (LEFT + RIGHT) / 2, 627);
   svg_lines(f, s, &top, offsetof(point, loss), "train-loss", "#1f77b4", 0);
   svg_lines(f, s, &top, offsetof(point, val), "val-loss", "#ff7f0e", 1);
   svg_lines(f, s, &bottom, offsetof(point, tps), "tokens-per-s", "#9467bd", 0);
@@ -417,7 +417,8 @@ static int plot(const plot_args *a, const char *out) {
     }
   }
   if (m.skipped)
-    fprintf(stderr, "tagctl plot: %s: %zu lines are not JSON objects (skipped)\n", m.path, m.skipped);
+    fprintf(stderr, "tagctl plot: %s: %zu line%s not a JSON object (skipped)\n", m.path, m.skipped,
+            m.skipped == 1 ? " is" : "s are");
   series_free(&s);
   tagctl_metrics_free(&m);
   return rc;
