@@ -368,6 +368,25 @@ static void default_path(char *buf, size_t cap, const char *out, const char *nam
   }
 }
 
+typedef int (*image_writer)(const series *s, const char *title, const char *path);
+
+/* Writes one image to `chosen`, or to `name` beside the metrics when that is empty, and
+ * prints its path. Returns the exit status. */
+static int emit(image_writer write, const series *s, const char *title, const char *chosen,
+                const char *out, const char *name) {
+  char path[4200];
+  if (*chosen)
+    snprintf(path, sizeof path, "%s", chosen);
+  else
+    default_path(path, sizeof path, out, name);
+  if (!write(s, title, path)) {
+    fprintf(stderr, "tagctl plot: %s was not written%s\n", path, write == write_png ? " (gnuplot failed)" : "");
+    return 1;
+  }
+  printf("%s\n", path);
+  return 0;
+}
+
 static int plot(const plot_args *a, const char *out) {
   int png_asked = *a->png != 0, gnuplot = have_gnuplot();
   if (png_asked && !gnuplot) {
@@ -389,33 +408,14 @@ static int plot(const plot_args *a, const char *out) {
     fprintf(stderr, "tagctl plot: %s holds no steps\n", m.path);
     rc = 1;
   }
-  char svg[4200], png[4200], title[512];
+  char title[512];
   if (rc == 0) {
     snprintf(title, sizeof title, "%s: steps %.0f-%.0f, %d failure%s, %d recover%s", out, s.xmin + 1,
              s.xmax, s.failures, s.failures == 1 ? "" : "s", s.recoveries, s.recoveries == 1 ? "y" : "ies");
-    if (*a->svg)
-      snprintf(svg, sizeof svg, "%s", a->svg);
-    else
-      default_path(svg, sizeof svg, out, "plot.svg");
-    if (write_svg(&s, title, svg)) {
-      printf("%s\n", svg);
-    } else {
-      fprintf(stderr, "tagctl plot: cannot write %s\n", svg);
-      rc = 1;
-    }
+    rc = emit(write_svg, &s, title, a->svg, out, "plot.svg");
   }
-  if (rc == 0 && gnuplot) {
-    if (png_asked)
-      snprintf(png, sizeof png, "%s", a->png);
-    else
-      default_path(png, sizeof png, out, "plot.png");
-    if (write_png(&s, title, png)) {
-      printf("%s\n", png);
-    } else {
-      fprintf(stderr, "tagctl plot: gnuplot did not write %s\n", png);
-      rc = 1;
-    }
-  }
+  if (rc == 0 && gnuplot)
+    rc = emit(write_png, &s, title, a->png, out, "plot.png");
   if (m.skipped)
     fprintf(stderr, "tagctl plot: %s: %zu line%s not a JSON object (skipped)\n", m.path, m.skipped,
             m.skipped == 1 ? " is" : "s are");

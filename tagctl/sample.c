@@ -11,6 +11,7 @@
 
 #include "tagctl/model_io.h"
 #include "tagctl/tagctl.h"
+#include "worker/data.h"
 
 typedef struct sample_args {
   char *prompt;
@@ -40,16 +41,9 @@ static const tagc_opt sample_opts[] = {
      "of the head), for checks against other implementations"},
 };
 
-/* One sampler draw: uniform in [0, 1) from (seed, index), splitmix64. */
+/* The draw for token `index`: uniform in [0, 1) from (seed, index), counter-based. */
 static double uniform(uint64_t seed, uint64_t index) {
-  uint64_t x = seed ^ (index * 0x9e3779b97f4a7c15ULL);
-  for (int r = 0; r < 2; r++) {
-    x += 0x9e3779b97f4a7c15ULL;
-    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-    x ^= x >> 31;
-  }
-  return (double)(x >> 11) * 0x1.0p-53;
+  return (double)(tagc_mix64(seed ^ tagc_mix64(index)) >> 11) * 0x1.0p-53;
 }
 
 typedef struct scored {

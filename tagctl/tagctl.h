@@ -19,11 +19,11 @@ int tagctl_sample(int argc, char **argv);  /* tagctl/sample.c */
 int tagctl_plot(int argc, char **argv);    /* tagctl/plot.c */
 int tagctl_metrics(int argc, char **argv); /* tagctl/metrics.c */
 
-/* Parses the flags of a subcommand that works on files (export, sample, plot, metrics) into
- * cfg with prog's table, and exactly n_pos positional arguments into pos[n_pos]. The
- * environment variables of the table's options are ignored (unset): runs use TAGC_OUT,
- * TAGC_SEED, ... for themselves. Returns -1 when the subcommand should go on, else its exit
- * status: 0 after --help, 2 after a one-line error on stderr. Free cfg with tagc_opts_free. */
+/* Parses the options of a subcommand that works on files (export, sample, plot, metrics) into
+ * cfg with prog's table (flag > environment > --config > default, as everywhere) and exactly
+ * n_pos positional arguments into pos[n_pos]. Returns -1 when the subcommand should go on,
+ * else its exit status: 0 after --help, 2 after a one-line error on stderr. Free cfg with
+ * tagc_opts_free. */
 int tagctl_parse_file_args(const tagc_opt_program *prog, void *cfg, int argc, char **argv,
                            char **pos, int n_pos);
 
