@@ -237,23 +237,20 @@ static void out_floats(out_file *o, const float *x, size_t n) {
     out_write(o, zeros, (n - i < 1024 ? n - i : 1024) * sizeof(float));
 }
 
-/* Completes the file (commit = 1) or removes it. */
-static tagc_status out_close(out_file *o, int commit) {
+/* Completes the file: flush, fsync, rename to its name; on any failure removes it. */
+static tagc_status out_close(out_file *o) {
   int err = o->failed;
-  if (!err && commit && (fflush(o->f) != 0 || fsync(fileno(o->f)) != 0))
+  if (!err && (fflush(o->f) != 0 || fsync(fileno(o->f)) != 0))
     err = errno;
   if (fclose(o->f) != 0 && !err)
     err = errno;
-  if (!err && commit && rename(o->tmp, o->path) != 0)
+  if (!err && rename(o->tmp, o->path) != 0)
     err = errno;
-  if (err || !commit) {
-    unlink(o->tmp);
-    if (err) {
-      errno = err;
-      return tagc_errnof(TAGC_EIO, "%s", o->path);
-    }
-  }
-  return TAGC_OK;
+  if (!err)
+    return TAGC_OK;
+  unlink(o->tmp);
+  errno = err;
+  return tagc_errnof(TAGC_EIO, "%s", o->path);
 }
 
 /* ---------------------------------------------------------------------------------------- */
@@ -367,7 +364,7 @@ static tagc_status write_st_file(const tagctl_model *m, const st_entry *e, int n
     }
     out_floats(&o, x, ti->numel);
   }
-  return out_close(&o, 1);
+  return out_close(&o);
 }
 
 tagc_status tagctl_model_write_safetensors(const tagctl_model *m, const char *path) {
@@ -404,8 +401,9 @@ tagc_status tagctl_model_write_safetensors(const tagctl_model *m, const char *pa
 /* ---------------------------------------------------------------------------------------- */
 /* llm.c model files                                                                        */
 
-/* The 16 llm.c tensors, each the concatenation over the layers for block tensors, then
- * tagc's head: calls fn(ctx, arena tensor, rows to transfer, rows in the file) in file order. */
+/* The 16 llm.c tensors (a block tensor: all layers in a row), then tagc's head: calls
+ * fn(ctx, the arena's tensor, its floats, the floats in the file) in file order; the file
+ * pads wte and the head with zero rows up to vp. */
 typedef void (*llmc_visit_fn)(void *ctx, float *x, size_t numel, size_t file_numel);
 
 static void llmc_visit(const tagctl_model *m, int vp, int with_head, llmc_visit_fn fn, void *ctx) {
@@ -456,7 +454,7 @@ tagc_status tagctl_model_write_llmc(const tagctl_model *m, const char *path) {
   TAGC_CHECK(out_open(&o, path));
   out_write(&o, header, sizeof header);
   llmc_visit(m, header[7], 1, write_tensor, &o);
-  return out_close(&o, 1);
+  return out_close(&o);
 }
 
 typedef struct llmc_reader {

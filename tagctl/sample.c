@@ -156,6 +156,14 @@ static void print_token(const tagctl_model *m, int id, int first) {
     printf(first ? "%d" : " %d", id);
 }
 
+/* The first of z[0..n) that is inf or NaN (a diverged model), -1 when none. */
+static int first_nonfinite(const float *z, int n) {
+  for (int i = 0; i < n; i++)
+    if (!isfinite(z[i]))
+      return i;
+  return -1;
+}
+
 /* Generates a->tokens tokens after the prompt and prints prompt and continuation. */
 static tagc_status generate(sampler *s, const sample_args *a, int *ids, int n_prompt) {
   const tagctl_model *m = s->m;
@@ -171,13 +179,11 @@ static tagc_status generate(sampler *s, const sample_args *a, int *ids, int n_pr
     st = forward(s, ids, n, &row);
     if (st != TAGC_OK)
       break;
-    for (int i = 0; i < m->vocab; i++)
-      if (!isfinite(row[i])) {
-        st = tagc_errorf(TAGC_ENUMERIC, "the model's logit of token %d is %g", i, row[i]);
-        break;
-      }
-    if (st != TAGC_OK)
+    int bad = first_nonfinite(row, m->vocab);
+    if (bad >= 0) {
+      st = tagc_errorf(TAGC_ENUMERIC, "the model's logit of token %d is %g", bad, row[bad]);
       break;
+    }
     /* only ids the model knows: the padded rows of the head never come out */
     int next = pick(row, m->vocab, a->temperature, (int)a->top_k, uniform((uint64_t)a->seed, (uint64_t)t), order);
     ids[n++] = next;
@@ -189,7 +195,7 @@ static tagc_status generate(sampler *s, const sample_args *a, int *ids, int n_pr
   return st;
 }
 
-static tagc_status run(const tagctl_model *m, const sample_args *a, int *prompt, int n_prompt) {
+static tagc_status sample_model(const tagctl_model *m, const sample_args *a, int *prompt, int n_prompt) {
   int T = m->layout.cfg.ctx, V = m->layout.cfg.vocab;
   sampler s = {.m = m};
   int *ids = malloc(((size_t)n_prompt + (size_t)a->tokens) * sizeof *ids);
@@ -237,7 +243,7 @@ int tagctl_sample(int argc, char **argv) {
     rc = st == TAGC_ENOTFOUND || st == TAGC_EINVAL ? 2 : 1;
   } else if ((rc = parse_prompt(&args, &m, &prompt, &n_prompt)) < 0) {
     omp_set_num_threads(args.threads > 0 ? (int)args.threads : omp_get_num_procs());
-    st = run(&m, &args, prompt, n_prompt);
+    st = sample_model(&m, &args, prompt, n_prompt);
     if (st != TAGC_OK)
       fprintf(stderr, "tagctl sample: %s\n", tagc_last_error());
     rc = st == TAGC_OK ? 0 : st == TAGC_EINVAL ? 2 : 1;
