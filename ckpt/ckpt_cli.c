@@ -13,7 +13,8 @@
 enum { EXIT_OK = 0, EXIT_INVALID = 1, EXIT_USAGE = 2 };
 
 static int usage(void) {
-  fprintf(stderr, "usage: tagctl ckpt ls DIR | verify DIR|DIR/step-N | inspect DIR|DIR/step-N\n");
+  fprintf(stderr, "usage: tagctl ckpt ls DIR | verify DIR|DIR/step-N | inspect DIR|DIR/step-N | "
+                  "export CKPT --format safetensors|llmc --out FILE\n");
   return EXIT_USAGE;
 }
 

@@ -8,11 +8,24 @@
 #include <stdint.h>
 
 #include "cluster/etcd.h"
+#include "common/options.h"
 
 int tagctl_run(int argc, char **argv);    /* tagctl/run.c */
 int tagctl_inject(int argc, char **argv); /* tagctl/inject.c */
 int tagctl_status(int argc, char **argv); /* tagctl/status.c */
 int tagctl_job(int argc, char **argv);    /* tagctl/job.c */
+int tagctl_export(int argc, char **argv);  /* tagctl/export.c: tagctl ckpt export */
+int tagctl_sample(int argc, char **argv);  /* tagctl/sample.c */
+int tagctl_plot(int argc, char **argv);    /* tagctl/plot.c */
+int tagctl_metrics(int argc, char **argv); /* tagctl/metrics.c */
+
+/* Parses the options of a subcommand that works on files (export, sample, plot, metrics) into
+ * cfg with prog's table (flag > environment > --config > default, as everywhere) and exactly
+ * n_pos positional arguments into pos[n_pos]. Returns -1 when the subcommand should go on,
+ * else its exit status: 0 after --help, 2 after a one-line error on stderr. Free cfg with
+ * tagc_opts_free. */
+int tagctl_parse_file_args(const tagc_opt_program *prog, void *cfg, int argc, char **argv,
+                           char **pos, int n_pos);
 
 /* The options of the subcommands that work on a job's etcd keys (inject, status, job). */
 typedef struct tagctl_etcd_args {

@@ -44,6 +44,7 @@ struct tagc_model_acts {
   int max_batch;
   int B;            /* batch of the last forward */
   int have_forward; /* a forward completed and its backward has not run yet */
+  float *logits_out; /* when set, the forward copies its logits (B, T, V) here */
   void *mem;
   uint8_t *tokens, *targets; /* (B, T) copies of the last forward's input */
   /* Per-layer activations; layer l of each starts at l * (stride of one layer). */
@@ -160,6 +161,10 @@ tagc_status tagc_model_acts_new(const tagc_model_layout *layout, int max_batch, 
   return TAGC_OK;
 }
 
+void tagc_model_acts_keep_logits(tagc_model_acts *acts, float *logits) {
+  acts->logits_out = logits;
+}
+
 void tagc_model_acts_free(tagc_model_acts *acts) {
   if (!acts)
     return;
@@ -242,6 +247,9 @@ static void head_forward(const tagc_model_layout *lay, tagc_model_acts *a, const
                             p + toff(lay, u, K_LNF_B), c->d_model);
     tagc_cpu_linear_rows(r, a->logits, NULL, a->lnf, p + toff(lay, u, K_HEAD_W), NULL, c->d_model,
                          c->vocab);
+    if (a->logits_out) /* before the cross-entropy turns them into probabilities */
+      memcpy(a->logits_out + (size_t)r.lo * c->vocab, a->logits + (size_t)r.lo * c->vocab,
+             (size_t)(r.hi - r.lo) * c->vocab * sizeof(float));
     tagc_cpu_crossentropy_rows(r, a->losses, a->logits, a->targets, c->vocab);
   }
 }

@@ -97,6 +97,11 @@ typedef struct tagc_model_acts tagc_model_acts;
 tagc_status tagc_model_acts_new(const tagc_model_layout *layout, int max_batch, tagc_model_acts **out);
 void tagc_model_acts_free(tagc_model_acts *acts); /* NULL is fine */
 
+/* Inference: every later tagc_model_forward with these activations also copies its logits
+ * (B, ctx, vocab floats, before the softmax) into `logits` (caller-owned, room for max_batch
+ * sequences; borrowed until replaced). NULL stops the copies. */
+void tagc_model_acts_keep_logits(tagc_model_acts *acts, float *logits);
+
 /* Bytes tagc_model_acts_new would allocate (for the OOM planner and the summary). */
 size_t tagc_model_acts_bytes(const tagc_model_layout *layout, int max_batch);
 

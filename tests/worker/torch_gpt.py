@@ -49,12 +49,16 @@ class GPT(nn.Module):
         self.lnf = nn.LayerNorm(C, eps=1e-5)
         self.head = nn.Linear(C, V, bias=False)
 
-    def forward(self, idx, targets):
-        B, T = idx.shape
-        x = self.wte(idx) + self.wpe(torch.arange(T))
+    def logits(self, idx):
+        """(B, T, V) logits of the tokens idx (B, T), T <= the context."""
+        x = self.wte(idx) + self.wpe(torch.arange(idx.shape[1]))
         for block in self.blocks:
             x = block(x)
-        logits = self.head(self.lnf(x))
+        return self.head(self.lnf(x))
+
+    def forward(self, idx, targets):
+        B, T = idx.shape
+        logits = self.logits(idx)
         return F.cross_entropy(logits.view(B * T, -1), targets.view(-1))
 
     def layout(self):

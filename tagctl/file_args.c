@@ -1,0 +1,21 @@
+/* Option parsing of the subcommands that work on files: ckpt export, sample, plot, metrics. */
+#include <stdio.h>
+
+#include "tagctl/tagctl.h"
+
+int tagctl_parse_file_args(const tagc_opt_program *prog, void *cfg, int argc, char **argv,
+                           char **pos, int n_pos_wanted) {
+  int help = 0, n_pos = 0;
+  tagc_status st = tagc_opts_parse(prog, cfg, argc, argv, pos, n_pos_wanted, &n_pos, &help);
+  if (help)
+    return 0;
+  if (st != TAGC_OK) {
+    fprintf(stderr, "tagctl %s: %s\n", prog->name, tagc_last_error());
+    return 2;
+  }
+  if (n_pos != n_pos_wanted) {
+    fprintf(stderr, "usage: tagctl %s %s\n", prog->name, prog->usage);
+    return 2;
+  }
+  return -1;
+}

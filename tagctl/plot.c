@@ -1,0 +1,440 @@
+/* tagctl plot OUT: train and validation loss and tokens/s against step from OUT/metrics.jsonl,
+ * with the run's failures, recoveries and world-size changes marked. SVG written here (no
+ * dependency); PNG through gnuplot when it is installed. */
+#include <math.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "tagctl/metrics_file.h"
+#include "tagctl/tagctl.h"
+
+typedef struct plot_args {
+  char *svg;
+  char *png;
+} plot_args;
+
+#define OFF(f) offsetof(plot_args, f)
+static const tagc_opt plot_opts[] = {
+    {"svg", TAGC_OPT_STRING, OFF(svg), "", 0, -1, NULL, "the SVG file to write (default OUT/plot.svg)"},
+    {"png", TAGC_OPT_STRING, OFF(png), "", 0, -1, NULL,
+     "the PNG file to write with gnuplot (default OUT/plot.png when gnuplot is installed; "
+     "naming one without gnuplot is an error)"},
+};
+
+typedef struct point {
+  double step, loss, val, tps, time;
+  int gen, world;
+} point;
+
+typedef enum event_kind { EV_FAILURE, EV_RECOVERY, EV_WORLD } event_kind;
+static const char *const event_class[] = {"failure", "recovery", "world-change"};
+static const char *const event_color[] = {"#d62728", "#2ca02c", "#7f7f7f"};
+
+typedef struct event {
+  event_kind kind;
+  double x;
+  char label[160];
+} event;
+
+typedef struct series {
+  point *p;
+  size_t n;
+  size_t *seg_start; /* a line breaks where a generation begins or steps are recomputed */
+  size_t n_seg;
+  event *ev;
+  size_t n_ev;
+  int failures, recoveries;
+  double xmin, xmax, lmin, lmax, tmax;
+} series;
+
+/* The wall-clock time of row i: `time` (unix seconds) when the run wrote it, else the
+ * worker's elapsed_s (which restarts with a new rank 0 process: only differences of rows of
+ * one process mean something). */
+static double row_time(const tagctl_metrics_rows *m, size_t i) {
+  double t = tagctl_metrics_num(m, i, "time");
+  return isnan(t) ? tagctl_metrics_num(m, i, "elapsed_s") : t;
+}
+
+static void add_event(series *s, event_kind kind, double x, const char *label) {
+  event *e = &s->ev[s->n_ev++];
+  e->kind = kind;
+  e->x = x;
+  snprintf(e->label, sizeof e->label, "%s", label);
+}
+
+/* Between rows i-1 and i: a step that comes again means a failure and a recovery from a
+ * checkpoint (the steps since it are recomputed); a new world size is marked where it
+ * starts (before the recovery's marker, which is drawn over it). */
+static void find_events(series *s, size_t i) {
+  const point *a = &s->p[i - 1], *b = &s->p[i];
+  char label[160];
+  if (b->world != a->world) {
+    snprintf(label, sizeof label, "world %d -> %d", a->world, b->world);
+    add_event(s, EV_WORLD, b->step - 1, label);
+  }
+  if (b->step <= a->step) {
+    snprintf(label, sizeof label, "failure after step %.0f", a->step);
+    add_event(s, EV_FAILURE, a->step, label);
+    int n = snprintf(label, sizeof label, "recovery: resumed at step %.0f (gen %d", b->step - 1, b->gen);
+    double gap = b->time - a->time;
+    if (gap > 0 && isfinite(gap))
+      snprintf(label + n, sizeof label - (size_t)n, ", next step %.1f s after the last)", gap);
+    else
+      snprintf(label + n, sizeof label - (size_t)n, ")");
+    add_event(s, EV_RECOVERY, b->step - 1, label);
+    s->failures++;
+    s->recoveries++;
+  }
+}
+
+static int series_build(const tagctl_metrics_rows *m, series *s) {
+  memset(s, 0, sizeof *s);
+  s->p = calloc(m->n, sizeof *s->p);
+  s->seg_start = calloc(m->n + 1, sizeof *s->seg_start);
+  s->ev = calloc(3 * m->n + 1, sizeof *s->ev);
+  if (!s->p || !s->seg_start || !s->ev)
+    return 0;
+  s->lmin = INFINITY, s->lmax = -INFINITY, s->xmin = INFINITY, s->xmax = -INFINITY;
+  for (size_t i = 0; i < m->n; i++) {
+    double step = tagctl_metrics_num(m, i, "step");
+    if (isnan(step))
+      continue;
+    point *p = &s->p[s->n];
+    *p = (point){step, tagctl_metrics_num(m, i, "loss"), tagctl_metrics_num(m, i, "val_loss"),
+                 tagctl_metrics_num(m, i, "tokens_per_s"), row_time(m, i),
+                 (int)tagctl_metrics_num(m, i, "generation"), (int)tagctl_metrics_num(m, i, "world_size")};
+    if (s->n == 0 || p->step <= p[-1].step || p->gen != p[-1].gen)
+      s->seg_start[s->n_seg++] = s->n;
+    s->n++;
+    if (s->n > 1)
+      find_events(s, s->n - 1);
+    s->xmin = fmin(s->xmin, step - 1);
+    s->xmax = fmax(s->xmax, step);
+    double losses[2] = {p->loss, p->val};
+    for (int k = 0; k < 2; k++)
+      if (isfinite(losses[k]))
+        s->lmin = fmin(s->lmin, losses[k]), s->lmax = fmax(s->lmax, losses[k]);
+    if (isfinite(p->tps))
+      s->tmax = fmax(s->tmax, p->tps);
+  }
+  s->seg_start[s->n_seg] = s->n;
+  if (!isfinite(s->lmin))
+    s->lmin = 0, s->lmax = 1;
+  if (s->lmax - s->lmin < 1e-9)
+    s->lmin -= 0.5, s->lmax += 0.5;
+  double pad = 0.05 * (s->lmax - s->lmin);
+  s->lmin -= pad, s->lmax += pad;
+  s->tmax = s->tmax > 0 ? s->tmax * 1.08 : 1;
+  if (s->xmax <= s->xmin)
+    s->xmax = s->xmin + 1;
+  return 1;
+}
+
+static void series_free(series *s) {
+  free(s->p);
+  free(s->seg_start);
+  free(s->ev);
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* SVG                                                                                      */
+
+enum { SVG_W = 960, SVG_H = 660, LEFT = 80, RIGHT = SVG_W - 30 };
+typedef struct panel {
+  double top, bottom, ymin, ymax;
+} panel;
+
+static double px(const series *s, double x) {
+  return LEFT + (x - s->xmin) / (s->xmax - s->xmin) * (RIGHT - LEFT);
+}
+
+static double py(const panel *p, double y) {
+  return p->bottom - (y - p->ymin) / (p->ymax - p->ymin) * (p->bottom - p->top);
+}
+
+/* A round tick spacing: 1, 2 or 5 times a power of ten, about n ticks over the range. */
+static double tick_step(double range, int n) {
+  double raw = range / n, mag = pow(10, floor(log10(raw)));
+  double f = raw / mag;
+  return (f < 1.5 ? 1 : f < 3.5 ? 2 : f < 7.5 ? 5 : 10) * mag;
+}
+
+static void svg_text_escaped(FILE *f, const char *t) {
+  for (; *t; t++) {
+    if (*t == '<')
+      fputs("&lt;", f);
+    else if (*t == '>')
+      fputs("&gt;", f);
+    else if (*t == '&')
+      fputs("&amp;", f);
+    else
+      fputc(*t, f);
+  }
+}
+
+static void svg_axes(FILE *f, const series *s, const panel *p, const char *ylabel, int xlabels) {
+  fprintf(f, "<rect x=\"%d\" y=\"%.1f\" width=\"%d\" height=\"%.1f\" fill=\"none\" stroke=\"#444\"/>\n",
+          LEFT, p->top, RIGHT - LEFT, p->bottom - p->top);
+  double dy = tick_step(p->ymax - p->ymin, 5);
+  for (double y = ceil(p->ymin / dy) * dy; y <= p->ymax; y += dy)
+    fprintf(f, "<line x1=\"%d\" y1=\"%.1f\" x2=\"%d\" y2=\"%.1f\" stroke=\"#e5e5e5\"/>"
+               "<text x=\"%d\" y=\"%.1f\" text-anchor=\"end\" font-size=\"11\">%g</text>\n",
+            LEFT, py(p, y), RIGHT, py(p, y), LEFT - 6, py(p, y) + 4, y);
+  double dx = tick_step(s->xmax - s->xmin, 8);
+  for (double x = ceil(s->xmin / dx) * dx; x <= s->xmax; x += dx) {
+    fprintf(f, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#444\"/>", px(s, x),
+            p->bottom, px(s, x), p->bottom + 4);
+    if (xlabels)
+      fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\" font-size=\"11\">%g</text>", px(s, x),
+              p->bottom + 17, x);
+    fputc('\n', f);
+  }
+  fprintf(f, "<text transform=\"translate(20,%.1f) rotate(-90)\" text-anchor=\"middle\" "
+             "font-size=\"13\">%s</text>\n", (p->top + p->bottom) / 2, ylabel);
+}
+
+/* One polyline per segment of the field at offset `field` (NAN values skipped). */
+static void svg_lines(FILE *f, const series *s, const panel *p, size_t field, const char *cls,
+                      const char *color, int dots) {
+  for (size_t g = 0; g < s->n_seg; g++) {
+    int open = 0;
+    for (size_t i = s->seg_start[g]; i < s->seg_start[g + 1]; i++) {
+      double y = *(const double *)((const char *)&s->p[i] + field);
+      if (!isfinite(y))
+        continue;
+      if (!open)
+        fprintf(f, "<polyline class=\"%s\" fill=\"none\" stroke=\"%s\" stroke-width=\"1.5\" points=\"",
+                cls, color);
+      fprintf(f, "%s%.1f,%.1f", open ? " " : "", px(s, s->p[i].step), py(p, y));
+      open = 1;
+    }
+    if (open)
+      fputs("\"/>\n", f);
+    for (size_t i = s->seg_start[g]; dots && i < s->seg_start[g + 1]; i++) {
+      double y = *(const double *)((const char *)&s->p[i] + field);
+      if (isfinite(y))
+        fprintf(f, "<circle class=\"%s\" cx=\"%.1f\" cy=\"%.1f\" r=\"3\" fill=\"%s\"/>\n", cls,
+                px(s, s->p[i].step), py(p, y), color);
+    }
+  }
+}
+
+/* The markers: a vertical line through both panels and a label, in a group whose class
+ * names the kind (failure, recovery, world-change). Labels of nearby markers are staggered. */
+static void svg_events(FILE *f, const series *s, const panel *top, const panel *bottom) {
+  for (size_t i = 0; i < s->n_ev; i++) {
+    const event *e = &s->ev[i];
+    double x = px(s, e->x), label_y = top->top + 14 + 14 * (double)(i % 6);
+    fprintf(f, "<g class=\"%s\"><title>", event_class[e->kind]);
+    svg_text_escaped(f, e->label);
+    fprintf(f, "</title><line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"%s\" "
+               "stroke-width=\"1.5\" stroke-dasharray=\"%s\"/>",
+            x, top->top, x, bottom->bottom, event_color[e->kind],
+            e->kind == EV_FAILURE ? "6,3" : e->kind == EV_RECOVERY ? "2,2" : "1,4");
+    if (e->kind == EV_RECOVERY)
+      fprintf(f, "<path d=\"M%.1f,%.1f l-5,-9 h10 z\" fill=\"%s\"/>", x, top->top, event_color[e->kind]);
+    int right = x > (LEFT + RIGHT) / 2.0;
+    fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" font-size=\"11\" fill=\"%s\" text-anchor=\"%s\">", x + (right ? -4 : 4),
+            label_y, event_color[e->kind], right ? "end" : "start");
+    svg_text_escaped(f, e->label);
+    fputs("</text></g>\n", f);
+  }
+}
+
+static void svg_legend(FILE *f) {
+  const struct {
+    const char *name, *color;
+  } items[] = {{"train loss", "#1f77b4"}, {"validation loss", "#ff7f0e"}, {"tokens/s", "#9467bd"},
+               {"failure", "#d62728"}, {"recovery", "#2ca02c"}, {"world size change", "#7f7f7f"}};
+  double x = LEFT;
+  for (size_t i = 0; i < sizeof items / sizeof items[0]; i++) {
+    fprintf(f, "<rect x=\"%.0f\" y=\"%d\" width=\"14\" height=\"4\" fill=\"%s\"/><text x=\"%.0f\" y=\"%d\" "
+               "font-size=\"12\">%s</text>\n", x, SVG_H - 22, items[i].color, x + 18, SVG_H - 16, items[i].name);
+    x += 30 + 7.5 * (double)strlen(items[i].name);
+  }
+}
+
+static int write_svg(const series *s, const char *title, const char *path) {
+  char tmp[4300];
+  snprintf(tmp, sizeof tmp, "%s.tmp", path);
+  FILE *f = fopen(tmp, "w");
+  if (!f)
+    return 0;
+  panel top = {50, 360, s->lmin, s->lmax}, bottom = {400, 590, 0, s->tmax};
+  fprintf(f, "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<svg xmlns=\"http://www.w3.org/2000/svg\" "
+             "width=\"%d\" height=\"%d\" viewBox=\"0 0 %d %d\" font-family=\"sans-serif\">\n"
+             "<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n<text x=\"%d\" y=\"28\" font-size=\"15\">",
+          SVG_W, SVG_H, SVG_W, SVG_H, LEFT);
+  svg_text_escaped(f, title);
+  fputs("</text>\n", f);
+  svg_axes(f, s, &top, "loss", 0);
+  svg_axes(f, s, &bottom, "tokens/s", 1);
+  fprintf(f, "<text x=\"%d\" y=\"%d\" text-anchor=\"middle\" font-size=\"13\">step</text>\n",
+          (LEFT + RIGHT) / 2, 627);
+  svg_lines(f, s, &top, offsetof(point, loss), "train-loss", "#1f77b4", 0);
+  svg_lines(f, s, &top, offsetof(point, val), "val-loss", "#ff7f0e", 1);
+  svg_lines(f, s, &bottom, offsetof(point, tps), "tokens-per-s", "#9467bd", 0);
+  svg_events(f, s, &top, &bottom);
+  svg_legend(f);
+  fputs("</svg>\n", f);
+  int ok = !ferror(f);
+  ok = fclose(f) == 0 && ok && rename(tmp, path) == 0;
+  if (!ok)
+    unlink(tmp);
+  return ok;
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* PNG through gnuplot                                                                      */
+
+static int have_gnuplot(void) {
+  const char *path = getenv("PATH");
+  char dir[4096];
+  for (const char *p = path ? path : ""; *p;) {
+    size_t n = strcspn(p, ":");
+    snprintf(dir, sizeof dir, "%.*s/gnuplot", (int)n, p);
+    if (n && access(dir, X_OK) == 0)
+      return 1;
+    p += n + (p[n] == ':');
+  }
+  return 0;
+}
+
+/* A gnuplot string in single quotes (which cannot hold one). */
+static void gp_string(FILE *g, const char *t) {
+  fputc('\'', g);
+  for (; *t; t++)
+    fputc(*t == '\'' ? '"' : *t, g);
+  fputc('\'', g);
+}
+
+static void gp_block(FILE *g, const series *s, const char *name, size_t field) {
+  fprintf(g, "$%s << EOD\n", name);
+  for (size_t k = 0; k < s->n_seg; k++) {
+    for (size_t i = s->seg_start[k]; i < s->seg_start[k + 1]; i++) {
+      double y = *(const double *)((const char *)&s->p[i] + field);
+      if (isfinite(y))
+        fprintf(g, "%.0f %.9g\n", s->p[i].step, y);
+    }
+    fputs("\n", g); /* a blank line breaks the line between segments */
+  }
+  fputs("EOD\n", g);
+}
+
+static int write_png(const series *s, const char *title, const char *path) {
+  FILE *g = popen("gnuplot", "w");
+  if (!g)
+    return 0;
+  fputs("set terminal pngcairo size 1000,700 font 'sans,10'\nset output ", g);
+  gp_string(g, path);
+  fputc('\n', g);
+  gp_block(g, s, "loss", offsetof(point, loss));
+  gp_block(g, s, "val", offsetof(point, val));
+  gp_block(g, s, "tps", offsetof(point, tps));
+  fprintf(g, "set xrange [%g:%g]\nset grid ytics\nset key outside right top\nset lmargin 10\nset rmargin 16\n", s->xmin, s->xmax);
+  for (size_t i = 0; i < s->n_ev; i++) {
+    const event *e = &s->ev[i];
+    fprintf(g, "set arrow from %g, graph 0 to %g, graph 1 nohead lc rgb '%s' dt %d lw 1.5\n", e->x,
+            e->x, event_color[e->kind], e->kind == EV_FAILURE ? 2 : 3);
+    fprintf(g, "set label %zu ", i + 1);
+    gp_string(g, e->label);
+    fprintf(g, " at %g, graph %.2f tc rgb '%s' font 'sans,8' offset 0.5,0\n", e->x,
+            0.95 - 0.07 * (double)(i % 6), event_color[e->kind]);
+  }
+  fputs("set multiplot layout 2,1 title ", g);
+  gp_string(g, title);
+  fputs("\nset ylabel 'loss'\nplot $loss with lines lw 1.5 lc rgb '#1f77b4' title 'train', "
+        "$val with linespoints pt 7 ps 0.6 lc rgb '#ff7f0e' title 'validation'\n"
+        "unset label\nset ylabel 'tokens/s'\nset xlabel 'step'\nset yrange [0:*]\n"
+        "plot $tps with lines lw 1.5 lc rgb '#9467bd' title 'tokens/s'\nunset multiplot\n", g);
+  int status = pclose(g);
+  struct stat sb;
+  return status == 0 && stat(path, &sb) == 0 && sb.st_size > 0;
+}
+
+/* ---------------------------------------------------------------------------------------- */
+
+static void default_path(char *buf, size_t cap, const char *out, const char *name) {
+  struct stat sb;
+  if (stat(out, &sb) == 0 && S_ISDIR(sb.st_mode)) {
+    snprintf(buf, cap, "%s/%s", out, name);
+  } else { /* OUT was the metrics file: write beside it */
+    const char *slash = strrchr(out, '/');
+    snprintf(buf, cap, "%.*s%s", slash ? (int)(slash - out + 1) : 0, out, name);
+  }
+}
+
+typedef int (*image_writer)(const series *s, const char *title, const char *path);
+
+/* Writes one image to `chosen`, or to `name` beside the metrics when that is empty, and
+ * prints its path. Returns the exit status. */
+static int emit(image_writer write, const series *s, const char *title, const char *chosen,
+                const char *out, const char *name) {
+  char path[4200];
+  if (*chosen)
+    snprintf(path, sizeof path, "%s", chosen);
+  else
+    default_path(path, sizeof path, out, name);
+  if (!write(s, title, path)) {
+    fprintf(stderr, "tagctl plot: %s was not written%s\n", path, write == write_png ? " (gnuplot failed)" : "");
+    return 1;
+  }
+  printf("%s\n", path);
+  return 0;
+}
+
+static int plot(const plot_args *a, const char *out) {
+  int png_asked = *a->png != 0, gnuplot = have_gnuplot();
+  if (png_asked && !gnuplot) {
+    fprintf(stderr, "tagctl plot: --png needs gnuplot, which is not in PATH (install gnuplot-nox)\n");
+    return 1;
+  }
+  tagctl_metrics_rows m;
+  tagc_status st = tagctl_metrics_read(out, &m);
+  if (st != TAGC_OK) {
+    fprintf(stderr, "tagctl plot: %s\n", tagc_last_error());
+    return st == TAGC_ENOTFOUND ? 2 : 1;
+  }
+  series s;
+  int rc = 0;
+  if (!series_build(&m, &s)) {
+    fprintf(stderr, "tagctl plot: out of memory\n");
+    rc = 1;
+  } else if (s.n == 0) {
+    fprintf(stderr, "tagctl plot: %s holds no steps\n", m.path);
+    rc = 1;
+  }
+  char title[512];
+  if (rc == 0) {
+    snprintf(title, sizeof title, "%s: steps %.0f-%.0f, %d failure%s, %d recover%s", out, s.xmin + 1,
+             s.xmax, s.failures, s.failures == 1 ? "" : "s", s.recoveries, s.recoveries == 1 ? "y" : "ies");
+    rc = emit(write_svg, &s, title, a->svg, out, "plot.svg");
+  }
+  if (rc == 0 && gnuplot)
+    rc = emit(write_png, &s, title, a->png, out, "plot.png");
+  if (m.skipped)
+    fprintf(stderr, "tagctl plot: %s: %zu line%s not a JSON object (skipped)\n", m.path, m.skipped,
+            m.skipped == 1 ? " is" : "s are");
+  series_free(&s);
+  tagctl_metrics_free(&m);
+  return rc;
+}
+
+int tagctl_plot(int argc, char **argv) {
+  tagc_opt_program prog = {"plot", "OUT [--svg FILE] [--png FILE]",
+                           "Draws train and validation loss and tokens/s against step from "
+                           "OUT/metrics.jsonl, marking failures, recoveries and world-size changes: "
+                           "an SVG, and a PNG when gnuplot is installed.",
+                           plot_opts, sizeof plot_opts / sizeof plot_opts[0]};
+  plot_args args = {0};
+  char *out = NULL;
+  int rc = tagctl_parse_file_args(&prog, &args, argc, argv, &out, 1);
+  if (rc < 0)
+    rc = plot(&args, out);
+  tagc_opts_free(&prog, &args);
+  return rc;
+}

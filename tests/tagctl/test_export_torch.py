@@ -1,0 +1,89 @@
+#!/usr/bin/env python3
+"""The torch twin of tagc's model (tests/worker/torch_gpt.py) loaded from a safetensors export
+of a real run gives the logits tagc computes (`tagctl sample --logits`) on a batch of prompts,
+within a max relative difference of 1e-5 (max |a - b| / max |b| over the batch); greedy
+sampling picks torch's most likely next byte. Exit 77 when torch cannot be imported.
+usage: test_export_torch.py BINDIR"""
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+
+try:
+    import torch
+except ImportError:
+    print("torch is not importable by %s: skipped" % sys.executable)
+    sys.exit(77)
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "chaos"))
+sys.path.insert(0, os.path.join(HERE, "..", "worker"))
+sys.path.insert(0, HERE)
+from harness import Checks  # noqa: E402
+from torch_gpt import GPT, max_rel_err  # noqa: E402
+import model_files as mf  # noqa: E402
+
+TOLERANCE = 1e-5
+tagctl = os.path.join(sys.argv[1], "tagctl")
+check = Checks()
+V, T, L, NH, C = 256, 32, 3, 4, 64
+PROMPTS = ["The quick brown fox jumps over t",   # a full context window
+           "You will be married within a yea",
+           "Q: Why did the chicken cross"]       # shorter than the context
+
+
+def run(*args, timeout=240):
+    return subprocess.run([tagctl] + list(args), capture_output=True, timeout=timeout)
+
+
+def load_twin(st_path):
+    """torch_gpt.GPT with its parameters from GPT-2-named safetensors (Conv1D transposed)."""
+    _, tensors, _ = mf.read_safetensors(st_path)
+    model = GPT(V, T, L, NH, C)
+    with torch.no_grad():
+        for name, p, _ in model.layout():
+            hf, conv1d = mf.hf_name(name)
+            x = torch.from_numpy(tensors[hf].copy())
+            p.copy_(x.T if conv1d else x)
+    return model
+
+
+tmp = tempfile.mkdtemp(prefix="tagc-export-torch-")
+try:
+    out = os.path.join(tmp, "out")
+    r = run("run", "--mode", "static", "--workers", "2", "--steps", "8", "--ckpt-every", "8",
+            "--threads", "1", "--batch", "8", "--ctx", str(T), "--layers", str(L), "--heads", str(NH),
+            "--dim", str(C), "--eval-every", "0", "--eval-windows", "4", "--out", out)
+    check(r.returncode == 0, "tagctl run --workers 2 --steps 8, %d layers (status %d)" % (L, r.returncode))
+    st = os.path.join(tmp, "model.safetensors")
+    r = run("ckpt", "export", out, "--format", "safetensors", "--out", st)
+    check(r.returncode == 0, "tagctl ckpt export --format safetensors (status %d)" % r.returncode)
+    model = load_twin(st)
+
+    worst = 0.0
+    for i, prompt in enumerate(PROMPTS):
+        path = os.path.join(tmp, "logits-%d" % i)
+        r = run("sample", out, "--prompt", prompt, "--tokens", "0", "--logits", path)
+        check(r.returncode == 0 and r.stdout.decode() == prompt + "\n",
+              "tagctl sample --tokens 0 --logits: prompt %d echoed (status %d)" % (i, r.returncode))
+        ours = torch.from_numpy(mf.np.fromfile(path, dtype="<f4").reshape(len(prompt), V))
+        idx = torch.tensor([list(prompt.encode())], dtype=torch.long)
+        with torch.no_grad():
+            theirs = model.logits(idx)[0]
+        err = max_rel_err(ours, theirs)
+        worst = max(worst, err)
+        check(err <= TOLERANCE, "prompt %d (%d bytes): logits max relative difference %.2e <= %g"
+              % (i, len(prompt), err, TOLERANCE))
+
+        # greedy: the next byte is torch's most likely one (unless the top two nearly tie)
+        top2 = torch.topk(theirs[-1], 2)
+        r = run("sample", out, "--prompt", prompt, "--tokens", "1", "--temperature", "0")
+        if top2.values[0] - top2.values[1] > 1e-3:
+            check(r.returncode == 0 and r.stdout[len(prompt)] == int(top2.indices[0]),
+                  "prompt %d: --temperature 0 picks byte %d, torch's argmax" % (i, int(top2.indices[0])))
+    print("worst max relative difference of the logits: %.3e" % worst)
+finally:
+    shutil.rmtree(tmp, ignore_errors=True)
+
+check.exit()
