@@ -58,7 +58,7 @@ struct tagc_engine {
   uint16_t *gather16;  /* bf16 all-gather: [W][max S] received, then [max S] sent */
 
   tagc_device_model *model;
-  uint8_t *tokens, *targets; /* host */
+  uint16_t *tokens, *targets; /* host, token ids */
   tagc_unit_hooks hooks;
   int dir;            /* +1 forward, -1 backward */
   tagc_status mark_status; /* first failure to record a device mark in a pass */

@@ -209,12 +209,12 @@ static void test_crossentropy_and_embedding(void) {
   int N = 50, V = 256, B = 2, T = 25, C = 40;
   size_t nv = (size_t)N * V;
   float *z = malloc(nv * 4), *prob = malloc(nv * 4), *loss = malloc(N * 4), *grad = malloc(nv * 4);
-  uint8_t *tg = malloc(N);
+  uint16_t *tg = malloc(N * sizeof(uint16_t));
   double loss_sum = 0;
   fill(z, nv, -6, 6);
   float scale = 0.1f;
   for (int i = 0; i < N; i++) {
-    tg[i] = (uint8_t)(rng_u32() % V);
+    tg[i] = (uint16_t)(rng_u32() % V);
     const float *zi = z + (size_t)i * V;
     double mx = -INFINITY, sum = 0;
     for (int j = 0; j < V; j++)
@@ -229,9 +229,9 @@ static void test_crossentropy_and_embedding(void) {
     loss_sum += loss[i];
   }
   float *gz = dev_upload(z, nv * 4), *gl = dev_alloc(N * 4);
-  uint8_t *gt = dev_upload(tg, N);
+  uint16_t *gt = dev_upload(tg, N * sizeof(uint16_t));
   double *gsum = dev_alloc(sizeof(double)), got_sum = 0;
-  CHECK_OK(tagc_gpu_crossentropy_forward(gl, gz, gt, N, V, NULL));
+  CHECK_OK(tagc_gpu_crossentropy_forward(gl, gz, gt, N, V, V, NULL));
   check_close("crossentropy_forward loss", gl, loss, N, 1e-5);
   check_close("crossentropy_forward probs", gz, prob, nv, 1e-5);
   CHECK_OK(tagc_gpu_sum_losses(gsum, gl, N, NULL));
@@ -246,12 +246,12 @@ static void test_crossentropy_and_embedding(void) {
   float *wte = malloc((size_t)Ve * C * 4), *wpe = malloc((size_t)T * C * 4),
         *dout = malloc(btc * 4);
   float *enc = malloc(btc * 4), *dwte = calloc((size_t)Ve * C, 4), *dwpe = calloc((size_t)T * C, 4);
-  uint8_t *tok = malloc(B * T);
+  uint16_t *tok = malloc(B * T * sizeof(uint16_t));
   fill(wte, (size_t)Ve * C, -1, 1);
   fill(wpe, (size_t)T * C, -1, 1);
   fill(dout, btc, -1, 1);
   for (int i = 0; i < B * T; i++) {
-    tok[i] = (uint8_t)(rng_u32() % Ve);
+    tok[i] = (uint16_t)(rng_u32() % Ve);
     for (int c = 0; c < C; c++) {
       enc[(size_t)i * C + c] = wte[(size_t)tok[i] * C + c] + wpe[(size_t)(i % T) * C + c];
       dwte[(size_t)tok[i] * C + c] += dout[(size_t)i * C + c];
@@ -261,7 +261,7 @@ static void test_crossentropy_and_embedding(void) {
   float *gwte = dev_upload(wte, (size_t)Ve * C * 4), *gwpe = dev_upload(wpe, (size_t)T * C * 4);
   float *gdout = dev_upload(dout, btc * 4), *genc = dev_alloc(btc * 4);
   float *gdwte = dev_alloc((size_t)Ve * C * 4), *gdwpe = dev_alloc((size_t)T * C * 4);
-  uint8_t *gtok = dev_upload(tok, B * T);
+  uint16_t *gtok = dev_upload(tok, B * T * sizeof(uint16_t));
   CHECK_OK(tagc_gpu_encoder_forward(genc, gtok, gwte, gwpe, B, T, C, NULL));
   CHECK_OK(tagc_gpu_encoder_backward(gdwte, gdwpe, gdout, gtok, B, T, Ve, C, NULL));
   check_close("encoder_forward", genc, enc, btc, 1e-6);
@@ -312,11 +312,11 @@ static void step_test(const tagc_model_config *cfg, int B, tagc_compute_dtype dt
   CHECK_OK(tagc_model_layout_init(&lay, cfg));
   size_t np = lay.n_params, bytes = np * sizeof(float), nt = (size_t)B * cfg->ctx;
   float *params = malloc(bytes), *grads = calloc(np, 4), *ggrads = malloc(bytes);
-  uint8_t *tokens = malloc(nt), *targets = malloc(nt);
+  uint16_t *tokens = malloc(nt * sizeof(uint16_t)), *targets = malloc(nt * sizeof(uint16_t));
   tagc_model_init_params(&lay, 42, params);
   for (size_t i = 0; i < nt; i++) {
-    tokens[i] = (uint8_t)(rng_u32() % cfg->vocab);
-    targets[i] = (uint8_t)(rng_u32() % cfg->vocab);
+    tokens[i] = (uint16_t)(rng_u32() % cfg->vocab);
+    targets[i] = (uint16_t)(rng_u32() % cfg->vocab);
   }
   float loss_scale = 1.0f / (float)nt;
 
