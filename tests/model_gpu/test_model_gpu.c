@@ -274,6 +274,43 @@ static void test_crossentropy_and_embedding(void) {
   free(enc), free(dwte), free(dwpe), free(tok);
 }
 
+/* Padded vocabulary (issue 17): rows of Vp logits, the softmax over the first V only; the
+ * padding's probabilities (and so its gradient) are exactly 0, whatever its logits hold. */
+static void test_crossentropy_padded(void) {
+  enum { N = 9, V = 200, Vp = 256 };
+  float *z = malloc(N * Vp * 4), *prob = calloc(N * Vp, 4), *loss = malloc(N * 4);
+  uint16_t tg[N];
+  fill(z, N * Vp, -6, 6);
+  for (int i = 0; i < N; i++) {
+    tg[i] = (uint16_t)(rng_u32() % V);
+    float *zi = z + (size_t)i * Vp;
+    for (int j = V; j < Vp; j++)
+      zi[j] = 50.0f; /* would dominate the softmax if it were not masked */
+    double mx = -INFINITY, sum = 0;
+    for (int j = 0; j < V; j++)
+      mx = fmax(mx, zi[j]);
+    for (int j = 0; j < V; j++)
+      sum += exp(zi[j] - mx);
+    for (int j = 0; j < V; j++)
+      prob[(size_t)i * Vp + j] = (float)(exp(zi[j] - mx) / sum);
+    loss[i] = (float)(log(sum) + mx - zi[tg[i]]);
+  }
+  float *gz = dev_upload(z, N * Vp * 4), *gl = dev_alloc(N * 4);
+  uint16_t *gt = dev_upload(tg, sizeof tg);
+  CHECK_OK(tagc_gpu_crossentropy_forward(gl, gz, gt, N, V, Vp, NULL));
+  check_close("crossentropy_forward padded loss", gl, loss, N, 1e-5);
+  float *got = malloc(N * Vp * 4);
+  download(got, gz, N * Vp * 4);
+  int nonzero = 0;
+  for (int i = 0; i < N; i++)
+    for (int j = V; j < Vp; j++)
+      nonzero += got[(size_t)i * Vp + j] != 0.0f;
+  CHECK_MSG(nonzero == 0, "%d padded probabilities are not 0", nonzero);
+  check_close("crossentropy_forward padded probs", gz, prob, N * Vp, 1e-5);
+  cudaFree(gz), cudaFree(gl), cudaFree(gt);
+  free(z), free(prob), free(loss), free(got);
+}
+
 /* ---------------------------------------------------------------------------------------- */
 /* Full training step                                                                       */
 
@@ -533,6 +570,7 @@ int main(void) {
   test_layernorm();
   test_softmax_and_gelu();
   test_crossentropy_and_embedding();
+  test_crossentropy_padded();
   adamw_test();
   tagc_model_config small = {.vocab = 256, .ctx = 64, .n_layer = 2, .n_head = 4, .d_model = 64};
   tagc_model_config medium = {.vocab = 256, .ctx = 128, .n_layer = 3, .n_head = 4, .d_model = 128};
@@ -540,6 +578,9 @@ int main(void) {
   step_test(&medium, 2, TAGC_COMPUTE_FP32);
   step_test(&small, 4, TAGC_COMPUTE_BF16);
   step_test(&medium, 2, TAGC_COMPUTE_BF16);
+  /* token ids above 255 and a padded vocabulary (300 -> 384 rows) through the whole model */
+  tagc_model_config padded = {.vocab = 300, .ctx = 16, .n_layer = 1, .n_head = 2, .d_model = 32};
+  step_test(&padded, 2, TAGC_COMPUTE_FP32);
 #ifndef TEST_EMU
   oom_test();
 #endif
