@@ -19,8 +19,8 @@ static int cmp_double(const void *a, const void *b) {
 
 static tagc_status bench_step(const tagc_model_layout *lay, tagc_model_acts *acts,
                               tagc_arena_hooks *ah, const tagc_adamw_config *adam, float *params,
-                              float *grads, float *m, float *v, const uint8_t *tokens,
-                              const uint8_t *targets, int B, int64_t step) {
+                              float *grads, float *m, float *v, const uint16_t *tokens,
+                              const uint16_t *targets, int B, int64_t step) {
   size_t n = lay->n_params;
   memset(grads, 0, n * sizeof(float));
   double loss;
@@ -50,7 +50,7 @@ int main(int argc, char **argv) {
   size_t n = lay.n_params, bt = (size_t)B * cfg.ctx;
   float *params = malloc(n * sizeof(float)), *grads = malloc(n * sizeof(float));
   float *m = calloc(n, sizeof(float)), *v = calloc(n, sizeof(float));
-  uint8_t *tokens = malloc(bt), *targets = malloc(bt);
+  uint16_t *tokens = malloc(bt * sizeof(uint16_t)), *targets = malloc(bt * sizeof(uint16_t));
   double *times = malloc((size_t)steps * sizeof(double));
   if (!params || !grads || !m || !v || !tokens || !targets || !times) {
     fprintf(stderr, "bench_model_step: out of memory\n");
@@ -58,8 +58,8 @@ int main(int argc, char **argv) {
   }
   tagc_model_init_params(&lay, 1, params);
   for (size_t i = 0; i < bt; i++) {
-    tokens[i] = (uint8_t)(i * 2654435761u >> 13);
-    targets[i] = (uint8_t)(i * 40503u >> 7);
+    tokens[i] = (uint16_t)((uint8_t)(i * 2654435761u >> 13));
+    targets[i] = (uint16_t)((uint8_t)(i * 40503u >> 7));
   }
   tagc_arena_hooks ah;
   tagc_arena_hooks_init(&ah, &lay, params, grads);

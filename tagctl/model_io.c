@@ -67,9 +67,9 @@ static const tagc_tensor_info *block_tensor(const tagc_model_layout *lay, int l,
 /* Allocates the arena of m->layout (initialised and checked against the input first, so
  * that a damaged header cannot ask for any amount of memory). */
 static tagc_status model_alloc(tagctl_model *m, int vocab) {
-  if (vocab < 1 || vocab > m->layout.cfg.vocab)
+  if (vocab < 1 || vocab > m->layout.cfg.padded_vocab)
     return tagc_errorf(TAGC_ECORRUPT, "vocabulary %d outside [1, %d] (the rows of wte)", vocab,
-                       m->layout.cfg.vocab);
+                       m->layout.cfg.padded_vocab);
   m->vocab = vocab;
   m->params = calloc(m->layout.n_params, sizeof(float));
   if (!m->params)
@@ -130,7 +130,7 @@ static tagc_status ckpt_config(tagc_ckpt_reader *rd, tagc_model_config *cfg, int
   json_array_foreach(tensors, i, t) {
     const char *name = json_string_value(json_object_get(t, "name"));
     if (name && strcmp(name, "wte") == 0)
-      TAGC_CHECK(meta_int(t, "rows", &cfg->vocab));
+      TAGC_CHECK(meta_int(t, "rows", &cfg->padded_vocab));
   }
   return TAGC_OK;
 }
@@ -323,7 +323,7 @@ static tagc_status write_hf_config(const tagctl_model *m, const char *st_path) {
   snprintf(path, sizeof path, "%.*s%sconfig.json", dir_len, st_path, slash ? "/" : "");
   json_t *cfg = json_pack(
       "{s:[s], s:s, s:i, s:i, s:i, s:i, s:i, s:i, s:s, s:f, s:b, s:f, s:f, s:f, s:b, s:s}",
-      "architectures", "GPT2LMHeadModel", "model_type", "gpt2", "vocab_size", c->vocab,
+      "architectures", "GPT2LMHeadModel", "model_type", "gpt2", "vocab_size", c->padded_vocab,
       "n_positions", c->ctx, "n_ctx", c->ctx, "n_embd", c->d_model, "n_layer", c->n_layer,
       "n_head", c->n_head, "activation_function", "gelu_new", "layer_norm_epsilon", 1e-5,
       "tie_word_embeddings", 0, "resid_pdrop", 0.0, "embd_pdrop", 0.0, "attn_pdrop", 0.0,
@@ -448,7 +448,7 @@ tagc_status tagctl_model_write_llmc(const tagctl_model *m, const char *path) {
   header[4] = c->n_layer;
   header[5] = c->n_head;
   header[6] = c->d_model;
-  header[7] = padded_vocab(c->vocab);
+  header[7] = padded_vocab(c->padded_vocab);
   header[LLMC_UNTIED_HEAD_SLOT] = 1;
   out_file o;
   TAGC_CHECK(out_open(&o, path));
@@ -486,7 +486,8 @@ static tagc_status llmc_parse(FILE *f, const char *path, off_t size, tagctl_mode
   int vp = h[1] == 3 ? h[7] : h[3], untied = h[LLMC_UNTIED_HEAD_SLOT] == 1;
   if (vp < h[3] || vp < 1)
     return tagc_errorf(TAGC_ECORRUPT, "%s: padded vocabulary %d below the vocabulary %d", path, vp, h[3]);
-  tagc_model_config cfg = {.vocab = vp, .ctx = h[2], .n_layer = h[4], .n_head = h[5], .d_model = h[6]};
+  tagc_model_config cfg = {.vocab = h[3], .ctx = h[2], .n_layer = h[4], .n_head = h[5],
+                           .d_model = h[6], .padded_vocab = vp};
   if (tagc_model_layout_init(&m->layout, &cfg) != TAGC_OK) {
     char detail[512]; /* the detail lives in the buffer tagc_errorf writes */
     snprintf(detail, sizeof detail, "%s", tagc_last_error());

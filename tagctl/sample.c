@@ -121,17 +121,17 @@ typedef struct sampler {
   const tagctl_model *m;
   tagc_model_acts *acts;
   tagc_arena_hooks hooks;
-  uint8_t *window, *targets; /* one sequence of ctx tokens */
-  float *logits;             /* (ctx, rows) */
+  uint16_t *window, *targets; /* one sequence of ctx tokens */
+  float *logits;              /* (ctx, vocab) */
 } sampler;
 
 /* Runs the forward over the last min(n, ctx) tokens of ids; *row gets the logits after the
  * last of them. */
 static tagc_status forward(sampler *s, const int *ids, int n, const float **row) {
   int T = s->m->layout.cfg.ctx, V = s->m->layout.cfg.vocab, first = n > T ? n - T : 0;
-  memset(s->window, 0, (size_t)T); /* positions after the last token do not reach it (causal) */
+  memset(s->window, 0, (size_t)T * sizeof *s->window); /* later positions do not reach it (causal) */
   for (int i = first; i < n; i++)
-    s->window[i - first] = (uint8_t)ids[i];
+    s->window[i - first] = (uint16_t)ids[i];
   double loss;
   TAGC_CHECK(tagc_model_forward(&s->m->layout, s->acts, &s->hooks.hooks, s->window, s->window, 1, &loss));
   *row = s->logits + (size_t)(n - first - 1) * V;
@@ -199,7 +199,7 @@ static tagc_status sample_model(const tagctl_model *m, const sample_args *a, int
   int T = m->layout.cfg.ctx, V = m->layout.cfg.vocab;
   sampler s = {.m = m};
   int *ids = malloc(((size_t)n_prompt + (size_t)a->tokens) * sizeof *ids);
-  s.window = calloc((size_t)T, 1);
+  s.window = calloc((size_t)T, sizeof *s.window);
   s.logits = malloc((size_t)T * V * sizeof(float));
   tagc_status st = ids && s.window && s.logits ? tagc_model_acts_new(&m->layout, 1, &s.acts)
                                                : tagc_errorf(TAGC_ENOMEM, "sampler buffers");

@@ -132,8 +132,8 @@ static tagc_status cpu_model_new(void *impl, const tagc_model_layout *layout, in
 static void cpu_model_free(void *model) { tagc_model_acts_free(model); }
 
 static tagc_status cpu_forward(void *model, const tagc_model_layout *layout,
-                               tagc_unit_hooks *hooks, const uint8_t *tokens,
-                               const uint8_t *targets, int B, double *loss_sum) {
+                               tagc_unit_hooks *hooks, const uint16_t *tokens,
+                               const uint16_t *targets, int B, double *loss_sum) {
   return tagc_model_forward(layout, model, hooks, tokens, targets, B, loss_sum);
 }
 
@@ -368,7 +368,7 @@ void tagc_device_model_free(tagc_device_model *m) {
 size_t tagc_device_model_bytes(const tagc_device_model *m) { return m->bytes; }
 
 tagc_status tagc_device_model_forward(tagc_device_model *m, tagc_unit_hooks *hooks,
-                                      const uint8_t *tokens, const uint8_t *targets, int B,
+                                      const uint16_t *tokens, const uint16_t *targets, int B,
                                       double *loss_sum) {
   return m->d->ops->forward(m->impl, m->layout, hooks, tokens, targets, B, loss_sum);
 }

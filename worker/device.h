@@ -139,7 +139,7 @@ size_t tagc_device_model_bytes(const tagc_device_model *m);
  * pointers; tokens and targets are host arrays. On CUDA unit_release and unit_backward_done
  * mean the unit's work is enqueued (record a mark to order other lanes after it). */
 tagc_status tagc_device_model_forward(tagc_device_model *m, tagc_unit_hooks *hooks,
-                                      const uint8_t *tokens, const uint8_t *targets, int B,
+                                      const uint16_t *tokens, const uint16_t *targets, int B,
                                       double *loss_sum);
 tagc_status tagc_device_model_backward(tagc_device_model *m, tagc_unit_hooks *hooks,
                                        float loss_scale);

@@ -195,8 +195,8 @@ static tagc_status cuda_model_new(void *impl, const tagc_model_layout *layout, i
 static void cuda_model_free(void *model) { tagc_model_cuda_destroy((tagc_model_cuda *)model); }
 
 static tagc_status cuda_forward(void *model, const tagc_model_layout *layout,
-                                tagc_unit_hooks *hooks, const uint8_t *tokens,
-                                const uint8_t *targets, int B, double *loss_sum) {
+                                tagc_unit_hooks *hooks, const uint16_t *tokens,
+                                const uint16_t *targets, int B, double *loss_sum) {
   (void)layout;
   return tagc_model_cuda_forward((tagc_model_cuda *)model, hooks, tokens, targets, B, loss_sum);
 }

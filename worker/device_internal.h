@@ -28,7 +28,7 @@ typedef struct tagc_device_ops {
                            void **model, size_t *bytes);
   void (*model_free)(void *model);
   tagc_status (*forward)(void *model, const tagc_model_layout *layout, tagc_unit_hooks *hooks,
-                         const uint8_t *tokens, const uint8_t *targets, int B, double *loss_sum);
+                         const uint16_t *tokens, const uint16_t *targets, int B, double *loss_sum);
   tagc_status (*backward)(void *model, const tagc_model_layout *layout, tagc_unit_hooks *hooks,
                           float loss_scale);
   tagc_status (*sumsq_many)(void *impl, const float *const *x, const size_t *n, int count,

@@ -392,8 +392,8 @@ tagc_status tagc_engine_new(const tagc_engine_config *cfg, tagc_engine **out) {
   }
   TAGC_CHECK_GOTO(build_segments(e), st, fail);
   TAGC_CHECK_GOTO(tagc_device_alloc(e->dev, e->L->n_params * sizeof(float), (void **)&e->grads), st, fail);
-  e->tokens = malloc((size_t)cfg->micro_batch * (size_t)e->L->cfg.ctx);
-  e->targets = malloc((size_t)cfg->micro_batch * (size_t)e->L->cfg.ctx);
+  e->tokens = malloc((size_t)cfg->micro_batch * (size_t)e->L->cfg.ctx * sizeof *e->tokens);
+  e->targets = malloc((size_t)cfg->micro_batch * (size_t)e->L->cfg.ctx * sizeof *e->targets);
   if (!e->tokens || !e->targets) {
     st = tagc_errorf(TAGC_ENOMEM, "token buffers");
     goto fail;
@@ -583,7 +583,7 @@ static tagc_status agree_passes(tagc_engine *e, int64_t total, int64_t *passes) 
 /* Runs `passes` micro-batch passes over this rank's slice [lo, hi) of `total` samples
  * (piece i = [lo + n*i/passes, lo + n*(i+1)/passes)), filling tokens with fill(). */
 typedef void (*fill_fn)(const tagc_corpus *c, uint64_t seed, int64_t step, int64_t first,
-                        int count, int T, uint8_t *tokens, uint8_t *targets);
+                        int count, int T, uint16_t *tokens, uint16_t *targets);
 
 static tagc_status run_passes(tagc_engine *e, const tagc_corpus *corpus, int64_t step,
                               int64_t total, int64_t passes, int train, fill_fn fill,
@@ -615,7 +615,7 @@ static tagc_status run_passes(tagc_engine *e, const tagc_corpus *corpus, int64_t
 
 /* tagc_val_fill with the sampler's signature (validation windows ignore seed and step). */
 static void val_fill(const tagc_corpus *c, uint64_t seed, int64_t step, int64_t first, int count,
-                     int T, uint8_t *tokens, uint8_t *targets) {
+                     int T, uint16_t *tokens, uint16_t *targets) {
   (void)seed;
   (void)step;
   tagc_val_fill(c, first, count, T, tokens, targets);

@@ -63,7 +63,7 @@ struct tagc_engine {
   int gather_switches;
 
   tagc_device_model *model;
-  uint8_t *tokens, *targets; /* host */
+  uint16_t *tokens, *targets; /* host, token ids */
   tagc_unit_hooks hooks;
   int dir;            /* +1 forward, -1 backward */
   tagc_status mark_status; /* first failure to record a device mark in a pass */

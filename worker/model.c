@@ -46,7 +46,7 @@ struct tagc_model_acts {
   int have_forward; /* a forward completed and its backward has not run yet */
   float *logits_out; /* when set, the forward copies its logits (B, T, V) here */
   void *mem;
-  uint8_t *tokens, *targets; /* (B, T) copies of the last forward's input */
+  uint16_t *tokens, *targets; /* (B, T) copies of the last forward's input */
   /* Per-layer activations; layer l of each starts at l * (stride of one layer). */
   float *encoded;  /* (B, T, C) block 0 input */
   float *ln1;      /* (L, B, T, C) */
@@ -62,7 +62,7 @@ struct tagc_model_acts {
   float *res3;     /* (L, B, T, C) block output */
   float *lnf;      /* (B, T, C) */
   float *lnf_stat; /* (B, T, 2) */
-  float *logits;   /* (B, T, V) logits, then probabilities, then their gradient */
+  float *logits;   /* (B, T, Vp) logits, then probabilities, then their gradient */
   float *losses;   /* (B, T) per-position cross-entropy */
   /* Backward scratch (gradients). */
   float *dres;      /* (B, T, C) residual stream at the current block's output */
@@ -83,7 +83,7 @@ enum { A_ENC, A_LN1, A_LN1S, A_QKV, A_ATT, A_ATTY, A_RES2, A_LN2, A_LN2S, A_FCH,
 
 static void acts_sizes(const tagc_model_config *c, size_t B, size_t sz[A_COUNT]) {
   size_t T = (size_t)c->ctx, C = (size_t)c->d_model, L = (size_t)c->n_layer;
-  size_t NH = (size_t)c->n_head, V = (size_t)c->vocab, BT = B * T;
+  size_t NH = (size_t)c->n_head, V = (size_t)c->padded_vocab, BT = B * T;
   sz[A_ENC] = BT * C;
   sz[A_LN1] = L * BT * C;
   sz[A_LN1S] = L * BT * 2;
@@ -119,7 +119,7 @@ static size_t acts_plan(const tagc_model_config *c, int max_batch, size_t sz[A_C
   acts_sizes(c, B, sz);
   for (int i = 0; i < A_COUNT; i++)
     floats += round_floats(sz[i]);
-  *token_bytes = round_floats(B * (size_t)c->ctx);
+  *token_bytes = round_floats(B * (size_t)c->ctx) * sizeof(uint16_t);
   return floats * sizeof(float) + 2 * *token_bytes;
 }
 
@@ -153,8 +153,8 @@ tagc_status tagc_model_acts_new(const tagc_model_layout *layout, int max_batch, 
     *slot[i] = p;
     p += round_floats(sz[i]);
   }
-  a->tokens = (uint8_t *)p;
-  a->targets = a->tokens + token_bytes;
+  a->tokens = (uint16_t *)p;
+  a->targets = a->tokens + token_bytes / sizeof(uint16_t);
   a->cfg = layout->cfg;
   a->max_batch = max_batch;
   *out = a;
@@ -246,17 +246,19 @@ static void head_forward(const tagc_model_layout *lay, tagc_model_acts *a, const
     tagc_cpu_layernorm_rows(r, a->lnf, a->lnf_stat, final_input(a), p + toff(lay, u, K_LNF_W),
                             p + toff(lay, u, K_LNF_B), c->d_model);
     tagc_cpu_linear_rows(r, a->logits, NULL, a->lnf, p + toff(lay, u, K_HEAD_W), NULL, c->d_model,
-                         c->vocab);
-    if (a->logits_out) /* before the cross-entropy turns them into probabilities */
-      memcpy(a->logits_out + (size_t)r.lo * c->vocab, a->logits + (size_t)r.lo * c->vocab,
-             (size_t)(r.hi - r.lo) * c->vocab * sizeof(float));
-    tagc_cpu_crossentropy_rows(r, a->losses, a->logits, a->targets, c->vocab);
+                         c->padded_vocab);
+    if (a->logits_out) /* before the cross-entropy turns them into probabilities; the real
+                          columns only (the caller's rows are vocab wide) */
+      for (int64_t i = r.lo; i < r.hi; i++)
+        memcpy(a->logits_out + (size_t)i * c->vocab, a->logits + (size_t)i * c->padded_vocab,
+               (size_t)c->vocab * sizeof(float));
+    tagc_cpu_crossentropy_rows(r, a->losses, a->logits, a->targets, c->vocab, c->padded_vocab);
   }
 }
 
 tagc_status tagc_model_forward(const tagc_model_layout *layout, tagc_model_acts *acts,
-                               tagc_unit_hooks *hooks, const uint8_t *tokens,
-                               const uint8_t *targets, int B, double *loss_sum) {
+                               tagc_unit_hooks *hooks, const uint16_t *tokens,
+                               const uint16_t *targets, int B, double *loss_sum) {
   const tagc_model_config *c = &layout->cfg;
   acts->have_forward = 0;
   if (B < 1 || B > acts->max_batch)
@@ -270,8 +272,8 @@ tagc_status tagc_model_forward(const tagc_model_layout *layout, tagc_model_acts 
                          tokens[i], targets[i], i, c->vocab);
   tagc_cpu_blas_single_threaded();
   acts->B = B;
-  memcpy(acts->tokens, tokens, n);
-  memcpy(acts->targets, targets, n);
+  memcpy(acts->tokens, tokens, n * sizeof *tokens);
+  memcpy(acts->targets, targets, n * sizeof *targets);
 
   const float *p;
   TAGC_CHECK(tagc_unit_hooks_params(hooks, 0, &p));
@@ -302,7 +304,7 @@ tagc_status tagc_model_forward(const tagc_model_layout *layout, tagc_model_acts 
 static void head_backward(const tagc_model_layout *lay, tagc_model_acts *a, const float *p, float *g,
                           float loss_scale) {
   const tagc_model_config *c = &lay->cfg;
-  int u = c->n_layer + 1, N = a->B * c->ctx, C = c->d_model, V = c->vocab;
+  int u = c->n_layer + 1, N = a->B * c->ctx, C = c->d_model, V = c->padded_vocab;
   const float *x = final_input(a), *lnf_w = p + toff(lay, u, K_LNF_W);
 #pragma omp parallel
   {

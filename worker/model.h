@@ -1,16 +1,20 @@
 /* GPT-2-style decoder on the CPU: parameter layout, initialisation, forward and backward.
  *
  * Pre-LayerNorm blocks, causal multi-head attention, GELU (tanh approximation) MLP, learned
- * positions, byte vocabulary, untied output head. All parameters live in one flat fp32 arena
+ * positions, a vocabulary of up to 65536 uint16 token ids, untied output head. All parameters live in one flat fp32 arena
  * split into FSDP units laid out contiguously:
- *   unit 0        embedding: wte (V, C) | wpe (T, C)
+ *   unit 0        embedding: wte (Vp, C) | wpe (T, C)
  *   unit 1..L     block l-1: ln1_w (C), ln1_b (C), ln2_w (C), ln2_b (C)      role norm
  *                            qkv_w (3C, C), qkv_b (3C)                       role attn_qkv
  *                            attn_proj_w (C, C), attn_proj_b (C)             role attn_proj
  *                            fc_w (4C, C), fc_b (4C)                         role mlp_fc
  *                            mlp_proj_w (C, 4C), mlp_proj_b (C)              role mlp_proj
  *   unit L+1      final:     lnf_w (C), lnf_b (C)                            role norm
- *                            head_w (V, C)                                   role head
+ *                            head_w (Vp, C)                                  role head
+ * Vp (padded_vocab) is the vocabulary V rounded up to a multiple of 128, as llm.c pads it, so
+ * the head's product has friendly shapes. Rows V..Vp-1 of wte and head_w are padding: no
+ * token id reaches them, the loss's softmax runs over the first V logits only (the padded
+ * logits are never predicted), so their gradient is exactly zero.
  * Within a unit, tensors of one role are contiguous, so a per-role compression policy maps to
  * contiguous ranges. Weight matrices are stored (out, in), row-major, as in torch.nn.Linear.
  *
@@ -34,13 +38,20 @@
 
 #define TAGC_MAX_LAYERS 64
 #define TAGC_MAX_TENSORS (3 + 12 * TAGC_MAX_LAYERS + 3)
+#define TAGC_MAX_VOCAB 65536 /* token ids are uint16 */
+#define TAGC_VOCAB_PAD 128
+
+/* V rounded up to a multiple of TAGC_VOCAB_PAD. */
+int tagc_padded_vocab(int vocab);
 
 typedef struct tagc_model_config {
-  int vocab;   /* V: 256 for bytes */
+  int vocab;   /* V: token ids are 0..V-1 (256 for bytes, 50257 for GPT-2) */
   int ctx;     /* T: context length (max sequence length) */
   int n_layer; /* L */
   int n_head;  /* NH; must divide C */
   int d_model; /* C */
+  int padded_vocab; /* Vp >= V: rows of wte and head_w; 0 given to tagc_model_layout_init means
+                     * V rounded up to a multiple of TAGC_VOCAB_PAD (the layout keeps the value) */
 } tagc_model_config;
 
 typedef enum tagc_role {
@@ -126,13 +137,13 @@ typedef struct tagc_unit_hooks {
   tagc_status status; /* set by a hook before returning NULL */
 } tagc_unit_hooks;
 
-/* Forward over B sequences (tokens and targets: B*ctx bytes each). Returns in *loss_sum the
+/* Forward over B sequences (tokens and targets: B*ctx uint16 ids each). Returns in *loss_sum the
  * SUM over all B*ctx positions of the cross-entropy in nats (not the mean). Keeps what the
  * backward needs in acts. Units are visited 0, 1, ..., L+1. TAGC_EINVAL when B is outside
  * [1, max_batch] or a token or target is >= vocab. */
 tagc_status tagc_model_forward(const tagc_model_layout *layout, tagc_model_acts *acts,
-                               tagc_unit_hooks *hooks, const uint8_t *tokens,
-                               const uint8_t *targets, int B, double *loss_sum);
+                               tagc_unit_hooks *hooks, const uint16_t *tokens,
+                               const uint16_t *targets, int B, double *loss_sum);
 
 /* Backward of the last forward. The gradient of (loss_scale * loss_sum) is ADDED into the
  * unit gradient buffers; the trainer passes loss_scale = 1 / (tokens in the global batch) so

@@ -82,7 +82,7 @@ static tagc_status blas_check(cublasStatus_t st, const char *what) {
 
 static size_t bf16_elems(const tagc_model_config *c, size_t B) {
   size_t T = (size_t)c->ctx, C = (size_t)c->d_model, NH = (size_t)c->n_head;
-  size_t V = (size_t)c->vocab, BT = B * T;
+  size_t V = (size_t)c->padded_vocab, BT = B * T;
   size_t cap = NH * T * T; /* one sequence's attention probabilities */
   size_t other[] = {BT * 4 * C, BT * V, 4 * C * C, V * C, T * 3 * C};
   for (size_t i = 0; i < sizeof other / sizeof other[0]; i++)
@@ -94,8 +94,8 @@ static size_t bf16_elems(const tagc_model_config *c, size_t B) {
 static void plan(const tagc_model_config *c, size_t B, tagc_compute_dtype dtype,
                  size_t bytes[D_COUNT]) {
   size_t T = (size_t)c->ctx, C = (size_t)c->d_model, L = (size_t)c->n_layer;
-  size_t NH = (size_t)c->n_head, V = (size_t)c->vocab, BT = B * T, f = sizeof(float);
-  bytes[D_TOKENS] = bytes[D_TARGETS] = BT;
+  size_t NH = (size_t)c->n_head, V = (size_t)c->padded_vocab, BT = B * T, f = sizeof(float);
+  bytes[D_TOKENS] = bytes[D_TARGETS] = BT * sizeof(uint16_t);
   bytes[D_ENC] = BT * C * f;
   bytes[D_LN1] = bytes[D_ATTY] = bytes[D_RES2] = bytes[D_LN2] = bytes[D_RES3] = L * BT * C * f;
   bytes[D_LN1S] = bytes[D_LN2S] = L * BT * 2 * f;
@@ -433,19 +433,19 @@ static tagc_status head_forward(tagc_model_cuda *m, const float *p) {
                                         p + toff(&m->lay, u, K_LNF_W),
                                         p + toff(&m->lay, u, K_LNF_B), N, c->d_model, m->stream));
   TAGC_CHECK(linear_forward(m, logits, NULL, lnf, p + toff(&m->lay, u, K_HEAD_W), NULL, N,
-                            c->d_model, c->vocab));
-  TAGC_CHECK(tagc_gpu_crossentropy_forward(F(D_LOSSES), logits, (const uint8_t *)m->buf[D_TARGETS],
-                                           N, c->vocab, m->stream));
+                            c->d_model, c->padded_vocab));
+  TAGC_CHECK(tagc_gpu_crossentropy_forward(F(D_LOSSES), logits, (const uint16_t *)m->buf[D_TARGETS],
+                                           N, c->vocab, c->padded_vocab, m->stream));
   return tagc_gpu_sum_losses((double *)m->buf[D_LOSS_SUM], F(D_LOSSES), N, m->stream);
 }
 
 /* Gradient w.r.t. the final unit; m->dres = d loss / d (last res3). */
 static tagc_status head_backward(tagc_model_cuda *m, const float *p, float *g, float loss_scale) {
   const tagc_model_config *c = &m->lay.cfg;
-  int u = c->n_layer + 1, N = m->B * c->ctx, C = c->d_model, V = c->vocab;
+  int u = c->n_layer + 1, N = m->B * c->ctx, C = c->d_model, V = c->padded_vocab;
   const float *x = final_input(m), *lnf_w = p + toff(&m->lay, u, K_LNF_W);
   float *logits = F(D_LOGITS), *dlnf = F(D_DLN2);
-  TAGC_CHECK(tagc_gpu_crossentropy_backward(logits, (const uint8_t *)m->buf[D_TARGETS], N, V,
+  TAGC_CHECK(tagc_gpu_crossentropy_backward(logits, (const uint16_t *)m->buf[D_TARGETS], N, V,
                                             loss_scale, m->stream));
   TAGC_CHECK(linear_backward_input(m, dlnf, logits, p + toff(&m->lay, u, K_HEAD_W), N, C, V));
   TAGC_CHECK(tagc_gpu_layernorm_backward_input(m->dres, NULL, dlnf, x, F(D_LNFS), lnf_w, N, C,
@@ -497,7 +497,7 @@ static tagc_status block_backward(tagc_model_cuda *m, int l, const float *p, flo
 static tagc_status embedding_backward(tagc_model_cuda *m, float *g) {
   const tagc_model_config *c = &m->lay.cfg;
   return tagc_gpu_encoder_backward(g + toff(&m->lay, 0, K_WTE), g + toff(&m->lay, 0, K_WPE),
-                                   m->dres, (const uint8_t *)m->buf[D_TOKENS], m->B, c->ctx,
+                                   m->dres, (const uint16_t *)m->buf[D_TOKENS], m->B, c->ctx,
                                    c->vocab, c->d_model, m->stream);
 }
 
@@ -515,7 +515,7 @@ static tagc_status forward_unit(tagc_model_cuda *m, tagc_unit_hooks *h, int u) {
   TAGC_CHECK(tagc_unit_hooks_params(h, u, &p));
   tagc_status st;
   if (u == 0)
-    st = tagc_gpu_encoder_forward(F(D_ENC), (const uint8_t *)m->buf[D_TOKENS],
+    st = tagc_gpu_encoder_forward(F(D_ENC), (const uint16_t *)m->buf[D_TOKENS],
                                   p + toff(&m->lay, 0, K_WTE), p + toff(&m->lay, 0, K_WPE), m->B,
                                   c->ctx, c->d_model, m->stream);
   else if (u <= c->n_layer)
@@ -529,7 +529,7 @@ static tagc_status forward_unit(tagc_model_cuda *m, tagc_unit_hooks *h, int u) {
 }
 
 extern "C" tagc_status tagc_model_cuda_forward(tagc_model_cuda *m, tagc_unit_hooks *hooks,
-                                               const uint8_t *tokens, const uint8_t *targets,
+                                               const uint16_t *tokens, const uint16_t *targets,
                                                int B, double *loss_sum) {
   const tagc_model_config *c = &m->lay.cfg;
   m->have_forward = 0;
@@ -542,9 +542,10 @@ extern "C" tagc_status tagc_model_cuda_forward(tagc_model_cuda *m, tagc_unit_hoo
                          "vocab %d", tokens[i], targets[i], i, c->vocab);
   TAGC_CHECK(cuda_check(cudaSetDevice(m->device), "cudaSetDevice"));
   m->B = B;
-  TAGC_CHECK(cuda_check(cudaMemcpyAsync(m->buf[D_TOKENS], tokens, n, cudaMemcpyHostToDevice,
-                                        m->stream), "copy tokens"));
-  TAGC_CHECK(cuda_check(cudaMemcpyAsync(m->buf[D_TARGETS], targets, n, cudaMemcpyHostToDevice,
+  TAGC_CHECK(cuda_check(cudaMemcpyAsync(m->buf[D_TOKENS], tokens, n * sizeof *tokens,
+                                        cudaMemcpyHostToDevice, m->stream), "copy tokens"));
+  TAGC_CHECK(cuda_check(cudaMemcpyAsync(m->buf[D_TARGETS], targets, n * sizeof *targets,
+                                        cudaMemcpyHostToDevice,
                                         m->stream), "copy targets"));
   for (int u = 0; u < m->lay.n_units; u++)
     TAGC_CHECK(forward_unit(m, hooks, u));

@@ -84,7 +84,7 @@ tagc_event tagc_model_cuda_unit_event(const tagc_model_cuda *m, int unit);
  * [1, max_batch], a token or target >= vocab), a hook's status, TAGC_EINTERNAL (a CUDA or
  * cuBLAS failure, with its message), TAGC_ENOMEM (cuBLAS could not allocate). */
 tagc_status tagc_model_cuda_forward(tagc_model_cuda *m, tagc_unit_hooks *hooks,
-                                    const uint8_t *tokens, const uint8_t *targets, int B,
+                                    const uint16_t *tokens, const uint16_t *targets, int B,
                                     double *loss_sum);
 
 /* Backward of the last forward: ADDS the gradient of (loss_scale * loss_sum) into the unit

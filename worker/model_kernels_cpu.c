@@ -50,7 +50,7 @@ static inline float tanh_approx(float x) {
 #define GELU_K0 0.7978845608028654f /* sqrt(2 / pi) */
 #define GELU_K1 0.044715f
 
-void tagc_cpu_encoder_forward(float *out, const uint8_t *tokens, const float *wte,
+void tagc_cpu_encoder_forward(float *out, const uint16_t *tokens, const float *wte,
                               const float *wpe, int BT, int T, int C) {
 #pragma omp parallel for schedule(static)
   for (int bt = 0; bt < BT; bt++) {
@@ -64,7 +64,7 @@ void tagc_cpu_encoder_forward(float *out, const uint8_t *tokens, const float *wt
 
 /* Column chunks per thread, rows in order, so each sum has a fixed order. */
 void tagc_cpu_encoder_backward(float *dwte, float *dwpe, const float *dout,
-                               const uint8_t *tokens, int B, int T, int C) {
+                               const uint16_t *tokens, int B, int T, int C) {
   int chunks = (C + COL_CHUNK - 1) / COL_CHUNK;
 #pragma omp parallel for schedule(static)
   for (int ch = 0; ch < chunks; ch++) {
@@ -341,9 +341,9 @@ void tagc_cpu_attention_backward(const tagc_cpu_att_dims *d, float *dqkv, float 
 }
 
 void tagc_cpu_crossentropy_rows(tagc_cpu_rows r, float *losses, float *logits,
-                                const uint8_t *targets, int V) {
+                                const uint16_t *targets, int V, int Vp) {
   for (int i = r.lo; i < r.hi; i++) {
-    float *z = logits + (size_t)i * V;
+    float *z = logits + (size_t)i * Vp;
     float mx = -INFINITY;
 #pragma omp simd reduction(max : mx)
     for (int j = 0; j < V; j++)
@@ -359,11 +359,13 @@ void tagc_cpu_crossentropy_rows(tagc_cpu_rows r, float *losses, float *logits,
 #pragma omp simd
     for (int j = 0; j < V; j++)
       z[j] *= inv;
+    for (int j = V; j < Vp; j++) /* padding: never predicted, zero gradient */
+      z[j] = 0.0f;
     losses[i] = logf(sum) + mx - target_logit;
   }
 }
 
-void tagc_cpu_crossentropy_backward_rows(tagc_cpu_rows r, float *probs, const uint8_t *targets,
+void tagc_cpu_crossentropy_backward_rows(tagc_cpu_rows r, float *probs, const uint16_t *targets,
                                          int V, float scale) {
   for (int i = r.lo; i < r.hi; i++) {
     float *p = probs + (size_t)i * V;

@@ -43,12 +43,12 @@ void tagc_cpu_blas_single_threaded(void);
 tagc_cpu_rows tagc_cpu_my_rows(int n);
 
 /* out (BT, C) = wte[tokens] + wpe[position] (position = row % T). Own parallel region. */
-void tagc_cpu_encoder_forward(float *out, const uint8_t *tokens, const float *wte,
+void tagc_cpu_encoder_forward(float *out, const uint16_t *tokens, const float *wte,
                               const float *wpe, int BT, int T, int C);
 
 /* dwte[token] += dout rows, dwpe[t] += sum over b of dout (B, T, C). Own parallel regions. */
 void tagc_cpu_encoder_backward(float *dwte, float *dwpe, const float *dout,
-                               const uint8_t *tokens, int B, int T, int C);
+                               const uint16_t *tokens, int B, int T, int C);
 
 /* out = LayerNorm(inp) * w + b per row; stat (N, 2) = mean, rstd. */
 void tagc_cpu_layernorm_rows(tagc_cpu_rows r, float *out, float *stat, const float *inp,
@@ -92,13 +92,13 @@ void tagc_cpu_attention_forward(const tagc_cpu_att_dims *d, float *y, float *att
 void tagc_cpu_attention_backward(const tagc_cpu_att_dims *d, float *dqkv, float *datt,
                                  const float *dy, const float *att, const float *qkv);
 
-/* Softmax cross-entropy per row of V logits: losses[i], and logits replaced by
- * probabilities. */
+/* Softmax cross-entropy per row of Vp logits, over the first V of them (the rest are the
+ * padded vocabulary): losses[i], and logits replaced by probabilities, 0 for the padding. */
 void tagc_cpu_crossentropy_rows(tagc_cpu_rows r, float *losses, float *logits,
-                                const uint8_t *targets, int V);
+                                const uint16_t *targets, int V, int Vp);
 
 /* Probabilities -> scale * (p - onehot(target)), in place. */
-void tagc_cpu_crossentropy_backward_rows(tagc_cpu_rows r, float *probs, const uint8_t *targets,
+void tagc_cpu_crossentropy_backward_rows(tagc_cpu_rows r, float *probs, const uint16_t *targets,
                                          int V, float scale);
 
 #endif

@@ -302,11 +302,11 @@ extern "C" tagc_status tagc_gpu_softmax_causal_backward(float *ds, const float *
 /* ---------------------------------------------------------------------------------------- */
 /* Cross-entropy fused with the softmax                                                     */
 
-__global__ void crossentropy_forward_kernel(float *losses, float *logits, const uint8_t *targets,
-                                            int N, int V) {
+__global__ void crossentropy_forward_kernel(float *losses, float *logits, const uint16_t *targets,
+                                            int N, int V, int Vp) {
   int lane = LANE();
   for (size_t row = WARP_ID(); row < (size_t)N; row += WARP_COUNT()) {
-    float *z = logits + row * V;
+    float *z = logits + row * Vp;
     float target_logit = z[targets[row]];
     float mx = -INFINITY;
     for (int j = lane; j < V; j += 32)
@@ -322,12 +322,14 @@ __global__ void crossentropy_forward_kernel(float *losses, float *logits, const 
     float inv = 1.0f / sum;
     for (int j = lane; j < V; j += 32)
       z[j] *= inv;
+    for (int j = V + lane; j < Vp; j += 32) /* padding: never predicted, zero gradient */
+      z[j] = 0.0f;
     if (lane == 0)
       losses[row] = logf(sum) + mx - target_logit;
   }
 }
 
-__global__ void crossentropy_backward_kernel(float *probs, const uint8_t *targets, int N, int V,
+__global__ void crossentropy_backward_kernel(float *probs, const uint16_t *targets, int N, int V,
                                              float scale) {
   size_t n = (size_t)N * V;
   for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
@@ -340,14 +342,14 @@ __global__ void crossentropy_backward_kernel(float *probs, const uint8_t *target
 }
 
 extern "C" tagc_status tagc_gpu_crossentropy_forward(float *losses, float *logits,
-                                                     const uint8_t *targets, int N, int V,
-                                                     tagc_stream stream) {
+                                                     const uint16_t *targets, int N, int V,
+                                                     int Vp, tagc_stream stream) {
   TAGC_LAUNCH(crossentropy_forward_kernel, blocks_for(N, WARPS_PER_BLOCK), THREADS, stream)(
-      losses, logits, targets, N, V);
+      losses, logits, targets, N, V, Vp);
   return cuda_launched("model_cuda crossentropy_forward");
 }
 
-extern "C" tagc_status tagc_gpu_crossentropy_backward(float *probs, const uint8_t *targets, int N,
+extern "C" tagc_status tagc_gpu_crossentropy_backward(float *probs, const uint16_t *targets, int N,
                                                       int V, float scale, tagc_stream stream) {
   unsigned grid = blocks_for((size_t)N * V, 4 * THREADS);
   TAGC_LAUNCH(crossentropy_backward_kernel, grid, THREADS, stream)(probs, targets, N, V, scale);
@@ -381,7 +383,7 @@ extern "C" tagc_status tagc_gpu_sum_losses(double *out, const float *losses, int
 /* ---------------------------------------------------------------------------------------- */
 /* Embeddings                                                                               */
 
-__global__ void encoder_forward_kernel(float *out, const uint8_t *tokens, const float *wte,
+__global__ void encoder_forward_kernel(float *out, const uint16_t *tokens, const float *wte,
                                        const float *wpe, int B, int T, int C) {
   size_t n = (size_t)B * T * C;
   for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
@@ -392,7 +394,7 @@ __global__ void encoder_forward_kernel(float *out, const uint8_t *tokens, const 
   }
 }
 
-extern "C" tagc_status tagc_gpu_encoder_forward(float *out, const uint8_t *tokens,
+extern "C" tagc_status tagc_gpu_encoder_forward(float *out, const uint16_t *tokens,
                                                 const float *wte, const float *wpe, int B, int T,
                                                 int C, tagc_stream stream) {
   TAGC_LAUNCH(encoder_forward_kernel, blocks_for((size_t)B * T * C, 4 * THREADS), THREADS, stream)(
@@ -404,9 +406,9 @@ extern "C" tagc_status tagc_gpu_encoder_forward(float *out, const uint8_t *token
 
 /* Block (v, column tile): walks every position in order, tokens staged in shared memory,
  * and sums the dout rows of token v for its columns. */
-__global__ void wte_backward_kernel(float *dwte, const float *dout, const uint8_t *tokens, int BT,
+__global__ void wte_backward_kernel(float *dwte, const float *dout, const uint16_t *tokens, int BT,
                                     int C) {
-  __shared__ uint8_t tile[TOKEN_TILE];
+  __shared__ uint16_t tile[TOKEN_TILE];
   int v = blockIdx.x, c = blockIdx.y * blockDim.x + threadIdx.x;
   float acc = 0.0f;
   for (int base = 0; base < BT; base += TOKEN_TILE) {
@@ -436,7 +438,7 @@ __global__ void wpe_backward_kernel(float *dwpe, const float *dout, int B, int T
 }
 
 extern "C" tagc_status tagc_gpu_encoder_backward(float *dwte, float *dwpe, const float *dout,
-                                                 const uint8_t *tokens, int B, int T, int V,
+                                                 const uint16_t *tokens, int B, int T, int V,
                                                  int C, tagc_stream stream) {
   dim3 grid(V, (C + 127) / 128);
   TAGC_LAUNCH(wte_backward_kernel, grid, 128, stream)(dwte, dout, tokens, B * T, C);

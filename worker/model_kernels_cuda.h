@@ -62,26 +62,27 @@ tagc_status tagc_gpu_softmax_causal_forward(float *att, int BH, int T, tagc_stre
 tagc_status tagc_gpu_softmax_causal_backward(float *ds, const float *p, int BH, int T,
                                              float scale, tagc_stream stream);
 
-/* Per row of logits (N, V): losses[i] = cross-entropy against targets[i], and the row
- * replaced by its softmax probabilities. */
-tagc_status tagc_gpu_crossentropy_forward(float *losses, float *logits, const uint8_t *targets,
-                                          int N, int V, tagc_stream stream);
+/* Per row of logits (N, Vp): losses[i] = cross-entropy over the first V logits against
+ * targets[i], and the row replaced by its softmax probabilities, 0 in the padding V..Vp-1. */
+tagc_status tagc_gpu_crossentropy_forward(float *losses, float *logits, const uint16_t *targets,
+                                          int N, int V, int Vp, tagc_stream stream);
 
-/* probs (N, V) in place -> scale * (p - onehot(target)). */
-tagc_status tagc_gpu_crossentropy_backward(float *probs, const uint8_t *targets, int N, int V,
+/* probs (N, V) in place -> scale * (p - onehot(target)) (V: the row length, padded vocabulary
+ * included; its zero probabilities stay 0). */
+tagc_status tagc_gpu_crossentropy_backward(float *probs, const uint16_t *targets, int N, int V,
                                            float scale, tagc_stream stream);
 
 /* *out (one device double) = sum of losses[0..n) in double, one block, fixed order. */
 tagc_status tagc_gpu_sum_losses(double *out, const float *losses, int n, tagc_stream stream);
 
 /* out (B*T, C) = wte[tokens] + wpe[position]. */
-tagc_status tagc_gpu_encoder_forward(float *out, const uint8_t *tokens, const float *wte,
+tagc_status tagc_gpu_encoder_forward(float *out, const uint16_t *tokens, const float *wte,
                                      const float *wpe, int B, int T, int C, tagc_stream stream);
 
 /* dwte[v] += sum of dout rows whose token is v (one block column per vocabulary row,
  * positions in order; no atomics), dwpe[t] += sum over b of dout[b][t]. */
 tagc_status tagc_gpu_encoder_backward(float *dwte, float *dwpe, const float *dout,
-                                      const uint8_t *tokens, int B, int T, int V, int C,
+                                      const uint16_t *tokens, int B, int T, int V, int C,
                                       tagc_stream stream);
 
 /* dst[i] = bf16(src[i]) round to nearest even (kernels/bf16.h), i < n. */

@@ -6,7 +6,10 @@
 #include <stdio.h>
 #include <string.h>
 
-#define MAX_VOCAB 256 /* tokens are bytes */
+
+int tagc_padded_vocab(int vocab) {
+  return (vocab + TAGC_VOCAB_PAD - 1) / TAGC_VOCAB_PAD * TAGC_VOCAB_PAD;
+}
 
 const char *tagc_role_name(tagc_role role) {
   static const char *const names[TAGC_ROLE_COUNT] = {
@@ -68,8 +71,12 @@ static void add_block(tagc_model_layout *lay, int l, int C) {
 }
 
 tagc_status tagc_model_layout_init(tagc_model_layout *layout, const tagc_model_config *cfg) {
-  if (cfg->vocab < 2 || cfg->vocab > MAX_VOCAB)
-    return tagc_errorf(TAGC_EINVAL, "model: vocab must be in [2, %d] (got %d)", MAX_VOCAB, cfg->vocab);
+  if (cfg->vocab < 2 || cfg->vocab > TAGC_MAX_VOCAB)
+    return tagc_errorf(TAGC_EINVAL, "model: vocab must be in [2, %d] (got %d)", TAGC_MAX_VOCAB,
+                       cfg->vocab);
+  if (cfg->padded_vocab != 0 && cfg->padded_vocab < cfg->vocab)
+    return tagc_errorf(TAGC_EINVAL, "model: padded_vocab %d is below vocab %d", cfg->padded_vocab,
+                       cfg->vocab);
   if (cfg->ctx < 1 || cfg->ctx > (1 << 16))
     return tagc_errorf(TAGC_EINVAL, "model: ctx must be in [1, 65536] (got %d)", cfg->ctx);
   if (cfg->n_layer < 1 || cfg->n_layer > TAGC_MAX_LAYERS)
@@ -83,7 +90,9 @@ tagc_status tagc_model_layout_init(tagc_model_layout *layout, const tagc_model_c
 
   memset(layout, 0, sizeof *layout);
   layout->cfg = *cfg;
-  int V = cfg->vocab, T = cfg->ctx, C = cfg->d_model;
+  if (!layout->cfg.padded_vocab)
+    layout->cfg.padded_vocab = tagc_padded_vocab(cfg->vocab);
+  int V = layout->cfg.padded_vocab, T = cfg->ctx, C = cfg->d_model;
   begin_unit(layout);
   add_tensor(layout, "wte", TAGC_ROLE_TOK_EMB, 1, V, C);
   add_tensor(layout, "wpe", TAGC_ROLE_POS_EMB, 1, T, C);

@@ -44,7 +44,7 @@ tagc_status tagc_run_new(const tagc_train_config *cfg, tagc_run **out) {
   r->cfg = cfg;
   r->out_lock = -1;
   pthread_mutex_init(&r->comm_mu, NULL);
-  tagc_model_config mc = {256, (int)cfg->ctx, (int)cfg->layers, (int)cfg->heads, (int)cfg->dim};
+  tagc_model_config mc = {256, (int)cfg->ctx, (int)cfg->layers, (int)cfg->heads, (int)cfg->dim, 0};
   TAGC_CHECK_GOTO(tagc_model_layout_init(&r->layout, &mc), st, fail);
   if (cfg->micro_batch > cfg->batch) {
     st = tagc_errorf(TAGC_EINVAL, "--micro-batch %lld is larger than --batch %lld",
@@ -72,7 +72,10 @@ tagc_status tagc_run_new(const tagc_train_config *cfg, tagc_run **out) {
              r->dev_info.name, (double)r->dev_info.total_bytes / (1 << 30), cfg->compute);
   r->threads = cfg->threads ? (int)cfg->threads : omp_get_num_procs();
   omp_set_num_threads(r->threads); /* the model runs the BLAS single-threaded inside OpenMP */
-  TAGC_CHECK_GOTO(tagc_corpus_load(cfg->corpus, (size_t)cfg->ctx + 1, &r->corpus), st, fail);
+  tagc_data_spec ds = {cfg->corpus, cfg->data, cfg->val_data, cfg->data_format, (int)cfg->vocab};
+  TAGC_CHECK_GOTO(tagc_data_open(&ds, (size_t)cfg->ctx + 1, &r->corpus), st, fail);
+  mc.vocab = r->corpus.vocab; /* the model's vocabulary comes from the data */
+  TAGC_CHECK_GOTO(tagc_model_layout_init(&r->layout, &mc), st, fail);
   const char *root = *cfg->ckpt_dir ? cfg->ckpt_dir : cfg->out;
   if (strlen(root) + 8 >= sizeof r->ckpt_root) {
     st = tagc_errorf(TAGC_EINVAL, "checkpoint path too long");

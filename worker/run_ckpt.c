@@ -25,8 +25,9 @@
 
 json_t *run_model_json(const tagc_run *t) {
   const tagc_model_config *m = &t->layout.cfg;
-  return json_pack("{s:i, s:i, s:i, s:i, s:i}", "vocab", m->vocab, "ctx", m->ctx, "layers",
-                   m->n_layer, "heads", m->n_head, "dim", m->d_model);
+  return json_pack("{s:i, s:i, s:i, s:i, s:i, s:i}", "vocab", m->vocab, "padded_vocab",
+                   m->padded_vocab, "ctx", m->ctx, "layers", m->n_layer, "heads", m->n_head, "dim",
+                   m->d_model);
 }
 
 static json_t *tensors_json(const tagc_run *t) {
@@ -238,15 +239,29 @@ static tagc_status choose_resume(tagc_run *t, const tagc_gen_spec *g, tagc_ckpt_
                   "step 0 (set TAGC_ALLOW_RESTART_FROM_SCRATCH=1 for that, or use --no-resume)");
 }
 
-/* The checkpoint belongs to this job: same model, batch, seed and corpus. */
+/* The checkpoint belongs to this job: same model, batch, seed and corpus. A manifest without
+ * padded_vocab (written before it existed, byte vocabulary) has padded_vocab == vocab. */
 static tagc_status check_job(tagc_run *t, tagc_ckpt_reader *rd) {
   json_t *model = run_model_json(t), *sampler = sampler_json(t, tagc_ckpt_reader_step(rd));
+  json_t *theirs = json_deep_copy(tagc_ckpt_reader_meta(rd, "model"));
+  json_t *their_vocab = json_object_get(theirs, "vocab");
+  if (json_is_object(theirs) && !json_object_get(theirs, "padded_vocab") && their_vocab)
+    json_object_set(theirs, "padded_vocab", their_vocab);
+  json_int_t vocab = json_integer_value(json_object_get(theirs, "vocab"));
+  json_int_t padded = json_integer_value(json_object_get(theirs, "padded_vocab"));
+  const tagc_model_config *mc = &t->layout.cfg;
   tagc_status st = TAGC_OK;
-  if (!json_equal(model, tagc_ckpt_reader_meta(rd, "model")) ||
+  if (vocab != mc->vocab || padded != mc->padded_vocab)
+    st = tagc_errorf(TAGC_EINVAL, "checkpoint %s was trained with vocabulary %lld (padded %lld); "
+                     "this run's data gives %d (padded %d): use the same data and --vocab, "
+                     "another --out or --no-resume", tagc_ckpt_reader_path(rd), (long long)vocab,
+                     (long long)padded, mc->vocab, mc->padded_vocab);
+  else if (!json_equal(model, theirs) ||
       !json_equal(sampler, tagc_ckpt_reader_meta(rd, "sampler")))
     st = tagc_errorf(TAGC_EINVAL, "checkpoint %s is of another model, batch, seed or corpus: "
                      "use another --out or --no-resume", tagc_ckpt_reader_path(rd));
   json_decref(model);
+  json_decref(theirs);
   json_decref(sampler);
   return st;
 }

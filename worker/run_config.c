@@ -11,6 +11,17 @@
 static const tagc_opt train_opts[] = {
     {"corpus", TAGC_OPT_STRING, OFF(corpus), TAGC_DEFAULT_CORPUS, 0, -1, NULL,
      "text file or directory to train on (*.dat and symlinks skipped)"},
+    {"data", TAGC_OPT_STRING, OFF(data), "", 0, -1, NULL,
+     "token shards to train on instead of --corpus: a file or a glob (quoted), e.g. "
+     "'fineweb/fineweb_train_*.bin'; memory-mapped, read as one concatenation"},
+    {"val-data", TAGC_OPT_STRING, OFF(val_data), "", 0, -1, NULL,
+     "validation shards (a file or a glob), required with --data"},
+    {"data-format", TAGC_OPT_CHOICE, OFF(data_format), "llmc", 0, -1, "llmc|nanogpt",
+     "format of --data: llm.c shards (1024-byte header, uint16 tokens) or nanoGPT .bin "
+     "(headerless uint16 tokens, needs --vocab)"},
+    {"vocab", TAGC_OPT_INT, OFF(vocab), "0", 0, 65536, NULL,
+     "vocabulary of --data (0 = from the data: GPT-2's 50257 for llm.c shards); the model pads "
+     "it to a multiple of 128"},
     {"out", TAGC_OPT_STRING, OFF(out), "out", 0, -1, NULL,
      "output directory: metrics.jsonl, summary.json"},
     {"steps", TAGC_OPT_INT, OFF(steps), "300", 1, 1e9, NULL, "optimizer steps to run"},
@@ -107,5 +118,5 @@ static const tagc_opt train_opts[] = {
 
 const tagc_opt_program tagc_train_program = {
     "tagc-worker", "[options]",
-    "Trains a GPT-style byte-level transformer on a text corpus.", train_opts,
+    "Trains a GPT-style transformer on a byte-level text corpus or on token shards.", train_opts,
     sizeof train_opts / sizeof train_opts[0]};

@@ -14,6 +14,10 @@
 
 typedef struct tagc_train_config {
   char *corpus;
+  char *data;        /* token shards for training: a file or a glob ("" = the text corpus) */
+  char *val_data;    /* validation shards: a file or a glob (required with data) */
+  char *data_format; /* "llmc" or "nanogpt" */
+  int64_t vocab;     /* 0 = from the data (256 text, 50257 llm.c); nanogpt needs it */
   char *out;
   int64_t steps;
   int64_t batch;       /* global batch, in sequences */

@@ -100,12 +100,12 @@ static int bench(const tagc_model_layout *lay, const float *host_params, int ste
   a.hooks = (tagc_unit_hooks){.ctx = &a, .unit_params = arena_params, .unit_grads = arena_grads,
                               .unit_backward_done = arena_done};
   size_t nt = (size_t)batch * c->ctx;
-  uint8_t *tokens = malloc(nt), *targets = malloc(nt);
+  uint16_t *tokens = malloc(nt * sizeof(uint16_t)), *targets = malloc(nt * sizeof(uint16_t));
   uint64_t x = 88172645463325252ULL;
   for (size_t i = 0; i < nt; i++) {
     x ^= x << 13, x ^= x >> 7, x ^= x << 17;
-    tokens[i] = (uint8_t)(x & 0xFF);
-    targets[i] = (uint8_t)((x >> 8) & 0xFF);
+    tokens[i] = (uint16_t)(x & 0xFF);
+    targets[i] = (uint16_t)((x >> 8) & 0xFF);
   }
   tagc_adamw_config ac = {.lr = 3e-4f, .min_lr_ratio = 0.1f, .warmup_steps = 0,
                           .total_steps = 1000, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f,

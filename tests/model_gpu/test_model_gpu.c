@@ -209,12 +209,12 @@ static void test_crossentropy_and_embedding(void) {
   int N = 50, V = 256, B = 2, T = 25, C = 40;
   size_t nv = (size_t)N * V;
   float *z = malloc(nv * 4), *prob = malloc(nv * 4), *loss = malloc(N * 4), *grad = malloc(nv * 4);
-  uint8_t *tg = malloc(N);
+  uint16_t *tg = malloc(N * sizeof(uint16_t));
   double loss_sum = 0;
   fill(z, nv, -6, 6);
   float scale = 0.1f;
   for (int i = 0; i < N; i++) {
-    tg[i] = (uint8_t)(rng_u32() % V);
+    tg[i] = (uint16_t)(rng_u32() % V);
     const float *zi = z + (size_t)i * V;
     double mx = -INFINITY, sum = 0;
     for (int j = 0; j < V; j++)
@@ -229,9 +229,9 @@ static void test_crossentropy_and_embedding(void) {
     loss_sum += loss[i];
   }
   float *gz = dev_upload(z, nv * 4), *gl = dev_alloc(N * 4);
-  uint8_t *gt = dev_upload(tg, N);
+  uint16_t *gt = dev_upload(tg, N * sizeof(uint16_t));
   double *gsum = dev_alloc(sizeof(double)), got_sum = 0;
-  CHECK_OK(tagc_gpu_crossentropy_forward(gl, gz, gt, N, V, NULL));
+  CHECK_OK(tagc_gpu_crossentropy_forward(gl, gz, gt, N, V, V, NULL));
   check_close("crossentropy_forward loss", gl, loss, N, 1e-5);
   check_close("crossentropy_forward probs", gz, prob, nv, 1e-5);
   CHECK_OK(tagc_gpu_sum_losses(gsum, gl, N, NULL));
@@ -246,12 +246,12 @@ static void test_crossentropy_and_embedding(void) {
   float *wte = malloc((size_t)Ve * C * 4), *wpe = malloc((size_t)T * C * 4),
         *dout = malloc(btc * 4);
   float *enc = malloc(btc * 4), *dwte = calloc((size_t)Ve * C, 4), *dwpe = calloc((size_t)T * C, 4);
-  uint8_t *tok = malloc(B * T);
+  uint16_t *tok = malloc(B * T * sizeof(uint16_t));
   fill(wte, (size_t)Ve * C, -1, 1);
   fill(wpe, (size_t)T * C, -1, 1);
   fill(dout, btc, -1, 1);
   for (int i = 0; i < B * T; i++) {
-    tok[i] = (uint8_t)(rng_u32() % Ve);
+    tok[i] = (uint16_t)(rng_u32() % Ve);
     for (int c = 0; c < C; c++) {
       enc[(size_t)i * C + c] = wte[(size_t)tok[i] * C + c] + wpe[(size_t)(i % T) * C + c];
       dwte[(size_t)tok[i] * C + c] += dout[(size_t)i * C + c];
@@ -261,7 +261,7 @@ static void test_crossentropy_and_embedding(void) {
   float *gwte = dev_upload(wte, (size_t)Ve * C * 4), *gwpe = dev_upload(wpe, (size_t)T * C * 4);
   float *gdout = dev_upload(dout, btc * 4), *genc = dev_alloc(btc * 4);
   float *gdwte = dev_alloc((size_t)Ve * C * 4), *gdwpe = dev_alloc((size_t)T * C * 4);
-  uint8_t *gtok = dev_upload(tok, B * T);
+  uint16_t *gtok = dev_upload(tok, B * T * sizeof(uint16_t));
   CHECK_OK(tagc_gpu_encoder_forward(genc, gtok, gwte, gwpe, B, T, C, NULL));
   CHECK_OK(tagc_gpu_encoder_backward(gdwte, gdwpe, gdout, gtok, B, T, Ve, C, NULL));
   check_close("encoder_forward", genc, enc, btc, 1e-6);
@@ -272,6 +272,43 @@ static void test_crossentropy_and_embedding(void) {
     cudaFree(ptrs[i]);
   free(z), free(prob), free(loss), free(grad), free(tg), free(wte), free(wpe), free(dout);
   free(enc), free(dwte), free(dwpe), free(tok);
+}
+
+/* Padded vocabulary (issue 17): rows of Vp logits, the softmax over the first V only; the
+ * padding's probabilities (and so its gradient) are exactly 0, whatever its logits hold. */
+static void test_crossentropy_padded(void) {
+  enum { N = 9, V = 200, Vp = 256 };
+  float *z = malloc(N * Vp * 4), *prob = calloc(N * Vp, 4), *loss = malloc(N * 4);
+  uint16_t tg[N];
+  fill(z, N * Vp, -6, 6);
+  for (int i = 0; i < N; i++) {
+    tg[i] = (uint16_t)(rng_u32() % V);
+    float *zi = z + (size_t)i * Vp;
+    for (int j = V; j < Vp; j++)
+      zi[j] = 50.0f; /* would dominate the softmax if it were not masked */
+    double mx = -INFINITY, sum = 0;
+    for (int j = 0; j < V; j++)
+      mx = fmax(mx, zi[j]);
+    for (int j = 0; j < V; j++)
+      sum += exp(zi[j] - mx);
+    for (int j = 0; j < V; j++)
+      prob[(size_t)i * Vp + j] = (float)(exp(zi[j] - mx) / sum);
+    loss[i] = (float)(log(sum) + mx - zi[tg[i]]);
+  }
+  float *gz = dev_upload(z, N * Vp * 4), *gl = dev_alloc(N * 4);
+  uint16_t *gt = dev_upload(tg, sizeof tg);
+  CHECK_OK(tagc_gpu_crossentropy_forward(gl, gz, gt, N, V, Vp, NULL));
+  check_close("crossentropy_forward padded loss", gl, loss, N, 1e-5);
+  float *got = malloc(N * Vp * 4);
+  download(got, gz, N * Vp * 4);
+  int nonzero = 0;
+  for (int i = 0; i < N; i++)
+    for (int j = V; j < Vp; j++)
+      nonzero += got[(size_t)i * Vp + j] != 0.0f;
+  CHECK_MSG(nonzero == 0, "%d padded probabilities are not 0", nonzero);
+  check_close("crossentropy_forward padded probs", gz, prob, N * Vp, 1e-5);
+  cudaFree(gz), cudaFree(gl), cudaFree(gt);
+  free(z), free(prob), free(loss), free(got);
 }
 
 /* ---------------------------------------------------------------------------------------- */
@@ -312,11 +349,11 @@ static void step_test(const tagc_model_config *cfg, int B, tagc_compute_dtype dt
   CHECK_OK(tagc_model_layout_init(&lay, cfg));
   size_t np = lay.n_params, bytes = np * sizeof(float), nt = (size_t)B * cfg->ctx;
   float *params = malloc(bytes), *grads = calloc(np, 4), *ggrads = malloc(bytes);
-  uint8_t *tokens = malloc(nt), *targets = malloc(nt);
+  uint16_t *tokens = malloc(nt * sizeof(uint16_t)), *targets = malloc(nt * sizeof(uint16_t));
   tagc_model_init_params(&lay, 42, params);
   for (size_t i = 0; i < nt; i++) {
-    tokens[i] = (uint8_t)(rng_u32() % cfg->vocab);
-    targets[i] = (uint8_t)(rng_u32() % cfg->vocab);
+    tokens[i] = (uint16_t)(rng_u32() % cfg->vocab);
+    targets[i] = (uint16_t)(rng_u32() % cfg->vocab);
   }
   float loss_scale = 1.0f / (float)nt;
 
@@ -533,6 +570,7 @@ int main(void) {
   test_layernorm();
   test_softmax_and_gelu();
   test_crossentropy_and_embedding();
+  test_crossentropy_padded();
   adamw_test();
   tagc_model_config small = {.vocab = 256, .ctx = 64, .n_layer = 2, .n_head = 4, .d_model = 64};
   tagc_model_config medium = {.vocab = 256, .ctx = 128, .n_layer = 3, .n_head = 4, .d_model = 128};
@@ -540,6 +578,9 @@ int main(void) {
   step_test(&medium, 2, TAGC_COMPUTE_FP32);
   step_test(&small, 4, TAGC_COMPUTE_BF16);
   step_test(&medium, 2, TAGC_COMPUTE_BF16);
+  /* token ids above 255 and a padded vocabulary (300 -> 384 rows) through the whole model */
+  tagc_model_config padded = {.vocab = 300, .ctx = 16, .n_layer = 1, .n_head = 2, .d_model = 32};
+  step_test(&padded, 2, TAGC_COMPUTE_FP32);
 #ifndef TEST_EMU
   oom_test();
 #endif

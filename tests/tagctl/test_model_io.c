@@ -154,7 +154,7 @@ static void check_safetensors(const tagctl_model *m) {
 int main(void) {
   CHECK(mkdtemp(dir) != NULL);
   tagctl_model m = {0};
-  tagc_model_config cfg = {V, T, L, NH, C};
+  tagc_model_config cfg = {V, T, L, NH, C, 0};
   CHECK_OK(tagc_model_layout_init(&m.layout, &cfg));
   m.vocab = V;
   m.step = 12;

@@ -15,7 +15,7 @@ typedef struct fixture {
   tagc_model_layout layout;
   int B;                     /* sequences in the batch */
   float *params, *grads;     /* arenas of layout.n_params floats */
-  uint8_t *tokens, *targets; /* (B, T) */
+  uint16_t *tokens, *targets; /* (B, T) */
   tagc_model_acts *acts;     /* for up to B sequences */
   tagc_arena_hooks hooks;
 } fixture;
@@ -36,8 +36,8 @@ static inline tagc_status fixture_init(fixture *f, const tagc_model_config *cfg,
   f->B = B;
   f->params = calloc(n, sizeof(float));
   f->grads = calloc(n, sizeof(float));
-  f->tokens = malloc(bt);
-  f->targets = malloc(bt);
+  f->tokens = malloc(bt * sizeof(uint16_t));
+  f->targets = malloc(bt * sizeof(uint16_t));
   if (!f->params || !f->grads || !f->tokens || !f->targets)
     return tagc_errorf(TAGC_ENOMEM, "fixture");
   tagc_model_init_params(&f->layout, seed, f->params);
@@ -50,8 +50,8 @@ static inline tagc_status fixture_init(fixture *f, const tagc_model_config *cfg,
       f->params[ti->offset + i] += 0.1f * ((float)fixture_rng(&rng) / 2147483648.0f - 0.5f);
   }
   for (size_t i = 0; i < bt; i++) {
-    f->tokens[i] = (uint8_t)(fixture_rng(&rng) % (uint64_t)cfg->vocab);
-    f->targets[i] = (uint8_t)(fixture_rng(&rng) % (uint64_t)cfg->vocab);
+    f->tokens[i] = (uint16_t)(fixture_rng(&rng) % (uint64_t)cfg->vocab);
+    f->targets[i] = (uint16_t)(fixture_rng(&rng) % (uint64_t)cfg->vocab);
   }
   tagc_arena_hooks_init(&f->hooks, &f->layout, f->params, f->grads);
   return tagc_model_acts_new(&f->layout, B, &f->acts);

@@ -111,14 +111,15 @@ static void check_bad_configs(void) {
     tagc_model_config cfg;
     const char *why;
   } bad[] = {
-      {{256, 16, 2, 3, 32}, "d_model not divisible by n_head"},
-      {{256, 16, 0, 4, 32}, "zero layers"},
-      {{256, 0, 2, 4, 32}, "ctx 0"},
-      {{256, 16, TAGC_MAX_LAYERS + 1, 4, 32}, "too many layers"},
-      {{256, 16, 2, 0, 32}, "zero heads"},
-      {{257, 16, 2, 4, 32}, "vocab above 256"},
-      {{0, 16, 2, 4, 32}, "vocab 0"},
-      {{256, 16, 2, 4, 0}, "d_model 0"},
+      {{256, 16, 2, 3, 32, 0}, "d_model not divisible by n_head"},
+      {{256, 16, 0, 4, 32, 0}, "zero layers"},
+      {{256, 0, 2, 4, 32, 0}, "ctx 0"},
+      {{256, 16, TAGC_MAX_LAYERS + 1, 4, 32, 0}, "too many layers"},
+      {{256, 16, 2, 0, 32, 0}, "zero heads"},
+      {{65537, 16, 2, 4, 32, 0}, "vocab above 65536"},
+      {{0, 16, 2, 4, 32, 0}, "vocab 0"},
+      {{256, 16, 2, 4, 0, 0}, "d_model 0"},
+      {{256, 16, 2, 4, 32, 200}, "padded_vocab below vocab"},
   };
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
     tagc_model_layout lay;
@@ -127,7 +128,7 @@ static void check_bad_configs(void) {
     CHECK_MSG(tagc_last_error()[0] != '\0', "%s: no error detail", bad[i].why);
   }
   tagc_model_layout lay;
-  tagc_model_config max_layers = {256, 4, TAGC_MAX_LAYERS, 1, 4};
+  tagc_model_config max_layers = {256, 4, TAGC_MAX_LAYERS, 1, 4, 0};
   CHECK_OK(tagc_model_layout_init(&lay, &max_layers));
 }
 

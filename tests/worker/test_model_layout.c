@@ -7,7 +7,7 @@
 
 static void check_layout(void) {
   tagc_model_layout lay;
-  tagc_model_config cfg = {256, 32, 3, 4, 48};
+  tagc_model_config cfg = {256, 32, 3, 4, 48, 0};
   CHECK_OK(tagc_model_layout_init(&lay, &cfg));
   size_t C = 48, V = 256, T = 32, L = 3;
   CHECK_EQ_INT(lay.n_units, L + 2);
@@ -44,7 +44,7 @@ static void check_layout(void) {
 
 static void check_init(void) {
   tagc_model_layout lay;
-  tagc_model_config cfg = {256, 64, 8, 4, 64};
+  tagc_model_config cfg = {256, 64, 8, 4, 64, 0};
   CHECK_OK(tagc_model_layout_init(&lay, &cfg));
   size_t n = lay.n_params;
   float *a = malloc(n * sizeof(float)), *b = malloc(n * sizeof(float));
