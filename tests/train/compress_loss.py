@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Loss of compressed training on the default job (2 workers, the tiny model, 1000 steps):
-`tagc` and `auto` end within 2% of `none`'s validation loss, and bf16 and int8 parameter
-gathers within 1% of fp32 gathers (label slow: about 12 minutes on 2 cores).
+`tagc` and `auto` end at most 2% above `none`'s validation loss, and bf16 and int8 parameter
+gathers at most 1% above fp32 gathers (label slow: about 12 minutes on 2 cores).
 usage: compress_loss.py TAGCTL"""
 import json
 import os
@@ -29,7 +29,8 @@ with tempfile.TemporaryDirectory() as tmp:
 
 
 def rel(a, b):
-    return abs(val[a] - val[b]) / val[b]
+    """How much worse a's validation loss is than b's (a lower loss is never a failure)."""
+    return (val[a] - val[b]) / val[b]
 
 
 checks = [("tagc within 2% of none", rel("tagc", "none/fp32") <= 0.02),
