@@ -126,6 +126,17 @@ void tagc_run_supersede(tagc_run *r, int64_t gen) {
 
 /* ---------- one generation: set-up and tear-down ---------- */
 
+/* The communicator's bootstrap gives up once this generation is aborted or superseded
+ * (tagc_comm_config.cancelled): a peer it waits for may be gone for good. */
+static int gen_cancelled(void *arg) {
+  tagc_run *t = arg;
+  pthread_mutex_lock(&t->comm_mu);
+  int stop = t->aborted;
+  int64_t gen = t->gen;
+  pthread_mutex_unlock(&t->comm_mu);
+  return stop || (t->member && tagc_member_gen(t->member) > gen);
+}
+
 static tagc_status connect(tagc_run *t, const tagc_gen_spec *g) {
   if (g->world == 1)
     return TAGC_OK;
@@ -143,6 +154,8 @@ static tagc_status connect(tagc_run *t, const tagc_gen_spec *g) {
   cc.prefix = "comm";
   cc.timeout_s = t->cfg->op_timeout;
   cc.host = t->cfg->host;
+  cc.cancelled = gen_cancelled;
+  cc.cancel_arg = t;
   tagc_comm *comm;
   TAGC_CHECK(tagc_comm_create_ex(&cc, &comm, &t->boot_peer));
   pthread_mutex_lock(&t->comm_mu);

@@ -128,6 +128,25 @@ def metrics(out):
         return [json.loads(l) for l in f]
 
 
+def coord_generation_times(log_text):
+    """{generation: wall time (epoch seconds)} of the coordinator's "generation N: ..." lines
+    (the time it published each generation)."""
+    import calendar
+    import re
+    out = {}
+    for line in log_text.splitlines():
+        try:
+            rec = json.loads(line)
+        except ValueError:
+            continue
+        m = re.match(r"generation (\d+): ", rec.get("msg", ""))
+        if m and rec.get("sys") == "coord":
+            ts = rec["ts"]  # 2026-12-01T01:12:37.735Z
+            secs = calendar.timegm(time.strptime(ts[:19], "%Y-%m-%dT%H:%M:%S")) + float("0" + ts[19:-1])
+            out[int(m.group(1))] = secs
+    return out
+
+
 def wait_for(pred, timeout, what):
     deadline = time.time() + timeout
     while time.time() < deadline:
