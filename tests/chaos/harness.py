@@ -63,6 +63,15 @@ class Cluster:
         time.sleep(down_s)
         self.start_etcd(self.etcd_ports)
 
+    def pause_etcd(self, down_s):
+        """SIGSTOPs etcd for down_s seconds, then SIGCONTs it (a hung etcd: connections are
+        accepted, nothing answers)."""
+        self.signal("etcd", signal.SIGSTOP)
+        try:
+            time.sleep(down_s)
+        finally:
+            self.signal("etcd", signal.SIGCONT)
+
     def start_coordinator(self, name="coord0", *args):
         self._start(name, [os.path.join(self.bindir, "tagc-coordinator"), "--etcd", self.etcd_url,
                            "--job", self.job, "--http", "", "--log", "info"] + list(args))
