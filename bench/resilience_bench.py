@@ -9,7 +9,7 @@
                steps recomputed (metrics rows - distinct steps), generations made after the
                fault, and the longest time without a new metrics row from the fault to 5 s
                after etcd is back (polled every 50 ms).
-  usage: bench/resilience_bench.py BUILD_DIR [TRIALS]"""
+  usage: bench/resilience_bench.py BUILD_DIR [TRIALS [KIND...]]   (KIND: double-kill etcd-kill etcd-stop)"""
 import os
 import signal
 import statistics
@@ -87,12 +87,14 @@ def etcd_outage(kind):
         c.close()
 
 
-print("double-kill: %d trials" % trials)
-pr = [double_kill() for _ in range(trials)]
-print("  published -> first step median/max %.2f / %.2f s; kill -> first step median/max %.2f / %.2f s"
-      % (statistics.median(p for p, _ in pr), max(p for p, _ in pr),
-         statistics.median(k for _, k in pr), max(k for _, k in pr)))
-for kind in ("etcd-kill", "etcd-stop"):
+kinds = sys.argv[3:] or ("double-kill", "etcd-kill", "etcd-stop")
+if "double-kill" in kinds:
+    print("double-kill: %d trials" % trials)
+    pr = [double_kill() for _ in range(trials)]
+    print("  published -> first step median/max %.2f / %.2f s; kill -> first step median/max %.2f / %.2f s"
+          % (statistics.median(p for p, _ in pr), max(p for p, _ in pr),
+             statistics.median(k for _, k in pr), max(k for _, k in pr)))
+for kind in [k for k in kinds if k.startswith("etcd-")]:
     res = [etcd_outage(kind) for _ in range(trials)]
     print("%s %.0f s: %d trials; steps recomputed %s; new generations %s; longest pause median/max %.2f / %.2f s"
           % (kind, OUTAGE_S, trials, [x[0] for x in res], [x[1] for x in res],

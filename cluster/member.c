@@ -378,6 +378,9 @@ static void *supervise(void *arg) {
     note_previous(m);
     tagc_status st = register_worker(m);
     pthread_mutex_unlock(&m->reg_lock);
+    int64_t gen = 0; /* the lost lease is a reason to check: has the job moved on? */
+    if (st == TAGC_OK && tagc_member_read_gen(m, &gen) != TAGC_OK)
+      LOG_WARN("member", "%s: reading gen after registering again: %s", m->id, tagc_last_error());
     pthread_mutex_lock(&m->lock);
     if (st == TAGC_OK) {
       m->lost_pending = 0;
