@@ -511,6 +511,37 @@ tagc_status tagc_etcd_put(tagc_etcd *c, const char *key, const void *value, size
   return st;
 }
 
+tagc_status tagc_etcd_get_within(tagc_etcd *c, const char *key, double deadline_s, char **value,
+                                 size_t *len) {
+  *value = NULL;
+  tagc_etcd_range_result r;
+  TAGC_CHECK(etcd_range(c, key, NULL, deadline_s, &r));
+  if (r.n == 0) {
+    tagc_etcd_range_result_free(&r);
+    return tagc_errorf(TAGC_ENOTFOUND, "etcd: no key %s", key);
+  }
+  *value = (char *)r.kvs[0].value; /* NUL-terminated by the decoder; ownership moves out */
+  r.kvs[0].value = NULL;
+  if (len)
+    *len = r.kvs[0].value_len;
+  tagc_etcd_range_result_free(&r);
+  return TAGC_OK;
+}
+
+tagc_status tagc_etcd_put_within(tagc_etcd *c, const char *key, const void *value, size_t len,
+                                 int64_t lease, double deadline_s) {
+  if (!key || (!value && len))
+    return tagc_errorf(TAGC_EINVAL, "etcd put: NULL key or value");
+  json_t *req = put_request(key, value, len, lease), *reply;
+  if (!req)
+    return tagc_errorf(TAGC_ENOMEM, "etcd request for %s", key);
+  tagc_status st = etcd_call(c, "/v3/kv/put", req, 1, deadline_s, &reply);
+  json_decref(req);
+  if (st == TAGC_OK)
+    json_decref(reply);
+  return st;
+}
+
 static json_t *delete_request(const char *key, int prefix) {
   json_t *req = json_object();
   if (!req || etcd_set_key(req, key, prefix) != TAGC_OK) {

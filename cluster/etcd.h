@@ -155,6 +155,14 @@ tagc_status tagc_etcd_get(tagc_etcd *c, const char *key, char **value, size_t *l
 tagc_status tagc_etcd_put(tagc_etcd *c, const char *key, const void *value, size_t len,
                           int64_t lease, int64_t *revision);
 
+/* tagc_etcd_get and tagc_etcd_put within deadline_s seconds (retries included) instead of the
+ * client's deadline: for writes and reads that are worth less than the wait (a worker's
+ * progress record while etcd is away). */
+tagc_status tagc_etcd_get_within(tagc_etcd *c, const char *key, double deadline_s, char **value,
+                                 size_t *len);
+tagc_status tagc_etcd_put_within(tagc_etcd *c, const char *key, const void *value, size_t len,
+                                 int64_t lease, double deadline_s);
+
 /* Deletes key, or every key with that prefix. *deleted (may be NULL) gets the count. */
 tagc_status tagc_etcd_delete(tagc_etcd *c, const char *key, int prefix, int64_t *deleted);
 
@@ -319,6 +327,20 @@ typedef void (*tagc_etcd_lease_lost_fn)(void *arg, int64_t lease, tagc_status wh
 tagc_status tagc_etcd_keeper_start(tagc_etcd *c, int64_t id, int64_t ttl_s,
                                    tagc_etcd_lease_lost_fn lost, void *arg,
                                    tagc_etcd_keeper **out);
+
+/* A patient keeper: renews like tagc_etcd_keeper_start, but never gives the lease up on its
+ * own. A renewal that fails (etcd unreachable, a leader election) is retried every
+ * min(TTL/10, 1 s) for as long as it takes, since etcd may still hold the lease when it
+ * answers again (a restarted or newly elected leader extends every lease by its TTL); `lost`
+ * is called only when etcd answers that the lease is gone (TAGC_ENOTFOUND). For holders
+ * whose work goes on without etcd (workers); an election candidate must use the impatient
+ * keeper, which stops trusting the lease after a TTL without a renewal. */
+tagc_status tagc_etcd_keeper_start_patient(tagc_etcd *c, int64_t id, int64_t ttl_s,
+                                           tagc_etcd_lease_lost_fn lost, void *arg,
+                                           tagc_etcd_keeper **out);
+
+/* Seconds since the keeper's last successful renewal (or its start). Any thread. */
+double tagc_etcd_keeper_silence_s(const tagc_etcd_keeper *k);
 
 /* Stops renewing (does not revoke), joins the thread and frees. NULL is ignored. */
 void tagc_etcd_keeper_stop(tagc_etcd_keeper *k);

@@ -56,8 +56,10 @@ static int on_key_message(void *arg, const tagc_etcd_watch_msg *msg) {
   return put;
 }
 
-/* Watches key from after revision rev until it is written or `until` (monotonic) passes. */
-static tagc_status wait_for_put(tagc_etcd *c, const char *key, int64_t rev, double until) {
+/* Watches key from after revision rev until it is written, `until` (monotonic) or RECHECK_S
+ * passes, or the store's cancel function says stop (asked every TAGC_STORE_CANCEL_POLL_S). */
+static tagc_status wait_for_put(tagc_store *store, tagc_etcd *c, const char *key, int64_t rev,
+                                double until) {
   key_waiter w = {.seen = 0};
   pthread_mutex_init(&w.lock, NULL);
   tagc_cond_init_monotonic(&w.cond);
@@ -66,9 +68,18 @@ static tagc_status wait_for_put(tagc_etcd *c, const char *key, int64_t rev, doub
   tagc_status st = tagc_etcd_watch_start(c, key, &o, on_key_message, &w, &watch);
   if (st == TAGC_OK) {
     double left = until - tagc_now();
-    struct timespec ts = tagc_deadline_in(left < RECHECK_S ? left : RECHECK_S);
+    double end = tagc_now() + (left < RECHECK_S ? left : RECHECK_S);
     pthread_mutex_lock(&w.lock);
-    while (!w.seen && pthread_cond_timedwait(&w.cond, &w.lock, &ts) != ETIMEDOUT) {
+    while (!w.seen && tagc_now() < end) {
+      pthread_mutex_unlock(&w.lock);
+      int stop = tagc_store_cancelled(store);
+      pthread_mutex_lock(&w.lock);
+      if (stop)
+        break;
+      double s = end - tagc_now();
+      struct timespec ts = tagc_deadline_in(s < TAGC_STORE_CANCEL_POLL_S ? s : TAGC_STORE_CANCEL_POLL_S);
+      while (!w.seen && pthread_cond_timedwait(&w.cond, &w.lock, &ts) != ETIMEDOUT) {
+      }
     }
     pthread_mutex_unlock(&w.lock);
     tagc_etcd_watch_stop(watch);
@@ -99,7 +110,9 @@ static tagc_status store_get(tagc_store *store, const char *key, double timeout_
     if (tagc_now() >= until)
       return tagc_errorf(TAGC_ETIMEDOUT, "etcd store: %s did not appear within %.1f s", k,
                          timeout_s);
-    TAGC_CHECK(wait_for_put(s->c, k, rev, until));
+    if (tagc_store_cancelled(store))
+      return tagc_errorf(TAGC_EABORTED, "etcd store: waiting for %s cancelled", k);
+    TAGC_CHECK(wait_for_put(store, s->c, k, rev, until));
   }
 }
 

@@ -18,6 +18,11 @@
 #define HELD_POLL_S 0.25
 /* Attempts of a compare-and-swap write before giving up. */
 #define CAS_ATTEMPTS 8
+/* Longest wait of the training thread's calls for information only (progress, chaos): they
+ * are skipped rather than stall training while etcd does not answer. */
+#define INFO_DEADLINE_S 0.5
+/* Earlier registrations a re-registration names as the ones it continues ("previous"). */
+#define MAX_PREVIOUS 16
 
 struct tagc_member {
   tagc_etcd *c;
@@ -31,6 +36,10 @@ struct tagc_member {
 
   pthread_mutex_t reg_lock; /* serialises registration: keeper, lease and info below */
   char *info;               /* registration JSON text */
+  int64_t previous[MAX_PREVIOUS]; /* this process's earlier registrations since its join or
+                                     last rejoin, newest last: the ones a re-registration
+                                     after a lost lease continues */
+  int n_previous;
   tagc_etcd_keeper *keeper;
   atomic_int_least64_t lease;
 
@@ -251,13 +260,32 @@ static void on_lease_lost(void *arg, int64_t lease, tagc_status why) {
   notify(m, gen);
 }
 
+/* The value of workers/<id>: the registration text, plus "previous" (the registrations this
+ * one continues) after a lost lease. New malloc'd text in *out. Caller holds reg_lock. */
+static tagc_status worker_value(const tagc_member *m, char **out) {
+  if (m->n_previous == 0) {
+    *out = strdup(m->info);
+    return *out ? TAGC_OK : tagc_errorf(TAGC_ENOMEM, "member: worker info");
+  }
+  json_t *v;
+  TAGC_CHECK(tagc_json_parse(m->info, strlen(m->info), &v));
+  json_t *prev = json_array();
+  for (int i = 0; prev && i < m->n_previous; i++)
+    json_array_append_new(prev, json_integer(m->previous[i]));
+  tagc_status st = prev && json_object_set_new(v, "previous", prev) == 0
+                       ? dump(v, out)
+                       : tagc_errorf(TAGC_ENOMEM, "member: worker info");
+  json_decref(v);
+  return st;
+}
+
 /* Creates workers/<id> under lease unless another lease holds it; waits up to until
  * (monotonic) for such a holder to go (a restarted worker's old lease expiring). */
-static tagc_status put_if_absent(tagc_member *m, int64_t lease, double until) {
+static tagc_status put_if_absent(tagc_member *m, int64_t lease, const char *value, double until) {
   tagc_etcd_compare absent = {.key = m->worker_key, .target = TAGC_ETCD_CREATE,
                               .result = TAGC_ETCD_EQUAL};
-  tagc_etcd_op put = {.type = TAGC_ETCD_OP_PUT, .key = m->worker_key, .value = m->info,
-                      .value_len = strlen(m->info), .lease = lease};
+  tagc_etcd_op put = {.type = TAGC_ETCD_OP_PUT, .key = m->worker_key, .value = value,
+                      .value_len = strlen(value), .lease = lease};
   tagc_etcd_op get = {.type = TAGC_ETCD_OP_RANGE, .key = m->worker_key};
   for (;;) {
     tagc_etcd_txn_result t;
@@ -296,9 +324,14 @@ static tagc_status register_worker(tagc_member *m) {
   TAGC_CHECK(tagc_etcd_lease_grant(m->c, (int64_t)(m->ttl_s + 0.5), &lease, &granted));
   /* A previous process with our id holds the key for at most its TTL (twice on an etcd
    * leader change, orchestration-anchors §4). */
-  tagc_status st = put_if_absent(m, lease, tagc_now() + 2 * m->ttl_s + 1);
+  char *value = NULL;
+  tagc_status st = worker_value(m, &value);
   if (st == TAGC_OK)
-    st = tagc_etcd_keeper_start(m->c, lease, granted, on_lease_lost, m, &m->keeper);
+    st = put_if_absent(m, lease, value, tagc_now() + 2 * m->ttl_s + 1);
+  free(value);
+  /* patient: an unreachable etcd is no reason to give the lease up (docs/operations.md) */
+  if (st == TAGC_OK)
+    st = tagc_etcd_keeper_start_patient(m->c, lease, granted, on_lease_lost, m, &m->keeper);
   if (st != TAGC_OK) {
     tagc_etcd_lease_revoke(m->c, lease);
     return st;
@@ -316,7 +349,22 @@ static int wait_locked(tagc_member *m, double s) {
   return m->stopping;
 }
 
-/* The supervisor: after a lost lease, registers again (retrying every TTL/4) until it works. */
+/* Adds the current registration to the ones a re-registration continues (once; the oldest
+ * is dropped when full). Caller holds reg_lock. */
+static void note_previous(tagc_member *m) {
+  int64_t reg = atomic_load(&m->registration);
+  if (reg <= 0 || (m->n_previous && m->previous[m->n_previous - 1] == reg))
+    return;
+  if (m->n_previous == MAX_PREVIOUS) {
+    memmove(m->previous, m->previous + 1, (MAX_PREVIOUS - 1) * sizeof *m->previous);
+    m->n_previous--;
+  }
+  m->previous[m->n_previous++] = reg;
+}
+
+/* The supervisor: after a lost lease, registers again (retrying every TTL/4) until it works.
+ * The new registration names the lost ones ("previous"): the leader keeps this worker in its
+ * generation rather than seeing a new member (docs/etcd-schema.md, lease-loss grace). */
 static void *supervise(void *arg) {
   tagc_member *m = arg;
   pthread_mutex_lock(&m->lock);
@@ -327,8 +375,12 @@ static void *supervise(void *arg) {
     }
     pthread_mutex_unlock(&m->lock);
     pthread_mutex_lock(&m->reg_lock);
+    note_previous(m);
     tagc_status st = register_worker(m);
     pthread_mutex_unlock(&m->reg_lock);
+    int64_t gen = 0; /* the lost lease is a reason to check: has the job moved on? */
+    if (st == TAGC_OK && tagc_member_read_gen(m, &gen) != TAGC_OK)
+      LOG_WARN("member", "%s: reading gen after registering again: %s", m->id, tagc_last_error());
     pthread_mutex_lock(&m->lock);
     if (st == TAGC_OK) {
       m->lost_pending = 0;
@@ -431,6 +483,7 @@ tagc_status tagc_member_rejoin(tagc_member *m, json_t *info) {
     free(m->info);
     m->info = text;
   }
+  m->n_previous = 0; /* asking back in: a new member, continuing nothing */
   tagc_status st = register_worker(m);
   pthread_mutex_unlock(&m->reg_lock);
   return st;
@@ -586,9 +639,19 @@ tagc_status tagc_member_report_failure(tagc_member *m, int64_t gen, const char *
                   0);
 }
 
+int tagc_member_etcd_silent(tagc_member *m) {
+  if (pthread_mutex_trylock(&m->reg_lock) != 0)
+    return 1; /* (re-)registering */
+  int silent = !m->keeper || tagc_etcd_keeper_silence_s(m->keeper) > m->ttl_s / 2;
+  pthread_mutex_unlock(&m->reg_lock);
+  return silent;
+}
+
 tagc_status tagc_member_progress(tagc_member *m, json_t *progress) {
   if (!json_is_object(progress))
     return tagc_errorf(TAGC_EINVAL, "member progress: not a JSON object");
+  if (tagc_member_etcd_silent(m))
+    return tagc_errorf(TAGC_EIO, "etcd is not answering the lease renewals: progress skipped");
   char key[TAGC_KEY_MAX];
   TAGC_CHECK(tagc_key_progress(m->job, key, sizeof key));
   json_t *copy = json_copy(progress);
@@ -597,7 +660,13 @@ tagc_status tagc_member_progress(tagc_member *m, json_t *progress) {
     json_decref(copy);
     copy = NULL;
   }
-  return put_json(m, key, copy, 0);
+  char *text = copy ? tagc_json_dump(copy) : NULL;
+  json_decref(copy);
+  if (!text)
+    return tagc_errorf(TAGC_ENOMEM, "JSON value of %s", key);
+  tagc_status st = tagc_etcd_put_within(m->c, key, text, strlen(text), 0, INFO_DEADLINE_S);
+  free(text);
+  return st;
 }
 
 /* Whether a ckpt/committed record (JSON text) is newer than (gen, step). */
@@ -689,9 +758,11 @@ tagc_status tagc_member_finish(tagc_member *m, int64_t gen, int64_t step) {
 
 tagc_status tagc_member_chaos(tagc_member *m, char **spec) {
   *spec = NULL;
+  if (tagc_member_etcd_silent(m))
+    return tagc_errorf(TAGC_EIO, "etcd is not answering the lease renewals: chaos not read");
   char key[TAGC_KEY_MAX];
   TAGC_CHECK(tagc_key_chaos(m->job, m->id, key, sizeof key));
-  tagc_status st = tagc_etcd_get(m->c, key, spec, NULL, NULL);
+  tagc_status st = tagc_etcd_get_within(m->c, key, INFO_DEADLINE_S, spec, NULL);
   if (st == TAGC_ENOTFOUND) {
     tagc_clear_error();
     return TAGC_OK;

@@ -18,9 +18,12 @@
  * of the running generation at its next step, then tagc_member_leave().
  *
  * Threading: a tagc_member runs three threads of its own: the lease keep-alive (renews at
- * TTL/3; a failed renewal is retried while the lease can still be valid), the watch of `gen`
- * and `done`, and a supervisor that re-registers the worker under a new lease when the old
- * one is lost. Every function below may be called from any thread, except that
+ * TTL/3; a failed renewal is retried every min(TTL/10, 1 s) for as long as etcd does not
+ * answer: the lease is only lost when etcd says it is gone, tagc_etcd_keeper_start_patient),
+ * the watch of `gen` and `done`, and a supervisor that re-registers the worker under a new
+ * lease when the old one is lost. A lost lease does not stop training: the re-registration
+ * names the lost registrations ("previous" in workers/<id>), and the leader keeps the worker
+ * in its generation (docs/etcd-schema.md, "Lease loss"). Every function below may be called from any thread, except that
  * tagc_member_leave() must not race with the others and must not be called from the
  * on_change callback. The etcd client is borrowed and must outlive the member. */
 #ifndef TAGC_COORDINATOR_MEMBER_H
@@ -93,10 +96,16 @@ tagc_status tagc_member_read_gen(tagc_member *m, int64_t *gen);
  * that generation (as superseded) at its next step. Any thread, non-blocking. */
 int64_t tagc_member_gen(const tagc_member *m);
 
-/* 1 while the worker is not registered: its lease was lost (expired or unreachable for a whole
- * TTL) and the supervisor has not yet registered it again under a new lease; else 0. The
- * leader treats a re-registration as a membership change, so a new generation follows. */
+/* 1 while the worker is not registered: etcd said its lease is gone (it expired while etcd or
+ * the worker could not be reached) and the supervisor has not yet registered it again under a
+ * new lease; else 0. The re-registration continues the lost one ("previous"): the leader keeps
+ * the worker in its generation unless it decided otherwise meanwhile. */
 int tagc_member_lease_lost(const tagc_member *m);
+
+/* 1 when etcd has not answered the lease renewals for more than half the TTL (or the worker
+ * is registering again): the calls the training thread makes for information only (progress,
+ * chaos) then fail at once with TAGC_EIO instead of waiting for etcd. Any thread. */
+int tagc_member_etcd_silent(tagc_member *m);
 
 /* Number of times the lease was lost since join (any thread). */
 int tagc_member_lease_losses(const tagc_member *m);
@@ -146,7 +155,7 @@ tagc_status tagc_member_report_failure(tagc_member *m, int64_t gen, const char *
 
 /* Rank 0: writes `progress` = progress (borrowed JSON object; "step" expected, "worker" and
  * "time" added). The caller keeps to at most one call per second. TAGC_EINVAL when progress
- * is not an object. */
+ * is not an object, TAGC_EIO at once while tagc_member_etcd_silent(); gives up after 0.5 s. */
 tagc_status tagc_member_progress(tagc_member *m, json_t *progress);
 
 /* Rank 0, after a checkpoint is durable: ckpt/committed = {"gen","step","path","world",
@@ -163,7 +172,7 @@ tagc_status tagc_member_commit_ckpt(tagc_member *m, int64_t gen, int64_t step, c
 tagc_status tagc_member_finish(tagc_member *m, int64_t gen, int64_t step);
 
 /* The current value of chaos/<id> in *spec (new malloc'd string, caller frees), or NULL when
- * there is none. */
+ * there is none. TAGC_EIO at once while tagc_member_etcd_silent(); gives up after 0.5 s. */
 tagc_status tagc_member_chaos(tagc_member *m, char **spec);
 
 /* Registers again under a new lease with new info (borrowed JSON object, or NULL to keep the

@@ -71,9 +71,16 @@ tagc_status tagc_comm_create_ex(const tagc_comm_config *cfg, tagc_comm **out, in
   if (!c)
     return tagc_errorf(TAGC_ENOMEM, "comm create: out of memory");
   double t0 = tagc_now();
+  /* the store's waits ask the caller's cancel function; the store's own one comes back after */
+  int (*store_cancel)(void *) = cfg->store ? cfg->store->cancelled : NULL;
+  void *store_cancel_arg = cfg->store ? cfg->store->cancel_arg : NULL;
+  if (cfg->cancelled)
+    tagc_store_set_cancel(cfg->store, cfg->cancelled, cfg->cancel_arg);
   tagc_status st = cfg->backend == TAGC_COMM_GLOO
                        ? comm_gloo_create(cfg, &c->ops, &c->impl, &peer)
                        : comm_nccl_create(cfg, &c->ops, &c->impl);
+  if (cfg->cancelled)
+    tagc_store_set_cancel(cfg->store, store_cancel, store_cancel_arg);
   if (failed_peer)
     *failed_peer = peer;
   if (st != TAGC_OK) {

@@ -113,6 +113,11 @@ typedef struct tagc_comm_config {
   double timeout_s;           /* default operation timeout and the create timeout (> 0) */
   int device;                 /* NCCL: CUDA device index */
   const char *host;           /* Gloo: address to listen on and advertise; NULL = 127.0.0.1 */
+  /* Optional: asked at least every TAGC_STORE_CANCEL_POLL_S seconds by every wait of create
+   * (store reads, Gloo connects, NCCL init); once it returns non-zero, create gives up with
+   * TAGC_EABORTED instead of waiting for the timeout. Called on the creating thread; quick. */
+  int (*cancelled)(void *arg);
+  void *cancel_arg;
 } tagc_comm_config;
 
 /* Fills cfg with defaults: version set, Gloo, rank 0 of 1, no store, prefix "comm",
@@ -129,7 +134,7 @@ void tagc_comm_config_init(tagc_comm_config *cfg);
  * kill the process). NCCL: rank 0 publishes a fresh unique id (base64) under <prefix>/ncclid;
  * init is non-blocking and polled against the timeout.
  * Errors: TAGC_EINVAL (bad config; detail names the field), TAGC_EUNSUPPORTED (backend not
- * built), TAGC_ETIMEDOUT (peers missing), TAGC_EPEER / TAGC_EIO (connection or device
+ * built), TAGC_ETIMEDOUT (peers missing), TAGC_EABORTED (cfg->cancelled said stop), TAGC_EPEER / TAGC_EIO (connection or device
  * failure), TAGC_ENOMEM. On success *out is a new communicator (tagc_comm_destroy). */
 tagc_status tagc_comm_create(const tagc_comm_config *cfg, tagc_comm **out);
 

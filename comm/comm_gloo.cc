@@ -500,32 +500,75 @@ tagc_status fetch_addresses(const tagc_comm_config *cfg, double deadline,
   return TAGC_OK;
 }
 
-// Connects every pair at once, one thread each; Gloo waits five times the pair timeout, so
-// the pairs were made with a fifth of cfg->timeout_s. Returns when all connects ended.
-void connect_pairs(const tagc_comm_config *cfg, gloo::transport::Context &transport,
-                   std::vector<PeerLink> &links) {
+// The connects of one bootstrap: shared with their threads, so that a cancelled create can
+// return while they run out (each within the pair timeout) on a detached reaper thread.
+struct ConnectRun {
+  std::shared_ptr<gloo::transport::Device> device;
+  std::shared_ptr<gloo::transport::Context> transport;
+  std::vector<PeerLink> links;
   std::vector<std::thread> threads;
-  auto connect_one = [&transport, &links](int p) {
+  std::mutex lock;
+  std::condition_variable done;
+  int pending = 0;
+};
+
+// Whether cfg's cancel function says stop.
+bool cancelled(const tagc_comm_config *cfg) {
+  return cfg->cancelled && cfg->cancelled(cfg->cancel_arg);
+}
+
+// Joins the connect threads of run (on a thread of its own when detached).
+void join_connects(std::shared_ptr<ConnectRun> run) {
+  for (auto &t : run->threads)
+    t.join();
+}
+
+// Connects every pair at once, one thread each; Gloo waits five times the pair timeout, so
+// the pairs were made with a fifth of cfg->timeout_s. Returns when all connects ended (true),
+// or false as soon as cfg's cancel function says stop: the connects then end on their own,
+// on a detached thread that holds the transport until they have.
+bool connect_pairs(const tagc_comm_config *cfg, const std::shared_ptr<ConnectRun> &run) {
+  ConnectRun *r = run.get();
+  auto connect_one = [r](int p) {
     double t0 = tagc_now();
+    std::string error;
     try {
-      transport.getPair(p)->connect(links[p].address);
+      r->transport->getPair(p)->connect(r->links[p].address);
     } catch (const std::exception &e) {
-      links[p].error = e.what();
+      error = e.what();
     }
-    links[p].seconds = tagc_now() - t0;
+    std::lock_guard<std::mutex> guard(r->lock);
+    r->links[p].error = error;
+    r->links[p].seconds = tagc_now() - t0;
+    if (--r->pending == 0)
+      r->done.notify_all();
   };
+  r->pending = cfg->world_size - 1; // before any thread runs: each one counts down once
   try {
     for (int p = 0; p < cfg->world_size; p++) {
       if (p != cfg->rank)
-        threads.emplace_back(connect_one, p);
+        r->threads.emplace_back(connect_one, p);
     }
   } catch (const std::exception &) {
-    for (auto &t : threads)
-      t.join();
+    {
+      std::lock_guard<std::mutex> guard(r->lock);
+      r->pending -= cfg->world_size - 1 - static_cast<int>(r->threads.size());
+    }
+    join_connects(run);
     throw;
   }
-  for (auto &t : threads)
-    t.join();
+  std::unique_lock<std::mutex> guard(r->lock);
+  while (r->pending > 0) {
+    r->done.wait_for(guard, std::chrono::duration<double>(TAGC_STORE_CANCEL_POLL_S));
+    if (r->pending > 0 && cancelled(cfg)) {
+      guard.unlock();
+      std::thread(join_connects, run).detach();
+      return false;
+    }
+  }
+  guard.unlock();
+  join_connects(run);
+  return true;
 }
 
 // The bootstrap (see the top of this file): on failure returns TAGC_ETIMEDOUT (a peer's
@@ -550,8 +593,17 @@ tagc_status connect_mesh(const tagc_comm_config *cfg, MeshContext &ctx, int *pee
       return with_detail(st, "publishing the address for rank %d", p);
   }
   TAGC_CHECK(fetch_addresses(cfg, deadline, links, peer));
+  if (cancelled(cfg))
+    return tagc_errorf(TAGC_EABORTED, "gloo bootstrap cancelled before connecting");
   double connect_end = tagc_now() + cfg->timeout_s;
-  connect_pairs(cfg, *transport, links);
+  auto run = std::make_shared<ConnectRun>();
+  run->device = device;
+  run->transport = transport;
+  run->links = links;
+  if (!connect_pairs(cfg, run))
+    return tagc_errorf(TAGC_EABORTED, "gloo bootstrap cancelled while connecting");
+  links = run->links;
+  run.reset();
   int failed = 0;
   for (int p = 0; p < cfg->world_size; p++) {
     if (links[p].error.empty())
@@ -562,9 +614,11 @@ tagc_status connect_mesh(const tagc_comm_config *cfg, MeshContext &ctx, int *pee
   if (failed) {
     // Keep our ends open until the peers' connects have run out of time too: one of ours
     // closing early would make a peer still connecting to us blame us for a working link.
-    double hold = connect_end - tagc_now();
-    if (hold > 0)
-      tagc_sleep(hold);
+    // A cancel ends that wait too: the peers are moving to a newer generation.
+    while (tagc_now() < connect_end && !cancelled(cfg))
+      tagc_sleep(std::min(TAGC_STORE_CANCEL_POLL_S, std::max(0.0, connect_end - tagc_now())));
+    if (cancelled(cfg))
+      return tagc_errorf(TAGC_EABORTED, "gloo bootstrap cancelled after failed connects");
     const PeerLink &l = links[*peer];
     tagc_status st = l.seconds >= 0.95 * cfg->timeout_s ? TAGC_ETIMEDOUT : TAGC_EPEER;
     return tagc_errorf(st, "cannot connect to rank %d (%d of %d peers unreachable) after %.1f s: "

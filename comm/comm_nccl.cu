@@ -67,16 +67,19 @@ void abort_locked(NcclComm *n) {
   }
 }
 
-// Polls until the communicator leaves ncclInProgress (init or a non-blocking group call).
-tagc_status wait_ready(NcclComm *n, double deadline, const char *what) {
+// Polls until the communicator leaves ncclInProgress (init or a non-blocking group call);
+// cfg (the create's config, NULL otherwise) may cancel the wait (tagc_comm_config.cancelled).
+tagc_status wait_ready(NcclComm *n, double deadline, const char *what,
+                       const tagc_comm_config *cfg = nullptr) {
   for (;;) {
+    bool stop = cfg && cfg->cancelled && cfg->cancelled(cfg->cancel_arg);
     pthread_mutex_lock(&n->lock);
     ncclResult_t r = ncclSuccess;
     if (n->comm)
       ncclCommGetAsyncError(n->comm, &r);
-    bool gone = n->comm == nullptr;
+    bool gone = n->comm == nullptr || (stop && r == ncclInProgress);
     bool late = r == ncclInProgress && tagc_now() >= deadline;
-    if (late || (r != ncclSuccess && r != ncclInProgress))
+    if (gone || late || (r != ncclSuccess && r != ncclInProgress))
       abort_locked(n);
     pthread_mutex_unlock(&n->lock);
     if (gone)
@@ -327,7 +330,7 @@ extern "C" tagc_status comm_nccl_create(const tagc_comm_config *cfg,
     if (r != ncclSuccess && r != ncclInProgress)
       st = nccl_error(r, "init");
     else
-      st = wait_ready(c, deadline, "init");
+      st = wait_ready(c, deadline, "init", cfg);
   }
   if (st != TAGC_OK) {
     nccl_destroy(c);

@@ -31,6 +31,17 @@ tagc_status tagc_store_remove(tagc_store *store, const char *key) {
   return store->ops->remove ? store->ops->remove(store, key) : TAGC_OK;
 }
 
+void tagc_store_set_cancel(tagc_store *store, int (*fn)(void *arg), void *arg) {
+  if (!store)
+    return;
+  store->cancelled = fn;
+  store->cancel_arg = fn ? arg : NULL;
+}
+
+int tagc_store_cancelled(const tagc_store *store) {
+  return store && store->cancelled && store->cancelled(store->cancel_arg);
+}
+
 void tagc_store_free(tagc_store *store) {
   if (store)
     store->ops->free(store);
@@ -158,6 +169,10 @@ static tagc_status file_get(tagc_store *store, const char *key, double timeout_s
     if (left <= 0) {
       st = tagc_errorf(TAGC_ETIMEDOUT, "store get: key %s not set within %.3g s", key,
                        timeout_s);
+      break;
+    }
+    if (tagc_store_cancelled(store)) {
+      st = tagc_errorf(TAGC_EABORTED, "store get: waiting for key %s cancelled", key);
       break;
     }
     tagc_sleep(pause < left ? pause : left);

@@ -35,10 +35,18 @@ typedef struct tagc_store_ops {
   void (*free)(tagc_store *store);
 } tagc_store_ops;
 
-/* Implementations embed this as their first member. */
+/* Implementations embed this as their first member, zeroed (calloc) but for ops. */
 struct tagc_store {
   const tagc_store_ops *ops;
+  /* Optional cancellation (tagc_store_set_cancel): a get that waits for a key calls it at
+   * least every TAGC_STORE_CANCEL_POLL_S seconds and ends with TAGC_EABORTED once it returns
+   * non-zero. */
+  int (*cancelled)(void *arg);
+  void *cancel_arg;
 };
+
+/* Longest time a waiting get goes without asking its cancel function. */
+#define TAGC_STORE_CANCEL_POLL_S 0.1
 
 /* Sets key to the len bytes at value. TAGC_EINVAL for a NULL or empty key, TAGC_EIO when
  * the backing storage fails. Blocking (one write). */
@@ -46,9 +54,19 @@ tagc_status tagc_store_set(tagc_store *store, const char *key, const void *value
 
 /* Waits up to timeout_s seconds for key and returns its value in a new malloc'd buffer
  * (*value, caller frees; NUL-terminated, terminator not counted in *len).
- * TAGC_ETIMEDOUT when the key did not appear in time, TAGC_EIO on storage errors. */
+ * TAGC_ETIMEDOUT when the key did not appear in time, TAGC_EABORTED when the store's cancel
+ * function (tagc_store_set_cancel) said stop while waiting, TAGC_EIO on storage errors. */
 tagc_status tagc_store_get(tagc_store *store, const char *key, double timeout_s, void **value,
                            size_t *len);
+
+/* Installs (fn != NULL) or removes (NULL) the cancel function of the store's waits: while
+ * fn(arg) returns non-zero, tagc_store_get returns TAGC_EABORTED instead of waiting (a key
+ * already set is still returned). fn must be quick and may be called from the waiting
+ * thread only. Not thread-safe with a get in progress. */
+void tagc_store_set_cancel(tagc_store *store, int (*fn)(void *arg), void *arg);
+
+/* Whether the store's cancel function says stop (0 without one). */
+int tagc_store_cancelled(const tagc_store *store);
 
 /* Removes key (absent keys are fine). */
 tagc_status tagc_store_remove(tagc_store *store, const char *key);

@@ -50,6 +50,8 @@ struct tagc_coord {
   double started;     /* tagc_now() at creation: the first generation's wait counts from it */
 
   coord_seen seen;                    /* failure reports of the last read */
+  int etcd_failed;                    /* the leader's last read of the job failed */
+  double lost_grace_until;            /* lease-loss grace (planner.h) ends then (tagc_now) */
   char last_reason[512];
 
   coord_status served;                /* what HTTP serves */
@@ -204,11 +206,13 @@ static outcome evaluate(tagc_coord *c, const coord_view *v, double *wait_until) 
                             .suspect_window_s = c->cfg.suspect_window_s,
                             .default_micro_batch = (int)setting(c->cfg.micro_batch, v, "micro_batch"),
                             .start_workers = c->cfg.start_workers,
-                            .start_deadline = c->started + c->cfg.start_wait_s};
+                            .start_deadline = c->started + c->cfg.start_wait_s,
+                            .lost_grace_until = c->lost_grace_until};
   /* a malformed current plan (not a JSON object) counts as no plan: plan the next generation */
   const json_t *plan = json_is_object(v->plan) ? v->plan : NULL;
   tagc_planner_input in = {.gen = v->gen, .plan = plan, .workers = v->workers,
-                           .n_workers = v->n_workers, .reports = v->reports,
+                           .n_workers = v->n_workers, .worker_info = v->worker_info,
+                           .reports = v->reports,
                            .n_reports = v->n_reports, .leaving = v->leaving,
                            .n_leaving = v->n_leaving, .ckpt = v->ckpt, .now = tagc_now()};
   tagc_planner_decision d;
@@ -270,9 +274,14 @@ static outcome lead_step(tagc_coord *c, int decide, double *wait_until) {
   coord_view v;
   if (coord_view_read(c->etcd, &c->keys, &c->seen, &v) != TAGC_OK) {
     coord_status_etcd_failed(&c->served, "reading the job's state");
+    c->etcd_failed = 1;
     if (decide)
       mark_dirty(c);
     return GO_ON;
+  }
+  if (c->etcd_failed) { /* etcd is back: leases may have expired while it was away */
+    c->etcd_failed = 0;
+    c->lost_grace_until = tagc_now() + c->cfg.lease_ttl_s;
   }
   outcome out = check_done(c, &v);
   if (out == GO_ON && decide)
@@ -289,6 +298,8 @@ static outcome lead(tagc_coord *c) {
   c->dirty = 1; /* decide once after the settle window, whatever happened before */
   c->dirty_since = tagc_now();
   pthread_mutex_unlock(&c->lock);
+  /* a new leader may follow an etcd outage that expired the workers' leases */
+  c->lost_grace_until = tagc_now() + c->cfg.lease_ttl_s;
   c->leading = 1;
   tagc_etcd_watch_opts o = {.prefix = 1};
   tagc_etcd_watch *w = NULL;

@@ -64,6 +64,24 @@ static int leaves(const tagc_planner_input *in, const char *id, int64_t reg) {
   return 0;
 }
 
+/* Whether id's live registration is reg or continues it (lease loss: "previous"). */
+static int continues(const tagc_planner_input *in, const char *id, int64_t reg) {
+  for (size_t i = 0; reg > 0 && i < in->n_workers; i++) {
+    if (strcmp(in->workers[i].id, id) != 0)
+      continue;
+    if (in->workers[i].registration == reg)
+      return 1;
+    size_t k;
+    const json_t *r;
+    const json_t *prev = json_object_get(json_object_get(in->worker_info, id), "previous");
+    json_array_foreach(prev, k, r) {
+      if (json_integer_value(r) == reg)
+        return 1;
+    }
+  }
+  return 0;
+}
+
 /* Registration of a live worker that does not leave, or -1 when it is not alive. */
 static int64_t alive(const tagc_planner_input *in, const char *id) {
   int64_t reg = registered(in, id);
@@ -190,7 +208,7 @@ static tagc_status carry_exclusions(work *w) {
   json_t *e;
   json_object_foreach((json_t *)prev, id, e) {
     json_int_t reg = json_integer_value(json_object_get(e, "registration"));
-    if (alive(w->in, id) == reg && json_object_set(w->excluded, id, e) != 0)
+    if (alive(w->in, id) >= 0 && continues(w->in, id, reg) && json_object_set(w->excluded, id, e) != 0)
       return tagc_errorf(TAGC_ENOMEM, "planner: exclusions");
   }
   return TAGC_OK;
@@ -417,7 +435,7 @@ static tagc_status next_members(work *w, json_t *members, int *changed) {
     } else if (excluded(w, id)) {
       *changed = 1;
     } else {
-      if (reg != json_integer_value(json_object_get(regs, id))) {
+      if (!continues(w->in, id, json_integer_value(json_object_get(regs, id)))) {
         note(w, "%s registered again", id);
         *changed = 1;
       }
@@ -518,6 +536,20 @@ static tagc_status decide(work *w) {
     w->out->wait_until = w->pending;
     note(w, "waiting for a suspect to report");
     return TAGC_OK;
+  }
+  if (w->members && w->in->n_reports == 0 && w->in->now < w->cfg->lost_grace_until) {
+    int gone = 0; /* members whose lease is gone, who may register again in the grace */
+    for (size_t i = 0; i < json_array_size(w->members); i++) {
+      const char *id = json_string_value(json_array_get(w->members, i));
+      gone += !left(w, id) && alive(w->in, id) < 0;
+    }
+    if (gone) {
+      w->out->action = TAGC_PLANNER_WAIT;
+      w->out->wait_until = w->cfg->lost_grace_until;
+      note(w, "lease-loss grace: %d members without a lease may register again within %.1f s",
+           gone, w->cfg->lost_grace_until - w->in->now);
+      return TAGC_OK;
+    }
   }
   if (w->members)
     TAGC_CHECK(fruitless(w));

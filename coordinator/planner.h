@@ -45,6 +45,13 @@
  *  - Exclusion lasts as long as the excluded worker's registration (the create revision of
  *    workers/<id>): a worker that registers again (tagc_member_rejoin, or a restart) is a
  *    joiner again.
+ *  - Lease loss: a registration that names the planned one in "previous" (the same process
+ *    registered again after etcd dropped its lease) continues it: the member stays, with no
+ *    new generation, and an exclusion stays too. While now < lost_grace_until (the leader sets
+ *    it to its lease TTL after it regained etcd or became leader), a member whose lease is gone
+ *    makes a WAIT (until then) instead of a new generation, unless a failure is reported: after
+ *    an etcd outage every lease may have expired at once, and the workers register again
+ *    within a keep-alive retry.
  *  - Reports from workers that are not members of the current plan, or naming ranks outside
  *    it, only count as a failure (a new generation), never as suspicion.
  *
@@ -76,6 +83,9 @@ typedef struct tagc_planner_config {
   int default_micro_batch;  /* the job's micro-batch, what a first oom halves; 0 = unknown */
   int start_workers;        /* the first generation waits for this many workers ... */
   double start_deadline;    /* ... until this time (clock of `now`); after it, min_workers do */
+  double lost_grace_until;  /* lease-loss grace: before this time (clock of `now`), members
+                               whose lease is gone only make a WAIT when no failure is
+                               reported; 0 = none */
 } tagc_planner_config;
 
 typedef struct tagc_planner_worker {
@@ -97,6 +107,9 @@ typedef struct tagc_planner_input {
   const json_t *plan;                    /* that generation's plan; NULL when none */
   const tagc_planner_worker *workers;    /* live workers, any order, unique ids */
   size_t n_workers;
+  const json_t *worker_info;             /* {"<id>": value of workers/<id>}, or NULL: its
+                                            "previous" (an array of registrations) names the
+                                            registrations a worker continues (lease loss) */
   const tagc_planner_report *reports;    /* failures/<current gen>/..., any order */
   size_t n_reports;
   const tagc_planner_worker *leaving;    /* leaving/<id> records: the worker and the

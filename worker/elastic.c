@@ -58,10 +58,13 @@ static void wait_until(double until) {
   pthread_cond_timedwait(&S.changed, &S.lock, &ts);
 }
 
-/* From the member's threads: a newer generation supersedes the running one; a lost lease
- * stops training at once (the member registers again and a new generation follows). While
- * the worker leaves, a newer generation is only noted: the peers abort their collectives on
- * it themselves, so they see a superseded generation, never a peer that vanished. */
+/* From the member's threads: a newer generation supersedes the running one. A lost lease
+ * does not stop training: etcd's view of this worker is not its data path, which is what the
+ * generation needs; the member registers again as the continuation of the lost registration
+ * and the leader keeps the generation unless it decides otherwise, which this watch then sees
+ * as a newer generation (docs/operations.md, "etcd outages"). While the worker leaves, a newer
+ * generation is only noted: the peers abort their collectives on it themselves, so they see a
+ * superseded generation, never a peer that vanished. */
 static void on_change(void *arg, int64_t gen) {
   (void)arg;
   pthread_mutex_lock(&S.lock);
@@ -75,9 +78,9 @@ static void on_change(void *arg, int64_t gen) {
   if (!run || !m)
     return;
   if (tagc_member_lease_lost(m))
-    tagc_run_abort(run);
-  else if (!leaving)
-    tagc_run_supersede(run, gen);
+    LOG_WARN("elastic", "lease lost: training on while the member registers again");
+  if (!leaving)
+    tagc_run_supersede(run, gen); /* nothing unless gen is newer than the one being trained */
 }
 
 static json_t *worker_info(const tagc_train_config *cfg) {

@@ -346,6 +346,7 @@ static tagc_status write_summary(tagc_report *rp, const tagc_report_final *f, co
   json_object_set_new(s, "failures", json_integer(rec->failures));
   json_object_set_new(s, "recoveries", json_integer(rec->recoveries));
   json_object_set_new(s, "max_recovery_s", json_real(rec->max_recovery_s));
+  json_object_set_new(s, "max_pause_s", json_real(rec->max_pause_s));
   json_object_set_new(s, "steps_lost", json_integer(rec->steps_lost));
   json_object_set(s, "model", f->model);
   if (f->ckpt)

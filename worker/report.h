@@ -31,7 +31,10 @@ struct tagc_member; /* cluster/member.h */
 /* Failures and recoveries over the process, as summary.json and /metrics show them. */
 typedef struct tagc_recovery_counts {
   int failures, recoveries;
-  double max_recovery_s, last_recovery_s; /* failure -> first completed step */
+  /* the last completed step before a failure -> the first completed step after it */
+  double max_recovery_s, last_recovery_s;
+  double max_pause_s;                     /* longest time between two completed steps, any
+                                             cause (a stall without failure too) */
   int64_t steps_lost;                     /* steps recomputed since the checkpoint */
   int recovering;                         /* a failure awaits its first completed step */
 } tagc_recovery_counts;

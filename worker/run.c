@@ -129,6 +129,17 @@ void tagc_run_supersede(tagc_run *r, int64_t gen) {
 
 /* ---------- one generation: set-up and tear-down ---------- */
 
+/* The communicator's bootstrap gives up once this generation is aborted or superseded
+ * (tagc_comm_config.cancelled): a peer it waits for may be gone for good. */
+static int gen_cancelled(void *arg) {
+  tagc_run *t = arg;
+  pthread_mutex_lock(&t->comm_mu);
+  int stop = t->aborted;
+  int64_t gen = t->gen;
+  pthread_mutex_unlock(&t->comm_mu);
+  return stop || (t->member && tagc_member_gen(t->member) > gen);
+}
+
 static tagc_status connect(tagc_run *t, const tagc_gen_spec *g) {
   if (g->world == 1)
     return TAGC_OK;
@@ -146,6 +157,8 @@ static tagc_status connect(tagc_run *t, const tagc_gen_spec *g) {
   cc.prefix = "comm";
   cc.timeout_s = t->cfg->op_timeout;
   cc.host = t->cfg->host;
+  cc.cancelled = gen_cancelled;
+  cc.cancel_arg = t;
   tagc_comm *comm;
   TAGC_CHECK(tagc_comm_create_ex(&cc, &comm, &t->boot_peer));
   pthread_mutex_lock(&t->comm_mu);
@@ -319,7 +332,9 @@ static void fail_generation(tagc_run *t, tagc_status st, int64_t step, tagc_gen_
   if (!t->rec.n.recovering) {
     t->rec.n.failures += !superseded; /* a new plan (a member left or joined) is no failure */
     t->rec.n.recovering = 1;
-    t->rec.pending_since = tagc_now();
+    /* the pause began with the last step that completed, not when the failure was noticed
+       (a hung or stopped process notices late, a peer's timeout later still) */
+    t->rec.pending_since = t->rec.last_step_at > 0 ? t->rec.last_step_at : tagc_now();
     t->rec.failed_at_step = step;
     snprintf(t->rec.pending_kind, sizeof t->rec.pending_kind, "%s", superseded ? "membership" : res->kind);
   }
@@ -327,12 +342,16 @@ static void fail_generation(tagc_run *t, tagc_status st, int64_t step, tagc_gen_
            (long long)step, superseded ? "superseded" : res->kind, res->detail);
 }
 
-/* First completed step after a failure: the recovery is done. */
+/* A completed step: the longest pause so far and, after a failure, the recovery is done. */
 static void note_recovery(tagc_run *t, int64_t step) {
   recovery *rec = &t->rec;
+  double now = tagc_now();
+  if (rec->last_step_at > 0 && now - rec->last_step_at > rec->n.max_pause_s)
+    rec->n.max_pause_s = now - rec->last_step_at;
+  rec->last_step_at = now;
   if (!rec->n.recovering)
     return;
-  double s = tagc_now() - rec->pending_since;
+  double s = now - rec->pending_since;
   int64_t lost = rec->failed_at_step - t->start_step;
   rec->n.recoveries++;
   rec->n.steps_lost += lost > 0 ? lost : 0;
@@ -373,13 +392,37 @@ static tagc_status finish_params(tagc_run *t, uint32_t *crc) {
   return st;
 }
 
+/* Collective: the recovery figures of summary.json are the worst over the ranks (a process
+ * that was stopped, or that failed and came back, saw the longest pause): *job gets this
+ * rank's counts with max_recovery_s and max_pause_s the maxima over the generation. */
+static tagc_status gather_recovery(tagc_run *t, tagc_recovery_counts *job) {
+  *job = t->rec.n;
+  if (t->world == 1 || !t->comm)
+    return TAGC_OK;
+  double mine[2] = {t->rec.n.max_recovery_s, t->rec.n.max_pause_s};
+  double *all = calloc((size_t)t->world * 2, sizeof *all);
+  if (!all)
+    return tagc_errorf(TAGC_ENOMEM, "recovery figures of %d ranks", t->world);
+  tagc_status st = tagc_device_allgather_host(t->device, t->comm, mine, all, sizeof mine, NULL,
+                                              t->cfg->op_timeout);
+  for (int r = 0; st == TAGC_OK && r < t->world; r++) {
+    if (all[2 * r] > job->max_recovery_s)
+      job->max_recovery_s = all[2 * r];
+    if (all[2 * r + 1] > job->max_pause_s)
+      job->max_pause_s = all[2 * r + 1];
+  }
+  free(all);
+  return st;
+}
+
 /* Rank 0: summary.json and the final log line (worker/report.h). */
-static tagc_status write_summary(tagc_run *t, int64_t step, int stopped, uint32_t crc) {
+static tagc_status write_summary(tagc_run *t, int64_t step, int stopped, uint32_t crc,
+                                 const tagc_recovery_counts *job) {
   tagc_ckpt_saver_stats cs;
   if (t->saver)
     tagc_ckpt_saver_stats_get(t->saver, &cs);
   json_t *model = run_model_json(t);
-  tagc_report_final f = {step, t->start_step, stopped, crc, &t->rec.n, t->saver ? &cs : NULL, model};
+  tagc_report_final f = {step, t->start_step, stopped, crc, job, t->saver ? &cs : NULL, model};
   tagc_status st = tagc_report_finish(&t->report, &f);
   json_decref(model);
   return st;
@@ -402,13 +445,16 @@ static tagc_status finish_job(tagc_run *t, int64_t step, tagc_gen_result *res) {
     LOG_ERROR("train", "the final checkpoint (step %lld) was not saved: %s", (long long)step, unsaved);
   }
   uint32_t crc = 0;
+  tagc_recovery_counts job;
   tagc_status st = finish_params(t, &crc);
+  if (st == TAGC_OK)
+    st = gather_recovery(t, &job);
   if (st != TAGC_OK) { /* a peer died after the last step: its checkpoint holds the result */
     fail_generation(t, st, step, res);
     return TAGC_OK;
   }
   if (t->rank == 0)
-    TAGC_CHECK(write_summary(t, step, res->end == TAGC_GEN_STOPPED, crc));
+    TAGC_CHECK(write_summary(t, step, res->end == TAGC_GEN_STOPPED, crc, &job));
   if (t->rank == 0 && res->end == TAGC_GEN_FINISHED)
     tagc_report_progress(&t->report, step - 1, &t->last_ss, 1);
   if (saved != TAGC_OK) /* the run's result is not durable: the run did not succeed */

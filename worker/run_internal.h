@@ -23,7 +23,9 @@
 /* Recovery accounting: one failure at a time. */
 typedef struct recovery {
   tagc_recovery_counts n; /* what summary.json and /metrics show */
-  double pending_since;   /* while n.recovering: when the failure happened */
+  double pending_since;   /* while n.recovering: the last completed step before the failure
+                             (the failure itself when no step completed before it) */
+  double last_step_at;    /* when the latest step completed (tagc_now), 0 before the first */
   int64_t failed_at_step;
   char pending_kind[16];
 } recovery;

@@ -56,6 +56,40 @@ class Cluster:
                 time.sleep(0.1)
         raise RuntimeError("etcd did not start")
 
+    def start_etcd_cluster(self, n=3):
+        """n etcd members on loopback (etcd0..etcd<n-1>); etcd_url lists every client URL."""
+        ports = [(free_port(), free_port()) for _ in range(n)]
+        initial = ",".join("etcd%d=http://127.0.0.1:%d" % (i, pp) for i, (_, pp) in enumerate(ports))
+        self.etcd_urls = ["http://127.0.0.1:%d" % cp for cp, _ in ports]
+        self.etcd_url = ",".join(self.etcd_urls)
+        for i, (cp, pp) in enumerate(ports):
+            log = open(os.path.join(self.tmp, "etcd%d.log" % i), "a")
+            self.procs["etcd%d" % i] = subprocess.Popen(
+                ["etcd", "--data-dir", os.path.join(self.tmp, "etcd%d" % i), "--name", "etcd%d" % i,
+                 "--listen-client-urls", self.etcd_urls[i], "--advertise-client-urls", self.etcd_urls[i],
+                 "--listen-peer-urls", "http://127.0.0.1:%d" % pp,
+                 "--initial-advertise-peer-urls", "http://127.0.0.1:%d" % pp,
+                 "--initial-cluster", initial, "--initial-cluster-state", "new"],
+                stdout=log, stderr=subprocess.STDOUT)
+        deadline = time.time() + 60
+        while time.time() < deadline:
+            if self.etcd_leader() is not None:
+                return
+            time.sleep(0.2)
+        raise RuntimeError("the etcd cluster elected no leader")
+
+    def etcd_leader(self):
+        """Index of the etcd member that is the leader (None when none answers)."""
+        for i, url in enumerate(self.etcd_urls):
+            try:
+                req = urllib.request.Request(url + "/v3/maintenance/status", data=b"{}", method="POST")
+                st = json.loads(urllib.request.urlopen(req, timeout=1).read())
+                if st.get("leader") and st["leader"] == st.get("header", {}).get("member_id"):
+                    return i
+            except (OSError, ValueError):
+                continue
+        return None
+
     def restart_etcd(self, down_s):
         """SIGKILLs etcd, waits down_s seconds, starts it again on the same data dir and ports."""
         self.signal("etcd", signal.SIGKILL)
@@ -63,12 +97,21 @@ class Cluster:
         time.sleep(down_s)
         self.start_etcd(self.etcd_ports)
 
+    def pause_etcd(self, down_s):
+        """SIGSTOPs etcd for down_s seconds, then SIGCONTs it (a hung etcd: connections are
+        accepted, nothing answers)."""
+        self.signal("etcd", signal.SIGSTOP)
+        try:
+            time.sleep(down_s)
+        finally:
+            self.signal("etcd", signal.SIGCONT)
+
     def start_coordinator(self, name="coord0", *args):
         self._start(name, [os.path.join(self.bindir, "tagc-coordinator"), "--etcd", self.etcd_url,
                            "--job", self.job, "--http", "", "--log", "info"] + list(args))
 
     def start_job(self, args, workers=3, min_workers=2, max_workers=3, worker_extra=None,
-                  worker_env=None):
+                  worker_env=None, etcd_members=1):
         """etcd, one coordinator (min/max workers) and workers w0..w<workers-1> with the
         options `args` (plus worker_extra[name] and the environment variables
         worker_env[name] where given), all writing to one output folder, which is returned.
@@ -76,7 +119,10 @@ class Cluster:
         here (--start-workers), however slowly they start, instead of planning with the first
         min_workers to register and growing the world a generation later (which retrains
         the steps since the last checkpoint)."""
-        self.start_etcd()
+        if etcd_members > 1:
+            self.start_etcd_cluster(etcd_members)
+        else:
+            self.start_etcd()
         self.start_coordinator("coord0", "--min-workers", str(min_workers), "--max-workers", str(max_workers),
                                "--start-workers", str(min(workers, max_workers)),
                                "--start-wait", str(START_WAIT_S))
@@ -126,6 +172,25 @@ class Cluster:
 def metrics(out):
     with open(os.path.join(out, "metrics.jsonl")) as f:
         return [json.loads(l) for l in f]
+
+
+def coord_generation_times(log_text):
+    """{generation: wall time (epoch seconds)} of the coordinator's "generation N: ..." lines
+    (the time it published each generation)."""
+    import calendar
+    import re
+    out = {}
+    for line in log_text.splitlines():
+        try:
+            rec = json.loads(line)
+        except ValueError:
+            continue
+        m = re.match(r"generation (\d+): ", rec.get("msg", ""))
+        if m and rec.get("sys") == "coord":
+            ts = rec["ts"]  # 2026-12-01T01:12:37.735Z
+            secs = calendar.timegm(time.strptime(ts[:19], "%Y-%m-%dT%H:%M:%S")) + float("0" + ts[19:-1])
+            out[int(m.group(1))] = secs
+    return out
 
 
 def wait_for(pred, timeout, what):

@@ -1,7 +1,14 @@
 #!/usr/bin/env python3
-"""A hang: SIGSTOP of 1 of 3 workers. The others' collectives pass their deadline, the hung
-worker is excluded and training continues with 2; after SIGCONT the worker comes back as a new
-member at the next planning point (a generation of 3 again), and the job finishes."""
+"""Hangs, and what the recovery figures say about them.
+
+1. SIGSTOP of 1 of 3 workers for STOP_S (10 s). The others' collectives pass their deadline,
+   the hung worker is excluded and training continues with 2; after SIGCONT the worker comes
+   back as a new member at the next planning point (a generation of 3 again), and the job
+   finishes. summary.json reports the stop honestly: max_pause_s and max_recovery_s (the
+   worst over the final generation's ranks, the stopped worker among them) are >= STOP_S,
+   since recovery counts from the last step completed before the fault.
+2. --fault hang@STEP in one worker: the others wait out --op-timeout before they report it, so
+   max_pause_s and max_recovery_s are >= the op timeout."""
 import json
 import os
 import signal
@@ -13,8 +20,18 @@ from harness import Checks, Cluster, job_args, metrics, wait_for  # noqa: E402
 
 bindir = sys.argv[1]
 STEPS = 400
-common = job_args(STEPS, 20, 12, "none", "--op-timeout", "3")
+OP_TIMEOUT_S = 3.0
+STOP_S = 10.0
+common = job_args(STEPS, 20, 12, "none", "--op-timeout", str(OP_TIMEOUT_S))
 check = Checks()
+
+
+def figures(out, what, at_least):
+    s = json.load(open(out + "/summary.json"))
+    check(s["steps"] == STEPS, "%s: finished %d steps" % (what, s["steps"]))
+    check(s["max_pause_s"] >= at_least, "%s: max_pause_s %.2f >= %.1f" % (what, s["max_pause_s"], at_least))
+    check(s["max_recovery_s"] >= at_least,
+          "%s: max_recovery_s %.2f >= %.1f" % (what, s["max_recovery_s"], at_least))
 
 
 c = Cluster(bindir)
@@ -25,8 +42,8 @@ try:
     t_stop = time.time()
     wait_for(lambda: any(r["world_size"] == 2 for r in metrics(out)), 60, "a step at W=2")
     check(time.time() - t_stop < 20, "training continued with 2 workers %.1f s after the hang" % (time.time() - t_stop))
+    time.sleep(max(0.0, t_stop + STOP_S - time.time()))
     c.signal("w2", signal.SIGCONT)
-    seen2 = False
 
     def back_to_3():
         rows = metrics(out)
@@ -36,9 +53,20 @@ try:
     check(True, "the resumed worker rejoined (a generation of 3 after the one of 2)")
     rc = [c.wait("w%d" % i, 120) for i in range(3)]
     check(rc == [0, 0, 0], "all 3 workers finished with status 0 (%s)" % rc)
-    s = json.load(open(out + "/summary.json"))
-    check(s["steps"] == STEPS, "finished %d steps" % s["steps"])
     check("excluded w2" in c.log("coord0") or "lost w2" in c.log("coord0"), "the coordinator excluded w2")
+    figures(out, "SIGSTOP %.0f s" % STOP_S, STOP_S)
+finally:
+    check.print_logs(c, ("coord0", "w0", "w1", "w2"))
+    c.close()
+
+HANG_AT = 40
+c = Cluster(bindir)
+try:
+    out = c.start_job(common, worker_extra={"w2": ["--fault", "hang@%d" % HANG_AT]})
+    rc = [c.wait("w%d" % i, 200) for i in range(3)]
+    check(rc[:2] == [0, 0], "w0 and w1 finished with status 0 (%s)" % rc)
+    check(any(r["world_size"] == 2 for r in metrics(out)), "training went on without the hung worker")
+    figures(out, "hang@%d" % HANG_AT, OP_TIMEOUT_S)
 finally:
     check.print_logs(c, ("coord0", "w0", "w1", "w2"))
     c.close()

@@ -34,6 +34,9 @@ try:
     check(s["steps"] == STEPS and s["world_size"] == 2, "finished %d steps at W=%d" % (s["steps"], s["world_size"]))
     check(s["failures"] >= 1 and s["recoveries"] >= 1, "failures %d, recoveries %d" % (s["failures"], s["recoveries"]))
     check(s["max_recovery_s"] <= 5.0, "recovery took %.2f s (<= 5 s)" % s["max_recovery_s"])
+    # recovery counts from the last step completed before the kill: the longest pause is it
+    check(s["max_recovery_s"] <= s["max_pause_s"] + 0.05 and s["max_pause_s"] <= 5.0,
+          "longest pause %.2f s (<= 5 s) covers the recovery" % s["max_pause_s"])
     # the generation-2 rows: the last row of each step
     rows = {}
     for r in metrics(out):

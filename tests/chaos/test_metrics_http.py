@@ -184,11 +184,14 @@ def elastic_run():
         check(rc == [0, 0], "survivors finished (%s)" % rc)
         s = json.load(open(out + "/summary.json"))
         check(last and (s["failures"], s["recoveries"], s["steps_lost"]) ==
-              (last["failures_total"], last["recoveries_total"], last["steps_lost_total"]) and
-              abs(s["max_recovery_s"] - last["max_recovery_seconds"]) < 1e-6,
-              "rank 0's /metrics equals summary.json (failures %d, recoveries %d, steps lost %d, "
-              "max recovery %.3f s)" % (s["failures"], s["recoveries"], s["steps_lost"],
-                                       s["max_recovery_s"]))
+              (last["failures_total"], last["recoveries_total"], last["steps_lost_total"]),
+              "rank 0's /metrics equals summary.json (failures %d, recoveries %d, steps lost %d)"
+              % (s["failures"], s["recoveries"], s["steps_lost"]))
+        # summary.json's max_recovery_s is the worst over the survivors (each one's /metrics)
+        worst = max(m["max_recovery_seconds"] for m in after.values())
+        check(last and abs(s["max_recovery_s"] - max(worst, last["max_recovery_seconds"])) < 1e-6,
+              "summary max_recovery_s %.3f s = the survivors' worst /metrics figure (%.3f s)"
+              % (s["max_recovery_s"], max(worst, last["max_recovery_seconds"]) if last else worst))
     finally:
         check.print_logs(c, ("coord0", "w0", "w1", "w2"))
         c.close()

@@ -564,6 +564,28 @@ static void test_keeper(tagc_etcd *c) {
   CHECK_EQ_INT(tagc_etcd_keeper_start(c, 9, 0, on_lost, &l, &k), TAGC_EINVAL);
 }
 
+/* The patient keeper: an unreachable server for three TTLs is no lost lease (etcd may still
+ * hold it when it answers again); renewals resume; only "not found" is a loss. */
+static void test_patient_keeper(tagc_etcd *c) {
+  script_reset(); /* nothing scripted: every renewal fails to connect */
+  lost l = {.lock = PTHREAD_MUTEX_INITIALIZER};
+  tagc_etcd_keeper *k = NULL;
+  CHECK_OK(tagc_etcd_keeper_start_patient(c, 9, 1, on_lost, &l, &k));
+  CHECK_EQ_INT(wait_lost(&l, 3), 0);
+  CHECK(tagc_etcd_keeper_silence_s(k) > 2.5);
+  int tried = used();
+  CHECK_MSG(tried == 0, "%d scripted steps used", tried); /* failures to connect take none */
+  pthread_mutex_lock(&S.lock);
+  add(TAGC_OK, 200, "{\"result\":{" HDR ",\"ID\":\"9\",\"TTL\":\"1\"}}");
+  add(TAGC_OK, 200, "{\"result\":{" HDR ",\"ID\":\"9\"}}");
+  pthread_mutex_unlock(&S.lock);
+  CHECK(wait_lost(&l, 3));
+  tagc_etcd_keeper_stop(k);
+  CHECK_EQ_INT(l.calls, 1);
+  CHECK_EQ_INT(l.why, TAGC_ENOTFOUND);
+  CHECK_EQ_INT(used(), 2); /* a renewal succeeded before the lease was found gone */
+}
+
 int main(void) {
   test_config();
   tagc_etcd *c = client(NULL);
@@ -578,6 +600,7 @@ int main(void) {
   test_watch(c);
   test_watch_first_compaction(c);
   test_keeper(c);
+  test_patient_keeper(c);
   tagc_etcd_destroy(c);
   test_auth();
   test_watch_auth();

@@ -118,6 +118,44 @@ static void *gloo_main(void *arg) {
   return NULL;
 }
 
+/* Cancels a bootstrap after a delay (tagc_comm_config.cancelled). */
+typedef struct cancel_after {
+  double at;
+  atomic_int asked;
+} cancel_after;
+
+static int cancel_now(void *arg) {
+  cancel_after *ca = arg;
+  atomic_fetch_add(&ca->asked, 1);
+  return tagc_now() >= ca->at;
+}
+
+/* A rank whose peer never publishes its address gives up as soon as it is cancelled, not at
+ * the end of its 20 s timeout (a newer generation was published meanwhile). */
+static void test_gloo_bootstrap_cancel(tagc_etcd *c) {
+  tagc_store *s = NULL;
+  CHECK_OK(tagc_etcd_store_new(c, "job", 6, &s));
+  cancel_after ca = {.at = tagc_now() + 0.5};
+  tagc_comm_config cfg;
+  tagc_comm_config_init(&cfg);
+  cfg.rank = 1;
+  cfg.world_size = 2;
+  cfg.store = s;
+  cfg.prefix = "gen/6/boot";
+  cfg.timeout_s = 20;
+  cfg.cancelled = cancel_now;
+  cfg.cancel_arg = &ca;
+  tagc_comm *comm = NULL;
+  double t0 = tagc_now();
+  CHECK_EQ_INT(tagc_comm_create(&cfg, &comm), TAGC_EABORTED);
+  double took = tagc_now() - t0;
+  CHECK_MSG(took >= 0.45 && took < 3.0, "cancelled bootstrap returned after %.2f s", took);
+  CHECK(atomic_load(&ca.asked) >= 2);
+  CHECK(comm == NULL);
+  CHECK(s->cancelled == NULL); /* create puts the store's own cancel function back */
+  tagc_store_free(s);
+}
+
 static void test_gloo_bootstrap(tagc_etcd *c) {
   gloo_rank r[2] = {{c, 0, 0, TAGC_EINTERNAL}, {c, 1, 0, TAGC_EINTERNAL}};
   pthread_t t[2];
@@ -275,6 +313,12 @@ static void test_join_and_plans(tagc_etcd *c) {
   CHECK_OK(tagc_etcd_range(c, "/tagc/job/workers/w1", NULL, &r));
   CHECK(r.n == 1 && r.kvs[0].lease != lease && r.kvs[0].create_revision > created);
   tagc_etcd_range_result_free(&r);
+  /* ... as the continuation of the lost registration, so the leader keeps it in its
+     generation; training was not aborted (on_change was told, the run decides) */
+  json_t *again = get_json(c, "/tagc/job/workers/w1");
+  json_t *prev = json_object_get(again, "previous");
+  CHECK(json_array_size(prev) == 1 && json_integer_value(json_array_get(prev, 0)) == created);
+  json_decref(again);
 
   /* finish: only from the current generation; then wait_plan says "done". */
   CHECK_EQ_INT(tagc_member_finish(m, 1, 99), TAGC_ECONFLICT);
@@ -320,6 +364,7 @@ int main(void) {
   if (c) {
     test_store(c);
     test_gloo_bootstrap(c);
+    test_gloo_bootstrap_cancel(c);
     test_join_and_plans(c);
     test_done_before_join(c);
     tagc_etcd_destroy(c);

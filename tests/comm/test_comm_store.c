@@ -8,6 +8,9 @@
 #include "common/timeutil.h"
 #include "test.h"
 
+/* A cancel function that says stop from a given time on (tagc_store_set_cancel). */
+static int stop_after(void *arg) { return tagc_now() >= *(double *)arg; }
+
 int main(void) {
   char dir[] = "/tmp/tagc-store-test-XXXXXX";
   CHECK(mkdtemp(dir) != NULL);
@@ -62,6 +65,18 @@ int main(void) {
   CHECK_EQ_INT(tagc_store_set(NULL, "k", "x", 1), TAGC_EINVAL);
   CHECK_EQ_INT(tagc_store_file_new(NULL, &s), TAGC_EINVAL);
 
+  /* cancel: a waiting get ends with TAGC_EABORTED soon after its cancel function says stop,
+     not at its timeout; a key that is there is still returned */
+  double at = tagc_now() + 0.3;
+  tagc_store_set_cancel(s, stop_after, &at);
+  double c0 = tagc_now();
+  CHECK_EQ_INT(tagc_store_get(s, "never", 30.0, &v, &len), TAGC_EABORTED);
+  double took = tagc_now() - c0;
+  CHECK_MSG(took >= 0.25 && took < 2.0, "cancelled get returned after %.2f s", took);
+  CHECK_OK(tagc_store_get(s, "gen/7/boot/rank_0", 1.0, &v, &len));
+  free(v);
+  tagc_store_set_cancel(s, NULL, NULL);
+  CHECK(!tagc_store_cancelled(s));
   tagc_store_free(s);
   CHECK_OK(tagc_store_file_remove_all(dir));
   CHECK(access(dir, F_OK) != 0);
