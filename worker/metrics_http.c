@@ -57,6 +57,8 @@ char *tagc_metrics_text(const tagc_worker_sample *s, double uptime_s) {
          "completed step", s->last_recovery_s);
   metric(t, "recovering", "gauge", "1 while a failure awaits its first completed step",
          s->recovering);
+  metric(t, "nonfinite_skips_total", "counter", "Steps every rank skipped for a non-finite "
+         "loss or gradient", (double)s->nonfinite_skips);
   metric(t, "generation", "gauge", "Generation this worker runs or last ran", (double)s->generation);
   metric(t, "world_size", "gauge", "Workers in that generation", s->world_size);
   metric(t, "rank", "gauge", "This worker's rank in that generation (-1: none yet)", s->rank);

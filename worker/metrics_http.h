@@ -10,6 +10,7 @@
  *   failures_total, recoveries_total, steps_lost_total   recovery accounting (as summary.json)
  *   max_recovery_seconds, last_recovery_seconds          failure -> first completed step
  *   recovering                                           1 while a failure awaits recovery
+ *   nonfinite_skips_total                                steps skipped: non-finite gradient
  *   generation, world_size, rank                         the current (or last) generation
  *   link_rate_bytes_per_second                           the comm layer's measured link rate
  *   uptime_seconds                                       since the server started
@@ -34,6 +35,7 @@ typedef struct tagc_worker_sample {
   int64_t generation;
   int world_size, rank; /* rank -1 while in no generation */
   double link_rate;     /* bytes/s, 0 before the first measurement */
+  int64_t nonfinite_skips; /* steps skipped for a non-finite gradient, over the process */
 } tagc_worker_sample;
 
 typedef struct tagc_metrics_http tagc_metrics_http;
