@@ -30,7 +30,7 @@ int tagctl_inject(int argc, char **argv) {
   tagc_etcd *etcd = NULL;
   int code = tagctl_etcd_setup("tagctl inject", "--job J --worker W KIND [--at-step S] | --clear",
                                "Arms a fault on a running worker through its etcd key "
-                               "chaos/<worker>. KIND: crash, exit, oom, hang, drop (at a step) or "
+                               "chaos/<worker>. KIND: crash, exit, oom, hang, drop, nan (at a step) or "
                                "slow (--seconds per collective); the worker polls the key about "
                                "once a second.",
                                argc, argv, &a, pos, 1, &n_pos, &etcd);

@@ -239,6 +239,9 @@ static void poll_chaos(tagc_run *t, int64_t step) {
     for (int k = 0; k < TAGC_FAULT_KINDS; k++)
       if (f.at[k] >= 0 && f.at[k] < step)
         f.at[k] = step;
+    for (int i = 0; i < f.n_nan; i++)
+      if (!f.nan[i].repeat && f.nan[i].from < step)
+        f.nan[i].from = f.nan[i].to = step;
     tagc_faults_merge(&t->faults, &f);
     tagc_engine_set_op_delay(t->engine, t->faults.slow_s);
   } else {

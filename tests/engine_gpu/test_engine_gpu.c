@@ -26,7 +26,10 @@
  *  - snapshot: at world size 1 the "param" views equal the gathered parameters bit for bit;
  *    saved as a checkpoint and loaded into a fresh engine on the device, the next step of
  *    both engines gives identical loss and parameters;
- *  - "cuda:99" is refused with TAGC_EINVAL or TAGC_EUNSUPPORTED.
+ *  - "cuda:99" is refused with TAGC_EINVAL or TAGC_EUNSUPPORTED;
+ *  - a NaN injected into the gradient at step 1 (fault nan), on the CPU and on the device: the
+ *    step is reported skipped and leaves parameters, moments and residual bit-identical; the
+ *    next step trains.
  * Exits 77 without a CUDA device. Built a second time against the host emulation of
  * tests/kernels_gpu/emu and tests/model_gpu/emu (TEST_EMU): same checks, several minutes. */
 #include <cuda_runtime_api.h>
@@ -267,6 +270,75 @@ static void compare(const run_result *gpu, const run_result *cpu, tolerance tol)
             mean / LR, tol.mean_lr * STEPS);
 }
 
+/* All four streams of every segment (params, moments, residual) into fresh host views. */
+static float **snapshot_views(tagc_engine *e) {
+  int n = tagc_engine_n_segments(e);
+  tagc_ckpt_layout cl;
+  tagc_ckpt_range *ranges = calloc((size_t)n, sizeof *ranges);
+  float **views = calloc((size_t)n * TAGC_ENGINE_STREAMS, sizeof *views);
+  tagc_engine_ckpt_layout(e, &cl, ranges);
+  for (int i = 0; i < n * TAGC_ENGINE_STREAMS; i++)
+    views[i] = calloc(cl.unit_numel[i / TAGC_ENGINE_STREAMS], sizeof(float));
+  CHECK_OK(tagc_engine_snapshot(e, views));
+  free(ranges);
+  return views;
+}
+
+/* Fault "nan" on `dev` (issue 14, defect 5): a NaN put into the local gradient at step 1 is
+ * reported (stats.nonfinite, no error) and the step is skipped: parameters, both AdamW
+ * moments and the residual are bit-identical to those after step 0 (no silent zeroing of a
+ * unit's gradient, no update from it); step 2 then trains normally. */
+static void nan_skip_check(tagc_device *dev, const char *what) {
+  tagc_engine_config cfg = engine_config(dev);
+  tagc_engine *e = NULL;
+  CHECK_OK(tagc_engine_new(&cfg, &e));
+  if (!e)
+    return;
+  int n = tagc_engine_n_segments(e);
+  tagc_ckpt_layout cl;
+  tagc_ckpt_range *ranges = calloc((size_t)n, sizeof *ranges);
+  tagc_engine_ckpt_layout(e, &cl, ranges);
+  tagc_step_stats st = {0};
+  CHECK_OK(tagc_engine_step(e, &corpus, 0, &st));
+  CHECK(st.nonfinite == 0);
+  float **before = snapshot_views(e);
+  tagc_engine_inject_nan(e, 1);
+  tagc_status rc = tagc_engine_step(e, &corpus, 1, &st);
+  CHECK_MSG(rc == TAGC_OK, "%s: the step with a NaN gradient failed (%d): %s", what, (int)rc,
+            tagc_last_error());
+  CHECK_MSG(st.nonfinite == 1 && st.nonfinite_ranks == 1 && !isfinite(st.grad_norm),
+            "%s: the NaN step is not reported as skipped (nonfinite %d, ranks %d, norm %g)", what,
+            st.nonfinite, st.nonfinite_ranks, st.grad_norm);
+  float **after = snapshot_views(e);
+  int same[TAGC_ENGINE_STREAMS] = {1, 1, 1, 1};
+  for (int i = 0; i < n * TAGC_ENGINE_STREAMS; i++)
+    same[i % TAGC_ENGINE_STREAMS] &= memcmp(before[i], after[i], cl.unit_numel[i / TAGC_ENGINE_STREAMS] *
+                                            sizeof(float)) == 0;
+  CHECK_MSG(same[0] && same[1] && same[2] && same[3], "%s: the skipped step changed the state "
+            "(param %s, adam_m %s, adam_v %s, residual %s)", what, same[0] ? "same" : "CHANGED",
+            same[1] ? "same" : "CHANGED", same[2] ? "same" : "CHANGED", same[3] ? "same" : "CHANGED");
+  CHECK_OK(tagc_engine_step(e, &corpus, 2, &st));
+  CHECK_MSG(st.nonfinite == 0 && isfinite(st.loss) && isfinite(st.grad_norm),
+            "%s: the step after the skipped one is not normal", what);
+  float **next = snapshot_views(e);
+  int moved = 0;
+  for (int i = 0; i < n; i++)
+    moved |= memcmp(after[i * TAGC_ENGINE_STREAMS], next[i * TAGC_ENGINE_STREAMS],
+                    cl.unit_numel[i] * sizeof(float)) != 0;
+  CHECK_MSG(moved, "%s: the step after the skipped one changed no parameter", what);
+  printf("  %s: NaN at step 1 skipped (state unchanged), step 2 loss %.6g\n", what, st.loss);
+  for (int i = 0; i < n * TAGC_ENGINE_STREAMS; i++) {
+    free(before[i]);
+    free(after[i]);
+    free(next[i]);
+  }
+  free(before);
+  free(after);
+  free(next);
+  free(ranges);
+  tagc_engine_free(e);
+}
+
 static void check_bad_index(void) {
   tagc_device *dev = (tagc_device *)&dev;
   tagc_status st = tagc_device_open("cuda:99", TAGC_DEVICE_FP32, &dev);
@@ -325,6 +397,17 @@ int main(void) {
     CHECK_MSG(same, "a second device run is not bit-identical to the first");
   }
   check_bad_index();
+  printf("non-finite gradient (fault nan):\n");
+  tagc_device *nan_dev = NULL;
+  CHECK_OK(tagc_device_open("cpu", TAGC_DEVICE_FP32, &nan_dev));
+  if (nan_dev)
+    nan_skip_check(nan_dev, "cpu");
+  tagc_device_close(nan_dev);
+  nan_dev = NULL;
+  CHECK_OK(tagc_device_open("cuda", TAGC_DEVICE_FP32, &nan_dev));
+  if (nan_dev)
+    nan_skip_check(nan_dev, "cuda");
+  tagc_device_close(nan_dev);
 
   free(cpu.params);
   free(gpu.params);

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Issue 14, defect 5: one policy for a non-finite gradient. A NaN put into rank 1's local
 # gradient at step index 3 (fault nan@3) of a W = 2 run, for each compression path: none
-# (fp32 reduce-scatter), bf16, and tagc with sketches (rho fixed at 4 on the MLP, so the
-# sketch path and its error-feedback residual are exercised). Checks:
+# (fp32 reduce-scatter), bf16, tagc with sketches (rho fixed at 4 on the MLP, so the sketch
+# path and its error-feedback residual are exercised) and auto. Checks:
 #  - the run completes (exit 0) and summary.json says nonfinite_skips 1, no rollback;
 #  - metrics.jsonl has one row per step and exactly step 4's row has nonfinite_skips 1;
 #  - a second run stopped right after the bad step (--stop-at 4, checkpoint every step): the
@@ -16,7 +16,7 @@ tagctl=$1
 . "$here/lib.sh"
 args="$TINY --workers 2 --steps 6 --log warn --fault nan@3 --fault-rank 1"
 field() { python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))[sys.argv[2]])' "$@"; }
-for c in none bf16 tagc,mlp=tagc:0.1:4; do
+for c in none bf16 tagc,mlp=tagc:0.1:4 auto; do
   name=${c%%,*}
   "$tagctl" run --compress "$c" $args --ckpt-every 2 --out "$tmp/$name" > "$tmp/$name.log" 2>&1
   check $? "$name: the run completes"
