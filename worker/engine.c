@@ -682,7 +682,8 @@ static void update_density(tagc_engine *e, tagc_step_stats *stats) {
 }
 
 /* The step's traffic and times. */
-static void finish_stats(tagc_engine *e, tagc_step_stats *stats, const tagc_comm_stats *c0, double t0) {
+static void finish_stats(tagc_engine *e, tagc_step_stats *stats, const tagc_comm_stats *c0,
+                         double t0) {
   if (e->cfg.comm) {
     tagc_comm_stats c1;
     tagc_comm_stats_get(e->cfg.comm, &c1);

@@ -313,8 +313,8 @@ static tagc_status reduce_tagc(tagc_grad_codec *c, tagc_grad_segment *s, tagc_la
    * values and bitmap) and leaves the residual alone; the CPU kernel also says TAGC_ENUMERIC.
    * The reduction goes on (the peers wait for its collectives) and reports the count: the
    * engine then skips the step on every rank. */
-  tagc_status sp = tagc_kernels_sparsify(&ctx, l, (float)tagc_policy_rank_density(s->pol.density, c->world),
-                                         grad, s->pending, sc->kept, sc->bitmap, ss);
+  float density = (float)tagc_policy_rank_density(s->pol.density, c->world);
+  tagc_status sp = tagc_kernels_sparsify(&ctx, l, density, grad, s->pending, sc->kept, sc->bitmap, ss);
   if (sp != TAGC_OK && sp != TAGC_ENUMERIC)
     return sp;
   if (sp == TAGC_ENUMERIC)

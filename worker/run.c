@@ -447,7 +447,8 @@ static tagc_status train(tagc_run *t, tagc_gen_result *res) {
     int last = step + 1 == end;
     /* no checkpoint on a skipped step (but the final one): the newest valid checkpoint is
        then one from before the non-finite steps, which a rollback goes back to */
-    if (t->saver && !rollback && (!ss.nonfinite || last) && ((step + 1) % cfg->ckpt_every == 0 || last))
+    if (t->saver && !rollback && (!ss.nonfinite || last) &&
+        ((step + 1) % cfg->ckpt_every == 0 || last))
       st = run_save_checkpoint(t, step + 1);
     tagc_report_step(&t->report, &ss);
     publish_sample(t, step + 1, &ss);
