@@ -77,7 +77,7 @@ int tagctl_inject(int argc, char **argv) {
   tagc_etcd *etcd = NULL;
   int code = tagctl_etcd_setup("tagctl inject", "--job J --worker W KIND [--at-step S] | --clear",
                                "Arms a fault on a running worker through its etcd key "
-                               "chaos/<worker>. KIND: crash, exit, oom, hang, drop (at step S, "
+                               "chaos/<worker>. KIND: crash, exit, oom, hang, drop, nan (at step S, "
                                "default: the worker's next step) or slow (--seconds per "
                                "collective); the worker polls the key about once a second and "
                                "must be registered in the job.",

@@ -26,6 +26,8 @@ enum {
   SUM_FB_IN,  /* check_feedback: sum of raw gradients + old residuals of tagc segments */
   SUM_FB_OUT, /* ... sum of what was kept (sent) + new residuals */
   SUM_FB_ABS, /* ... sum of their absolute values (scale of the comparison) */
+  SUM_NONFINITE, /* ranks that saw a non-finite loss, gradient or reduced shard: the step is
+                    skipped on every rank when the sum is not 0 */
   SUM_SEG0    /* + segment index: global bits (summed); then + n_segs + segment index: the
                  densest lane's density (maximum); then at + 2 n_segs minus the link rate
                  (maximum: the slowest rank's), then + 2 n_segs + 1 + segment index: the codec's
@@ -333,9 +335,23 @@ static float *hook_grads(void *ctx, int unit) {
   return e->grads + e->L->units[unit].offset;
 }
 
+/* Fault "nan": a NaN in the first element of each of the unit's segments of the local
+ * gradient, after its backward and before its reduction (enqueued on the compute lane). */
+static void poison_unit(tagc_engine *e, int unit) {
+  static const float nan_value = NAN;
+  for (int i = e->unit_first_seg[unit]; i < e->unit_first_seg[unit] + e->unit_n_segs[unit]; i++) {
+    tagc_status st = tagc_device_copy(e->dev, TAGC_LANE_COMPUTE, e->grads + e->segs[i].off,
+                                      &nan_value, sizeof nan_value, TAGC_COPY_H2D);
+    if (st != TAGC_OK && e->mark_status == TAGC_OK)
+      e->mark_status = st;
+  }
+}
+
 static tagc_status hook_backward_done(void *ctx, int unit) {
   tagc_engine *e = ctx;
   if (e->reduce_on_done) {
+    if (e->step_now == e->nan_step)
+      poison_unit(e, unit);
     mark(e, unit);
     submit(e, TASK_REDUCE, unit, -1);
   }
@@ -369,6 +385,7 @@ tagc_status tagc_engine_new(const tagc_engine_config *cfg, tagc_engine **out) {
   e->cfg = *cfg;
   e->L = cfg->layout;
   e->op_delay_s = cfg->op_delay_s;
+  e->nan_step = -1;
   e->rank = cfg->comm ? tagc_comm_rank(cfg->comm) : 0;
   e->world = cfg->comm ? tagc_comm_world_size(cfg->comm) : 1;
   tagc_status st;
@@ -698,12 +715,30 @@ static void update_density(tagc_engine *e, tagc_step_stats *stats) {
   stats->tagc_elements = (uint64_t)bits;
 }
 
+/* The step's traffic and times. */
+static void finish_stats(tagc_engine *e, tagc_step_stats *stats, const tagc_comm_stats *c0,
+                         double t0) {
+  if (e->cfg.comm) {
+    tagc_comm_stats c1;
+    tagc_comm_stats_get(e->cfg.comm, &c1);
+    for (int k = 0; k < TAGC_COMM_OP_COUNT; k++) {
+      stats->bytes_sent += c1.op[k].bytes_sent - c0->op[k].bytes_sent;
+      stats->bytes_recv += c1.op[k].bytes_recv - c0->op[k].bytes_recv;
+    }
+  }
+  pthread_mutex_lock(&e->mu);
+  stats->comm_s = e->comm_s;
+  pthread_mutex_unlock(&e->mu);
+  stats->exposed_comm_s = e->exposed_s;
+  stats->step_s = tagc_now() - t0;
+}
+
 tagc_status tagc_engine_step(tagc_engine *e, const tagc_corpus *corpus, int64_t step,
                              tagc_step_stats *stats) {
   memset(stats, 0, sizeof *stats);
   double t0 = tagc_now();
   int T = e->L->cfg.ctx;
-  tagc_comm_stats c0, c1;
+  tagc_comm_stats c0 = {0};
   if (e->cfg.comm)
     tagc_comm_stats_get(e->cfg.comm, &c0);
   e->exposed_s = 0;
@@ -722,10 +757,14 @@ tagc_status tagc_engine_step(tagc_engine *e, const tagc_corpus *corpus, int64_t 
   tagc_status st = run_passes(e, corpus, step, e->cfg.batch, e->train_passes, 1, tagc_batch_fill,
                               &sums[SUM_LOSS]);
   tagc_status drained = engine_drain(e);
+  e->nan_step = -1; /* an injected NaN is for one run of the step */
   if (st == TAGC_OK)
     st = drained;
   if (st != TAGC_OK)
     return st;
+  int local_bad = !isfinite(sums[SUM_LOSS]);
+  for (int i = 0; i < e->n_segs; i++)
+    local_bad |= e->segs[i].step.nonfinite > 0;
   double feedback[3];
   tagc_grad_codec_take_feedback(e->codec, feedback);
   sums[SUM_FB_IN] = feedback[0];
@@ -738,6 +777,7 @@ tagc_status tagc_engine_step(tagc_engine *e, const tagc_corpus *corpus, int64_t 
   TAGC_CHECK(tagc_device_sumsq_many(e->dev, e->sq_x, e->sq_n, e->n_segs, e->sq));
   for (int i = 0; i < e->n_segs; i++) {
     const tagc_grad_stats *g = &e->segs[i].step;
+    local_bad |= !isfinite(e->sq[i]);
     sums[SUM_SQ] += e->sq[i];
     if (g->tagc) {
       sums[SUM_ESTIMATED] += (double)g->estimated;
@@ -749,19 +789,33 @@ tagc_status tagc_engine_step(tagc_engine *e, const tagc_corpus *corpus, int64_t 
   if (e->n_adaptive && e->cfg.comm)
     sums[at_rate] = -(e->cfg.link_rate > 0 ? e->cfg.link_rate
                                             : tagc_comm_link_rate(tagc_comm_backend_of(e->cfg.comm)));
+  sums[SUM_NONFINITE] = local_bad;
   TAGC_CHECK(reduce_over_ranks(e, sums, n_sums, SUM_SEG0 + e->n_segs));
   stats->loss = sums[SUM_LOSS] / ((double)e->cfg.batch * T);
   stats->grad_norm = sqrt(sums[SUM_SQ]);
-  if (!isfinite(stats->loss) || !isfinite(stats->grad_norm))
-    return tagc_errorf(TAGC_ENUMERIC, "step %lld: loss %g, gradient norm %g", (long long)step,
-                       stats->loss, stats->grad_norm);
+  stats->lr = tagc_lr_at(&e->cfg.adam, step);
+  /* One decision from the same summed figures on every rank: a non-finite step is skipped by
+   * all of them, leaving parameters, moments and residuals as they were. */
+  int skip = sums[SUM_NONFINITE] != 0 || !isfinite(stats->loss) || !isfinite(stats->grad_norm);
+  for (int i = 0; i < e->n_segs; i++)
+    TAGC_CHECK(tagc_grad_segment_commit(e->codec, e->segs[i].codec, TAGC_LANE_COMPUTE, !skip));
+  if (skip) {
+    stats->nonfinite = 1;
+    stats->nonfinite_ranks = (int)sums[SUM_NONFINITE];
+    if (e->rank == 0)
+      LOG_WARN("engine", "step %lld: non-finite values (loss %g, gradient norm %g, reported by "
+               "%d of %d ranks): step skipped on every rank", (long long)step + 1, stats->loss,
+               stats->grad_norm, stats->nonfinite_ranks, e->world);
+    TAGC_CHECK(tagc_device_sync(e->dev, TAGC_LANE_COMPUTE));
+    finish_stats(e, stats, &c0, t0);
+    return TAGC_OK;
+  }
   update_density(e, stats);
   if (e->n_adaptive && e->world > 1)
     choose_wires(e, step, -sums[at_rate]);
   float clip = 1.0f;
   if (e->cfg.adam.grad_clip > 0 && stats->grad_norm > e->cfg.adam.grad_clip)
     clip = (float)(e->cfg.adam.grad_clip / stats->grad_norm);
-  stats->lr = tagc_lr_at(&e->cfg.adam, step);
   for (int i = 0; i < e->n_segs; i++) {
     engine_segment *s = &e->segs[i];
     size_t n, off = engine_shard_range(e, s, &n);
@@ -769,18 +823,7 @@ tagc_status tagc_engine_step(tagc_engine *e, const tagc_corpus *corpus, int64_t 
                                  &e->cfg.adam, step + 1, (float)stats->lr, clip));
   }
   TAGC_CHECK(tagc_device_sync(e->dev, TAGC_LANE_COMPUTE)); /* the next gathers read the shards */
-  if (e->cfg.comm) {
-    tagc_comm_stats_get(e->cfg.comm, &c1);
-    for (int k = 0; k < TAGC_COMM_OP_COUNT; k++) {
-      stats->bytes_sent += c1.op[k].bytes_sent - c0.op[k].bytes_sent;
-      stats->bytes_recv += c1.op[k].bytes_recv - c0.op[k].bytes_recv;
-    }
-  }
-  pthread_mutex_lock(&e->mu);
-  stats->comm_s = e->comm_s;
-  pthread_mutex_unlock(&e->mu);
-  stats->exposed_comm_s = e->exposed_s;
-  stats->step_s = tagc_now() - t0;
+  finish_stats(e, stats, &c0, t0);
   return TAGC_OK;
 }
 
@@ -812,6 +855,8 @@ tagc_status tagc_engine_gather_params(tagc_engine *e, float *out) {
 }
 
 void tagc_engine_set_op_delay(tagc_engine *e, double seconds) { e->op_delay_s = seconds; }
+
+void tagc_engine_inject_nan(tagc_engine *e, int64_t step) { e->nan_step = step; }
 
 int tagc_engine_world_size(const tagc_engine *e) { return e->world; }
 int tagc_engine_rank(const tagc_engine *e) { return e->rank; }

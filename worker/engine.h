@@ -96,6 +96,9 @@ typedef struct tagc_step_stats {
   uint64_t tagc_elements; /* tagc segments: elements set in the ORed bitmaps, all ranks */
   double feedback_error;  /* check_feedback: |sum(grad + old residual) - sum(kept + new
                              residual)| / sum of magnitudes, over all ranks; 0 when off */
+  int nonfinite;          /* 1: a rank saw a non-finite loss or gradient and every rank
+                             skipped the step (parameters, moments, residuals unchanged) */
+  int nonfinite_ranks;    /* how many ranks reported one (0 when only the sums overflowed) */
 } tagc_step_stats;
 
 /* Creates the engine: layout of segments, shards, buffers, and the parameters initialised
@@ -109,9 +112,11 @@ tagc_status tagc_engine_new(const tagc_engine_config *cfg, tagc_engine **out);
 void tagc_engine_free(tagc_engine *e);
 
 /* One optimizer step on global batch `step` (0-based) of the corpus: this rank trains on its
- * slice of the batch. Errors: communication failures (TAGC_ETIMEDOUT, TAGC_EPEER,
- * TAGC_EABORTED; the step's partial gradients are discarded and the parameters unchanged),
- * TAGC_ENUMERIC for a non-finite loss or gradient, TAGC_ENOMEM. */
+ * slice of the batch. A non-finite loss or gradient on any rank (one flag in the step's
+ * scalar all-gather) is no error: every rank skips the step alike, leaving parameters, AdamW
+ * moments and error-feedback residuals bit-identical, and sets stats->nonfinite.
+ * Errors: communication failures (TAGC_ETIMEDOUT, TAGC_EPEER, TAGC_EABORTED; the step's
+ * partial gradients are discarded and the parameters unchanged), TAGC_ENOMEM. */
 tagc_status tagc_engine_step(tagc_engine *e, const tagc_corpus *corpus, int64_t step,
                              tagc_step_stats *stats);
 
@@ -121,6 +126,11 @@ tagc_status tagc_engine_eval(tagc_engine *e, const tagc_corpus *corpus, int64_t 
 
 /* Gathers the full parameter arena (n_params floats) into out on every rank (collective). */
 tagc_status tagc_engine_gather_params(tagc_engine *e, float *out);
+
+/* Fault "nan": puts a NaN into this rank's local gradient at step `step` (each segment's
+ * first element, before its reduction), the next time that step runs only; -1 disarms.
+ * Caller thread, between steps. */
+void tagc_engine_inject_nan(tagc_engine *e, int64_t step);
 
 /* Changes the injected delay before each collective task (fault "slow"); any thread. */
 void tagc_engine_set_op_delay(tagc_engine *e, double seconds);

@@ -83,6 +83,7 @@ struct tagc_engine {
   int64_t step_now;
   int64_t train_passes; /* micro-batch passes per step, the same on every rank (0: not yet agreed) */
   _Atomic double op_delay_s; /* fault "slow" */
+  int64_t nan_step;    /* fault "nan": the step whose local gradient gets a NaN; -1 = none */
   char **seg_names;    /* checkpoint unit names (point into segs[i].name) */
   int64_t *seg_numel;
   double *sums;        /* per-step scalars summed over ranks: see tagc_engine_step */

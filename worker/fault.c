@@ -1,5 +1,6 @@
 #include "fault.h"
 
+#include <ctype.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -32,6 +33,19 @@ static tagc_status parse_item(const char *s, size_t n, tagc_faults *f) {
     return TAGC_OK;
   }
   char *at = strchr(item, '@');
+  if (at && !strncmp(item, "nan@", 4)) {
+    long long a = strtoll(at + 1, &end, 10), b = a;
+    int repeat = *end == '-';
+    if (repeat)
+      b = strtoll(end + 1, &end, 10);
+    if (end == at + 1 || *end || a < 0 || b < a || !isdigit((unsigned char)at[strlen(at) - 1]))
+      return tagc_errorf(TAGC_EINVAL, "fault '%s': nan@STEP or nan@FIRST-LAST (steps >= 0, "
+                         "FIRST <= LAST)", item);
+    if (f->n_nan == TAGC_FAULT_NAN_MAX)
+      return tagc_errorf(TAGC_EINVAL, "fault '%s': at most %d nan items", item, TAGC_FAULT_NAN_MAX);
+    f->nan[f->n_nan++] = (tagc_fault_nan){a, b, repeat};
+    return TAGC_OK;
+  }
   if (at && !strncmp(item, "bootcrash@", 10)) {
     long long g = strtoll(at + 1, &end, 10);
     if (end == at + 1 || *end || g < 1)
@@ -53,8 +67,8 @@ static tagc_status parse_item(const char *s, size_t n, tagc_faults *f) {
     *at = '@';
   }
   return tagc_errorf(TAGC_EINVAL,
-                     "fault '%s' is not crash|exit|oom|hang|drop@STEP, bootcrash@GEN, slow=SECONDS "
-                     "or ckpt:STAGE", item);
+                     "fault '%s' is not crash|exit|oom|hang|drop|nan@STEP, nan@FIRST-LAST, "
+                     "bootcrash@GEN, slow=SECONDS or ckpt:STAGE", item);
 }
 
 tagc_status tagc_faults_parse(const char *spec, tagc_faults *out) {
@@ -63,6 +77,7 @@ tagc_status tagc_faults_parse(const char *spec, tagc_faults *out) {
     f.at[k] = -1;
   f.slow_s = 0;
   f.boot_crash_gen = -1;
+  f.n_nan = 0;
   for (const char *p = spec ? spec : ""; *p;) {
     const char *comma = strchr(p, ',');
     size_t n = comma ? (size_t)(comma - p) : strlen(p);
@@ -88,7 +103,22 @@ int tagc_faults_take(tagc_faults *f, int64_t step) {
   return -1;
 }
 
+int tagc_faults_nan(tagc_faults *f, int64_t step) {
+  int hit = 0;
+  for (int i = 0; i < f->n_nan; i++) {
+    tagc_fault_nan *n = &f->nan[i];
+    if (n->from < 0 || step < n->from || step > n->to)
+      continue;
+    hit = 1;
+    if (!n->repeat)
+      n->from = n->to = -1;
+  }
+  return hit;
+}
+
 void tagc_faults_merge(tagc_faults *dst, const tagc_faults *src) {
+  for (int i = 0; i < src->n_nan && dst->n_nan < TAGC_FAULT_NAN_MAX; i++)
+    dst->nan[dst->n_nan++] = src->nan[i];
   for (int k = 0; k < TAGC_FAULT_KINDS; k++)
     if (src->at[k] >= 0)
       dst->at[k] = src->at[k];

@@ -28,8 +28,15 @@ struct tagc_grad_codec {
   tagc_device *dev;
   int rank, world;
   reduce_scratch scratch;
+  tagc_sparsify_stats *host_ss; /* [W]: the sparsify stats read back (non-finite counts) */
   double feedback[3]; /* check_feedback sums: see tagc_grad_codec_take_feedback */
 };
+
+/* What a reduction left for tagc_grad_segment_commit: the residual only changes there, once
+ * every rank knows that the step is applied. */
+enum { STAGE_NONE, STAGE_PENDING /* pending holds the new residual */,
+       STAGE_ZERO /* sent dense with the residual: it becomes zero */,
+       STAGE_FOLDED /* world size 1: the loaded residual was folded in, then freed */ };
 
 struct tagc_grad_segment {
   tagc_role_policy pol;
@@ -37,6 +44,8 @@ struct tagc_grad_segment {
   uint32_t hash_seed;
   /* device memory (worker/device.h) */
   float *residual;          /* [W][S]: error feedback of this rank's local gradient (tagc) */
+  float *pending;           /* [W][S]: the residual this step's sketch leaves, until commit */
+  int staged;               /* what tagc_grad_segment_commit applies: a STAGE_ value */
   uint32_t *block_rows;     /* device copy of lay.block_rows */
   tagc_layout lay;          /* sketch geometry at rho_used */
   double rho_used;          /* rho of the current layout (0 = none built yet) */
@@ -55,6 +64,11 @@ tagc_status tagc_grad_codec_new(const tagc_grad_codec_config *cfg, tagc_grad_cod
   c->dev = cfg->device;
   c->rank = cfg->comm ? tagc_comm_rank(cfg->comm) : 0;
   c->world = cfg->comm ? tagc_comm_world_size(cfg->comm) : 1;
+  c->host_ss = calloc((size_t)c->world, sizeof *c->host_ss);
+  if (!c->host_ss) {
+    free(c);
+    return tagc_errorf(TAGC_ENOMEM, "gradient codec");
+  }
   *out = c;
   return TAGC_OK;
 }
@@ -66,6 +80,7 @@ void tagc_grad_codec_free(tagc_grad_codec *c) {
   void *bufs[] = {sc->kept, sc->bitmap, sc->global_bitmap, sc->sketch, sc->my_sketch, sc->ws, sc->stats};
   for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
     tagc_device_free(c->dev, bufs[i]);
+  free(c->host_ss);
   free(c);
 }
 
@@ -95,6 +110,7 @@ void tagc_grad_segment_free(tagc_grad_codec *c, tagc_grad_segment *s) {
   if (!s)
     return;
   tagc_device_free(c->dev, s->residual);
+  tagc_device_free(c->dev, s->pending);
   tagc_device_free(c->dev, s->block_rows);
   tagc_layout_free(&s->lay);
   free(s);
@@ -193,11 +209,12 @@ static tagc_status choose_rho(const tagc_grad_segment *s, int64_t step, double *
  * call. `in` is the sum of raw gradient and old residual; what was kept (and so sent) plus
  * the new residual must sum to the same. */
 static void record_feedback(tagc_grad_codec *c, const tagc_grad_segment *s, double in, double abs_in) {
+  /* the new residual is the pending one until the step is committed */
   const tagc_layout *l = &s->lay;
   double out = 0;
   for (size_t j = 0; j < (size_t)c->world; j++) {
     const float *kept = c->scratch.kept + j * (size_t)l->shard_padded;
-    const float *res = s->residual + j * s->S;
+    const float *res = s->pending + j * s->S;
     for (size_t i = 0; i < s->S; i++)
       out += (double)kept[i] + (double)res[i];
   }
@@ -237,14 +254,15 @@ static tagc_status grow_scratch(tagc_grad_codec *c, const tagc_grad_segment *s) 
   return grow(c, &sc->ws, &sc->ws_cap, ws);
 }
 
-/* Sends v = grad + residual dense (grad already padded) on `wire`; nothing is left behind. */
+/* Sends v = grad + residual dense (grad already padded) on `wire`; nothing is left behind
+ * (once the step is committed). */
 static tagc_status reduce_tagc_dense(tagc_grad_codec *c, tagc_grad_segment *s, tagc_lane lane,
                                      const float *grad, float *shard, float *work, tagc_wire wire) {
   size_t n = s->S * (size_t)c->world;
   if (grad != work)
     TAGC_CHECK(tagc_device_copy(c->dev, lane, work, grad, n * sizeof(float), TAGC_COPY_D2D));
   TAGC_CHECK(tagc_device_add(c->dev, lane, work, s->residual, n));
-  TAGC_CHECK(tagc_device_zero(c->dev, lane, s->residual, n * sizeof(float)));
+  s->staged = STAGE_ZERO; /* the residual is zeroed at commit, kept if the step is skipped */
   return reduce_dense(c, s, lane, work, shard, wire);
 }
 
@@ -285,10 +303,27 @@ static tagc_status reduce_tagc(tagc_grad_codec *c, tagc_grad_segment *s, tagc_la
       in += (double)grad[i] + (double)s->residual[i];
       abs_in += fabs((double)grad[i]) + fabs((double)s->residual[i]);
     }
-  TAGC_CHECK(tagc_kernels_sparsify(&ctx, l, (float)tagc_policy_rank_density(s->pol.density, c->world), grad, s->residual, sc->kept,
-                                   sc->bitmap, ss));
+  /* The sparsify works on a copy of the residual: the step may yet be skipped (a non-finite
+   * gradient on any rank), and then the residual must stay as it was, bit for bit. */
+  if (!s->pending)
+    TAGC_CHECK(tagc_device_alloc(c->dev, n * sizeof(float), (void **)&s->pending));
+  TAGC_CHECK(tagc_device_copy(c->dev, lane, s->pending, s->residual, n * sizeof(float), TAGC_COPY_D2D));
+  s->staged = STAGE_PENDING;
+  /* A non-finite value in grad + residual: the sparsify sends nothing of this rank (zero kept
+   * values and bitmap) and leaves the residual alone; the CPU kernel also says TAGC_ENUMERIC.
+   * The reduction goes on (the peers wait for its collectives) and reports the count: the
+   * engine then skips the step on every rank. */
+  float density = (float)tagc_policy_rank_density(s->pol.density, c->world);
+  tagc_status sp = tagc_kernels_sparsify(&ctx, l, density, grad, s->pending, sc->kept, sc->bitmap, ss);
+  if (sp != TAGC_OK && sp != TAGC_ENUMERIC)
+    return sp;
+  if (sp == TAGC_ENUMERIC)
+    tagc_clear_error();
   if (c->cfg.check_feedback)
     record_feedback(c, s, in, abs_in);
+  TAGC_CHECK(tagc_device_copy(c->dev, lane, c->host_ss, ss, W * sizeof *ss, TAGC_COPY_D2H));
+  for (size_t j = 0; j < W; j++)
+    stats->nonfinite += c->host_ss[j].nonfinite;
   TAGC_CHECK(tagc_device_sync(c->dev, lane));
   double t_index = tagc_now();
   TAGC_CHECK(tagc_comm_reduce_scatter(c->cfg.comm, sc->bitmap, sc->global_bitmap, words,
@@ -320,12 +355,12 @@ tagc_status tagc_grad_reduce(tagc_grad_codec *c, tagc_grad_segment *s, tagc_lane
                              int64_t step, const float *grad, float *shard, float *work,
                              tagc_grad_stats *stats) {
   *stats = (tagc_grad_stats){0};
+  s->staged = STAGE_NONE;
   if (c->world == 1) { /* nothing to send; a residual loaded from a checkpoint is folded in */
     TAGC_CHECK(tagc_device_copy(c->dev, lane, shard, grad, s->len * sizeof(float), TAGC_COPY_D2D));
-    if (s->residual) {
+    if (s->residual) { /* freed at commit; a skipped step folds it in again next time */
       TAGC_CHECK(tagc_device_add(c->dev, lane, shard, s->residual, s->len));
-      tagc_device_free(c->dev, s->residual);
-      s->residual = NULL;
+      s->staged = STAGE_FOLDED;
     }
     return TAGC_OK;
   }
@@ -333,6 +368,31 @@ tagc_status tagc_grad_reduce(tagc_grad_codec *c, tagc_grad_segment *s, tagc_lane
     return reduce_tagc(c, s, lane, step, grad, shard, work, stats);
   TAGC_CHECK(padded(c, s, lane, grad, work, &grad));
   return reduce_dense(c, s, lane, grad, shard, wire_of(s->pol.kind == TAGC_POLICY_BF16));
+}
+
+tagc_status tagc_grad_segment_commit(tagc_grad_codec *c, tagc_grad_segment *s, tagc_lane lane,
+                                     int apply) {
+  int staged = s->staged;
+  s->staged = STAGE_NONE;
+  if (!apply)
+    return TAGC_OK; /* the residual of before the step stays */
+  switch (staged) {
+  case STAGE_PENDING: {
+    float *old = s->residual;
+    s->residual = s->pending;
+    s->pending = old;
+    return TAGC_OK;
+  }
+  case STAGE_ZERO:
+    return tagc_device_zero(c->dev, lane, s->residual, s->S * (size_t)c->world * sizeof(float));
+  case STAGE_FOLDED:
+    TAGC_CHECK(tagc_device_sync(c->dev, lane)); /* the fold read it */
+    tagc_device_free(c->dev, s->residual);
+    s->residual = NULL;
+    return TAGC_OK;
+  default:
+    return TAGC_OK;
+  }
 }
 
 /* ---------- checkpoints ---------- */

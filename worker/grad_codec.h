@@ -58,6 +58,9 @@ typedef struct tagc_grad_stats {
   int64_t estimated;    /* elements of this rank's shard left to the estimate (not peeled) */
   tagc_wire_mode wire;  /* tagc segments: the wire used this step (a dense one when `dense`) */
   double codec_s;       /* seconds in the sketch kernels this step (0 when dense) */
+  int64_t nonfinite;    /* sketched tagc segments: inf/NaN values in this rank's gradient +
+                           residual (this rank then sent zeros; the engine skips the step).
+                           Dense paths carry such values to the owner's shard instead. */
 } tagc_grad_stats;
 
 /* Creates a codec (no device memory yet: scratch grows on demand). Errors: TAGC_ENOMEM,
@@ -84,11 +87,23 @@ void tagc_grad_segment_free(tagc_grad_codec *c, tagc_grad_segment *s);
  * modified) into this rank's shard `shard` (S floats). `work` is W * S floats of device
  * memory the call may overwrite. `step` is the optimizer step (it decides the density
  * probes). On return the lane may still run work; *stats is this step's measurement.
+ * The residual does not change here: the reduction stages the new one, and
+ * tagc_grad_segment_commit applies or drops it once every rank knows whether the step is
+ * applied (a step skipped for a non-finite gradient leaves it bit-identical).
  * Errors: communication failures (TAGC_ETIMEDOUT, TAGC_EPEER, TAGC_EABORTED), TAGC_ENOMEM
- * (growing the scratch), device errors; the residual is then undefined for this step. */
+ * (growing the scratch), device errors; nothing is staged then. A non-finite gradient is no
+ * error: see stats->nonfinite. */
 tagc_status tagc_grad_reduce(tagc_grad_codec *c, tagc_grad_segment *s, tagc_lane lane,
                              int64_t step, const float *grad, float *shard, float *work,
                              tagc_grad_stats *stats);
+
+/* After the step's reductions (the lane that ran them idle): apply = 1 makes the residual
+ * the last tagc_grad_reduce staged the segment's residual; apply = 0 drops it, keeping the
+ * residual of before the step bit for bit. The tagc sketch path stages into a second
+ * residual-sized buffer (allocated at its first use), so that dropping costs nothing.
+ * Errors: device errors. */
+tagc_status tagc_grad_segment_commit(tagc_grad_codec *c, tagc_grad_segment *s, tagc_lane lane,
+                                     int apply);
 
 /* The densest lane over all ranks at the last sketched step (the maximum of their
  * lane_density): what chooses the next rho. All ranks must set the same value. */

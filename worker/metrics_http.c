@@ -58,6 +58,8 @@ static void recovery_metrics(tagc_prom *p, const tagc_worker_sample *s) {
                   "next completed step", s->last_recovery_s);
   tagc_prom_gauge(p, "tagc_worker_recovering", "1 while a failure awaits its first completed "
                   "step", s->recovering);
+  tagc_prom_counter(p, "tagc_worker_nonfinite_skips_total", "Steps every rank skipped for a "
+                    "non-finite loss or gradient", (double)s->nonfinite_skips);
 }
 
 /* This process's checkpoint saves; the age counts from the server's start before a save. */

@@ -14,6 +14,7 @@
  *   failures_total, recoveries_total, steps_lost_total   recovery accounting (as summary.json)
  *   max_recovery_seconds, last_recovery_seconds          failure -> first completed step
  *   recovering                                           1 while a failure awaits recovery
+ *   nonfinite_skips_total                                steps skipped: non-finite gradient
  *   generation, world_size, rank                         the current (or last) generation
  *   link_rate_bytes_per_second                           the comm layer's measured link rate
  *   checkpoint_last_step, checkpoint_age_seconds,        this process's latest good save, the
@@ -55,6 +56,7 @@ typedef struct tagc_worker_sample {
   double ckpt_time;         /* tagc_now() when it was seen finished, 0 before one */
   double ckpt_write_s;      /* background write time of the latest finished save */
   int64_t ckpt_saves, ckpt_failures; /* over the process */
+  int64_t nonfinite_skips; /* steps skipped for a non-finite gradient, over the process */
 } tagc_worker_sample;
 
 typedef struct tagc_metrics_http tagc_metrics_http;

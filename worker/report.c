@@ -70,7 +70,8 @@ static double step_tokens(const tagc_report *rp) {
 }
 
 void tagc_report_step(tagc_report *rp, const tagc_step_stats *ss) {
-  rp->loss = ss->loss;
+  if (isfinite(ss->loss)) /* a step skipped for a non-finite loss keeps the last one */
+    rp->loss = ss->loss;
   tagc_report_totals *tt = &rp->tt;
   if (tt->n_times == tt->step_cap) {
     int64_t cap = tt->step_cap ? 2 * tt->step_cap : 1024;
@@ -149,8 +150,13 @@ static json_t *paths_json(const double *sums, double n) {
   return o;
 }
 
-static void write_metrics(tagc_report *rp, int64_t step, const tagc_step_stats *ss,
+static void write_metrics(tagc_report *rp, int64_t step, const tagc_step_stats *step_ss,
                           double val_loss) {
+  tagc_step_stats finite = *step_ss, *ss = &finite; /* a skipped step's NaN: null below */
+  if (!isfinite(ss->loss))
+    ss->loss = 0;
+  if (!isfinite(ss->grad_norm))
+    ss->grad_norm = 0;
   json_t *m = json_pack("{s:I, s:f, s:f, s:f, s:f, s:f, s:f, s:I, s:f, s:f, s:f, s:f, s:I, s:i, s:I}",
                         "step", (json_int_t)(step + 1), "loss", ss->loss, "grad_norm",
                         ss->grad_norm, "lr", ss->lr, "step_s", ss->step_s, "tokens_per_s",
@@ -171,6 +177,11 @@ static void write_metrics(tagc_report *rp, int64_t step, const tagc_step_stats *
   if (ss->gather)
     json_object_set_new(m, "gather", json_string(ss->gather));
   json_object_set_new(m, "batch_crc32c", json_integer(batch_crc(rp, step)));
+  json_object_set_new(m, "nonfinite_skips", json_integer(ss->nonfinite));
+  if (!isfinite(step_ss->loss))
+    json_object_set_new(m, "loss", json_null());
+  if (!isfinite(step_ss->grad_norm))
+    json_object_set_new(m, "grad_norm", json_null());
   char *row = json_dumps(m, JSON_COMPACT);
   json_decref(m);
   if (!row)
@@ -274,6 +285,7 @@ void tagc_report_sample(tagc_report *rp, int64_t steps_done, const tagc_step_sta
   m->max_recovery_s = rec->max_recovery_s;
   m->last_recovery_s = rec->last_recovery_s;
   m->recovering = rec->recovering;
+  m->nonfinite_skips = rec->nonfinite_skips;
   m->generation = rp->gen;
   m->world_size = rp->world;
   m->rank = rp->rank;
@@ -348,6 +360,8 @@ static tagc_status write_summary(tagc_report *rp, const tagc_report_final *f, co
   json_object_set_new(s, "max_recovery_s", json_real(rec->max_recovery_s));
   json_object_set_new(s, "max_pause_s", json_real(rec->max_pause_s));
   json_object_set_new(s, "steps_lost", json_integer(rec->steps_lost));
+  json_object_set_new(s, "nonfinite_skips", json_integer(rec->nonfinite_skips));
+  json_object_set_new(s, "nonfinite_rollbacks", json_integer(rec->rollbacks));
   json_object_set(s, "model", f->model);
   if (f->ckpt)
     json_object_set_new(s, "ckpt", json_pack("{s:I, s:I, s:I, s:f, s:f}", "saves",

@@ -37,6 +37,8 @@ typedef struct tagc_recovery_counts {
                                              cause (a stall without failure too) */
   int64_t steps_lost;                     /* steps recomputed since the checkpoint */
   int recovering;                         /* a failure awaits its first completed step */
+  int64_t nonfinite_skips;                /* steps skipped for a non-finite gradient */
+  int rollbacks;                          /* rollbacks after too many skips in a row */
 } tagc_recovery_counts;
 
 /* Running totals over the whole process (all generations), for summary.json. */

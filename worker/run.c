@@ -43,6 +43,7 @@ tagc_status tagc_run_new(const tagc_train_config *cfg, tagc_run **out) {
   tagc_status st;
   r->cfg = cfg;
   r->out_lock = -1;
+  r->rollback_at = -1;
   pthread_mutex_init(&r->comm_mu, NULL);
   tagc_model_config mc = {256, (int)cfg->ctx, (int)cfg->layers, (int)cfg->heads, (int)cfg->dim, 0};
   TAGC_CHECK_GOTO(tagc_model_layout_init(&r->layout, &mc), st, fail);
@@ -257,6 +258,9 @@ static void poll_chaos(tagc_run *t, int64_t step) {
     for (int k = 0; k < TAGC_FAULT_KINDS; k++)
       if (f.at[k] >= 0 && f.at[k] < step)
         f.at[k] = step;
+    for (int i = 0; i < f.n_nan; i++)
+      if (!f.nan[i].repeat && f.nan[i].from < step)
+        f.nan[i].from = f.nan[i].to = step;
     tagc_faults_merge(&t->faults, &f);
     tagc_engine_set_op_delay(t->engine, t->faults.slow_s);
   } else {
@@ -474,6 +478,10 @@ static tagc_status train(tagc_run *t, tagc_gen_result *res) {
     tagc_status st = fire_fault(t, step, res);
     if (st == TAGC_OK && t->member && tagc_member_gen(t->member) > t->gen)
       st = tagc_errorf(TAGC_EABORTED, "generation %lld was superseded", (long long)t->gen);
+    if (st == TAGC_OK && tagc_faults_nan(&t->faults, step)) {
+      LOG_WARN("train", "fault injected at step %lld: nan", (long long)step);
+      tagc_engine_inject_nan(t->engine, step);
+    }
     if (st == TAGC_OK)
       st = tagc_engine_step(t->engine, &t->corpus, step, &ss);
     if (st == TAGC_ENUMERIC || st == TAGC_EINVAL)
@@ -483,13 +491,22 @@ static tagc_status train(tagc_run *t, tagc_gen_result *res) {
       return TAGC_OK;
     }
     note_recovery(t, step);
+    /* a non-finite step was skipped by every rank alike (worker/engine.h); too many in a row
+       roll back to the newest valid checkpoint */
+    t->skip_streak = ss.nonfinite ? t->skip_streak + 1 : 0;
+    t->rec.n.nonfinite_skips += ss.nonfinite;
+    int rollback = t->skip_streak >= cfg->max_nonfinite_skips;
     int last = step + 1 == end;
-    if (t->saver && ((step + 1) % cfg->ckpt_every == 0 || last))
+    /* no checkpoint on a skipped step (but the final one): the newest valid checkpoint is
+       then one from before the non-finite steps, which a rollback goes back to */
+    if (t->saver && !rollback && (!ss.nonfinite || last) &&
+        ((step + 1) % cfg->ckpt_every == 0 || last))
       st = run_save_checkpoint(t, step + 1);
     tagc_report_step(&t->report, &ss);
     publish_sample(t, step + 1, &ss);
     double val = NAN;
-    if (st == TAGC_OK && (last || (cfg->eval_every && (step + 1) % cfg->eval_every == 0))) {
+    if (st == TAGC_OK && !rollback &&
+        (last || (cfg->eval_every && (step + 1) % cfg->eval_every == 0))) {
       st = tagc_engine_eval(t->engine, &t->corpus, cfg->eval_windows, &val);
       if (st == TAGC_OK)
         tagc_report_val_loss(&t->report, val);
@@ -502,6 +519,20 @@ static tagc_status train(tagc_run *t, tagc_gen_result *res) {
     tagc_report_progress(&t->report, step, &ss, 0);
     if (t->rank == 0)
       tagc_report_metrics_line(&t->report, step, &ss, val, step == t->start_step || last);
+    if (rollback) {
+      int64_t to = 0;
+      st = run_rollback(t, step, &to);
+      if (st == TAGC_ENUMERIC || st == TAGC_EINVAL || st == TAGC_ECORRUPT)
+        return st; /* the run cannot get past these steps */
+      if (st != TAGC_OK) {
+        fail_generation(t, st, step + 1, res);
+        return TAGC_OK;
+      }
+      t->rec.n.rollbacks++;
+      t->skip_streak = 0;
+      publish_sample(t, to, NULL);
+      step = to - 1; /* the loop goes on at step `to` */
+    }
   }
   res->step = step;
   res->end = end < cfg->steps ? TAGC_GEN_STOPPED : TAGC_GEN_FINISHED;

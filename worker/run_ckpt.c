@@ -326,3 +326,49 @@ tagc_status run_resume(tagc_run *t, const tagc_gen_spec *g) {
   tagc_ckpt_close(rd);
   return st;
 }
+
+/* ---------- rolling back after non-finite steps ---------- */
+
+tagc_status run_rollback(tagc_run *t, int64_t step, int64_t *to) {
+  long long first = (long long)(step + 2 - t->skip_streak), last = (long long)step + 1;
+  if (t->rollback_at >= step)
+    return tagc_errorf(TAGC_ENUMERIC, "steps %lld-%lld: %lld consecutive non-finite steps again "
+                       "after rolling back at step %lld: the gradient is non-finite whatever the "
+                       "checkpoint (bad data or a diverging model); giving up", first, last,
+                       (long long)t->skip_streak, (long long)t->rollback_at + 1);
+  if (!t->saver)
+    return tagc_errorf(TAGC_ENUMERIC, "steps %lld-%lld: %lld consecutive non-finite steps and no "
+                       "checkpoint to roll back to (--ckpt-every 0)", first, last,
+                       (long long)t->skip_streak);
+  tagc_status st = tagc_ckpt_saver_wait(t->saver); /* a save in flight may be the newest */
+  if (st != TAGC_OK)
+    LOG_WARN("train", "rollback: the last save failed (%s); looking for the newest valid "
+             "checkpoint", tagc_last_error());
+  tagc_ckpt_reader *rd = NULL;
+  st = tagc_ckpt_find_latest_valid(t->ckpt_root, TAGC_CKPT_VERIFY_FULL, &rd);
+  if (st == TAGC_ENOTFOUND || st == TAGC_ECORRUPT)
+    st = prefixed(TAGC_ENUMERIC, "consecutive non-finite steps and no valid checkpoint to roll "
+                  "back to");
+  if (st == TAGC_OK)
+    st = check_job(t, rd);
+  if (st != TAGC_OK) {
+    tagc_ckpt_close(rd);
+    rd = NULL;
+  }
+  tagc_gen_spec none = {0};
+  tagc_status agreed = agree_resume(t, &none, st, rd);
+  if (agreed == TAGC_OK)
+    agreed = tagc_engine_load(t->engine, rd);
+  if (agreed == TAGC_OK)
+    agreed = tagc_engine_set_compression_state(t->engine, tagc_ckpt_reader_meta(rd, "compression"));
+  if (agreed == TAGC_OK) {
+    *to = tagc_ckpt_reader_step(rd);
+    t->rollback_at = step;
+    if (t->rank == 0)
+        LOG_WARN("train", "rolled back to %s (step %lld) after %lld consecutive non-finite steps "
+               "(%lld-%lld)", tagc_ckpt_reader_path(rd), (long long)*to, (long long)t->skip_streak,
+               first, last);
+  }
+  tagc_ckpt_close(rd);
+  return agreed;
+}

@@ -74,7 +74,11 @@ static const tagc_opt train_opts[] = {
     {"check-feedback", TAGC_OPT_BOOL, OFF(check_feedback), "false", 0, -1, NULL,
      "test hook: measure error-feedback mass conservation each step (metrics: feedback_error)"},
     {"fault", TAGC_OPT_STRING, OFF(fault), "", 0, -1, NULL,
-     "arm fault points: crash|exit|oom|hang|drop@STEP, slow=SECONDS, ckpt:STAGE (also TAGC_FAULT)"},
+     "arm fault points: crash|exit|oom|hang|drop|nan@STEP, nan@FIRST-LAST, slow=SECONDS, "
+     "ckpt:STAGE (also TAGC_FAULT)"},
+    {"max-nonfinite-skips", TAGC_OPT_INT, OFF(max_nonfinite_skips), "3", 1, 1e6, NULL,
+     "after this many consecutive steps skipped for a non-finite gradient, roll back to the "
+     "newest valid checkpoint (docs/operations.md)"},
     {"etcd", TAGC_OPT_STRING, OFF(etcd), "", 0, -1, NULL,
      "etcd endpoints (comma-separated URLs): elastic mode, membership and rendezvous through etcd"},
     {"job", TAGC_OPT_STRING, OFF(job), "default", 0, -1, NULL, "job name (etcd key prefix)"},

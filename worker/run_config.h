@@ -54,6 +54,7 @@ typedef struct tagc_train_config {
   char *gather;       /* "auto", "fp32" or "bf16" parameter all-gathers (tagc_policy_gather_bf16) */
   int reshard_after_forward;
   char *fault;        /* fault spec (see worker/fault.h) */
+  int64_t max_nonfinite_skips; /* consecutive skipped (non-finite) steps before a rollback */
   char *etcd;         /* etcd endpoints: elastic mode */
   char *job;
   char *worker_id;

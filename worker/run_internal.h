@@ -49,6 +49,8 @@ struct tagc_run {
   tagc_step_stats last_ss; /* the latest completed step */
   int out_lock;            /* OUT/.lock while this process owns OUT (tagc_out_lock), else -1 */
   double save_started;     /* when the latest save was handed to the saver (its barrier's clock) */
+  int64_t skip_streak;     /* consecutive steps skipped for a non-finite gradient */
+  int64_t rollback_at;     /* the step whose skip made the last rollback, or -1 */
 
   /* the current generation */
   int64_t gen;
@@ -74,6 +76,14 @@ tagc_status run_open_saver(tagc_run *t);
 /* Collective: snapshots the engine into the saver and commits step `step` only when every
  * rank's snapshot succeeded; otherwise every rank abandons it and the generation fails. */
 tagc_status run_save_checkpoint(tagc_run *t, int64_t step);
+
+/* Collective, after --max-nonfinite-skips consecutive non-finite steps ending at `step`
+ * (every rank decides alike from the engine's shared flag): waits for a pending save, loads
+ * the newest valid checkpoint on every rank (they agree on it) and sets *to to its step.
+ * Bound: a rollback must follow a skip at a later step than the last one's; otherwise, or
+ * without a checkpoint, TAGC_ENUMERIC with the reason (the run fails). Errors otherwise: the
+ * loader's and the agreement's (communication failures, TAGC_ECONFLICT). */
+tagc_status run_rollback(tagc_run *t, int64_t step, int64_t *to);
 
 /* Collective: chooses the resume point of generation g (the plan's checkpoint, else the newest
  * valid one), checks it matches this job, makes every rank agree on (step, manifest CRC) and

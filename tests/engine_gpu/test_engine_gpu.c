@@ -26,7 +26,12 @@
  *  - snapshot: at world size 1 the "param" views equal the gathered parameters bit for bit;
  *    saved as a checkpoint and loaded into a fresh engine on the device, the next step of
  *    both engines gives identical loss and parameters;
- *  - "cuda:99" is refused with TAGC_EINVAL or TAGC_EUNSUPPORTED.
+ *  - "cuda:99" is refused with TAGC_EINVAL or TAGC_EUNSUPPORTED;
+ *  - a NaN injected into the gradient at step 1 (fault nan), on the CPU and on the device: the
+ *    step is reported skipped and leaves parameters, moments and residual bit-identical; the
+ *    next step trains; under the emulation also the codec's tagc sketch path on the device
+ *    at W = 2 (two processes over Gloo): the NaN is reported, a dropped step leaves both
+ *    ranks' residuals bit-identical.
  * Exits 77 without a CUDA device. Built a second time against the host emulation of
  * tests/kernels_gpu/emu and tests/model_gpu/emu (TEST_EMU): same checks, several minutes. */
 #include <cuda_runtime_api.h>
@@ -36,15 +41,20 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "ckpt/ckpt.h"
+#include "comm/comm.h"
+#include "comm/store.h"
 #include "common/status.h"
 #include "common/timeutil.h"
 #include "test.h"
 #include "worker/data.h"
 #include "worker/device.h"
 #include "worker/engine.h"
+#include "worker/grad_codec.h"
 #include "worker/policy.h"
 
 #define STEPS 3
@@ -267,6 +277,184 @@ static void compare(const run_result *gpu, const run_result *cpu, tolerance tol)
             mean / LR, tol.mean_lr * STEPS);
 }
 
+/* All four streams of every segment (params, moments, residual) into fresh host views. */
+static float **snapshot_views(tagc_engine *e) {
+  int n = tagc_engine_n_segments(e);
+  tagc_ckpt_layout cl;
+  tagc_ckpt_range *ranges = calloc((size_t)n, sizeof *ranges);
+  float **views = calloc((size_t)n * TAGC_ENGINE_STREAMS, sizeof *views);
+  tagc_engine_ckpt_layout(e, &cl, ranges);
+  for (int i = 0; i < n * TAGC_ENGINE_STREAMS; i++)
+    views[i] = calloc(cl.unit_numel[i / TAGC_ENGINE_STREAMS], sizeof(float));
+  CHECK_OK(tagc_engine_snapshot(e, views));
+  free(ranges);
+  return views;
+}
+
+/* Fault "nan" on `dev` (issue 14, defect 5): a NaN put into the local gradient at step 1 is
+ * reported (stats.nonfinite, no error) and the step is skipped: parameters, both AdamW
+ * moments and the residual are bit-identical to those after step 0 (no silent zeroing of a
+ * unit's gradient, no update from it); step 2 then trains normally. */
+static void nan_skip_check(tagc_device *dev, const char *what) {
+  tagc_engine_config cfg = engine_config(dev);
+  tagc_engine *e = NULL;
+  CHECK_OK(tagc_engine_new(&cfg, &e));
+  if (!e)
+    return;
+  int n = tagc_engine_n_segments(e);
+  tagc_ckpt_layout cl;
+  tagc_ckpt_range *ranges = calloc((size_t)n, sizeof *ranges);
+  tagc_engine_ckpt_layout(e, &cl, ranges);
+  tagc_step_stats st = {0};
+  CHECK_OK(tagc_engine_step(e, &corpus, 0, &st));
+  CHECK(st.nonfinite == 0);
+  float **before = snapshot_views(e);
+  tagc_engine_inject_nan(e, 1);
+  tagc_status rc = tagc_engine_step(e, &corpus, 1, &st);
+  CHECK_MSG(rc == TAGC_OK, "%s: the step with a NaN gradient failed (%d): %s", what, (int)rc,
+            tagc_last_error());
+  CHECK_MSG(st.nonfinite == 1 && st.nonfinite_ranks == 1 && !isfinite(st.grad_norm),
+            "%s: the NaN step is not reported as skipped (nonfinite %d, ranks %d, norm %g)", what,
+            st.nonfinite, st.nonfinite_ranks, st.grad_norm);
+  float **after = snapshot_views(e);
+  int same[TAGC_ENGINE_STREAMS] = {1, 1, 1, 1};
+  for (int i = 0; i < n * TAGC_ENGINE_STREAMS; i++)
+    same[i % TAGC_ENGINE_STREAMS] &= memcmp(before[i], after[i], cl.unit_numel[i / TAGC_ENGINE_STREAMS] *
+                                            sizeof(float)) == 0;
+  CHECK_MSG(same[0] && same[1] && same[2] && same[3], "%s: the skipped step changed the state "
+            "(param %s, adam_m %s, adam_v %s, residual %s)", what, same[0] ? "same" : "CHANGED",
+            same[1] ? "same" : "CHANGED", same[2] ? "same" : "CHANGED", same[3] ? "same" : "CHANGED");
+  CHECK_OK(tagc_engine_step(e, &corpus, 2, &st));
+  CHECK_MSG(st.nonfinite == 0 && isfinite(st.loss) && isfinite(st.grad_norm),
+            "%s: the step after the skipped one is not normal", what);
+  float **next = snapshot_views(e);
+  int moved = 0;
+  for (int i = 0; i < n; i++)
+    moved |= memcmp(after[i * TAGC_ENGINE_STREAMS], next[i * TAGC_ENGINE_STREAMS],
+                    cl.unit_numel[i] * sizeof(float)) != 0;
+  CHECK_MSG(moved, "%s: the step after the skipped one changed no parameter", what);
+  printf("  %s: NaN at step 1 skipped (state unchanged), step 2 loss %.6g\n", what, st.loss);
+  for (int i = 0; i < n * TAGC_ENGINE_STREAMS; i++) {
+    free(before[i]);
+    free(after[i]);
+    free(next[i]);
+  }
+  free(before);
+  free(after);
+  free(next);
+  free(ranges);
+  tagc_engine_free(e);
+}
+
+#ifdef TEST_EMU
+/* The codec's tagc sketch path on the device at W = 2 (two processes, Gloo between them:
+ * device memory is host memory only under the emulation, so this runs there only): a NaN in
+ * rank 1's gradient makes rank 1's reduction report it (stats.nonfinite) instead of sending
+ * zeros silently, and once the step is dropped (commit 0) both ranks' residuals are
+ * bit-identical to those before it; an applied step (commit 1) changes them. Returns this
+ * rank's failures. */
+#define CODEC_S 4096
+static int codec_rank(int rank, const char *dir) {
+  int failed_before = test_failed_;
+  tagc_store *store = NULL;
+  CHECK_OK(tagc_store_file_new(dir, &store));
+  tagc_comm_config cc;
+  tagc_comm_config_init(&cc);
+  cc.rank = rank;
+  cc.world_size = 2;
+  cc.store = store;
+  cc.prefix = "codec";
+  cc.timeout_s = 600;
+  tagc_comm *comm = NULL;
+  tagc_device *dev = NULL;
+  if (store)
+    CHECK_OK(tagc_comm_create(&cc, &comm));
+  CHECK_OK(tagc_device_open("cuda", TAGC_DEVICE_FP32, &dev));
+  if (!comm || !dev)
+    return 1;
+  tagc_grad_codec_config gc = {dev, comm, 600, 0, 0};
+  tagc_grad_codec *c = NULL;
+  tagc_grad_segment *seg = NULL;
+  tagc_role_policy pol = {TAGC_POLICY_TAGC, 0.1, 4, 0};
+  size_t n = 2 * CODEC_S;
+  CHECK_OK(tagc_grad_codec_new(&gc, &c));
+  if (c)
+    CHECK_OK(tagc_grad_segment_new(c, &pol, n, CODEC_S, 7, &seg));
+  float *grad = NULL, *shard = NULL, *work = NULL;
+  CHECK_OK(tagc_device_alloc(dev, n * sizeof(float), (void **)&grad));
+  CHECK_OK(tagc_device_alloc(dev, CODEC_S * sizeof(float), (void **)&shard));
+  CHECK_OK(tagc_device_alloc(dev, n * sizeof(float), (void **)&work));
+  float *host = malloc(n * sizeof(float)), *res[3];
+  for (int k = 0; k < 3; k++)
+    res[k] = malloc(n * sizeof(float));
+  if (!seg || !grad || !shard || !work || !host)
+    return 1;
+  /* the whole [W][S] residual: this rank's shard is row `rank` of it */
+  const float *residual = tagc_grad_segment_residual_shard(c, seg) - (size_t)rank * CODEC_S;
+  uint64_t x = 99 + (uint64_t)rank;
+  for (int step = 0; step < 3; step++) {
+    for (size_t i = 0; i < n; i++) {
+      x = x * 6364136223846793005ULL + 1442695040888963407ULL;
+      host[i] = (float)((double)(x >> 40) / (double)(1 << 24) - 0.5);
+    }
+    if (step == 1 && rank == 1)
+      host[5] = NAN;
+    tagc_grad_stats gs;
+    CHECK_OK(tagc_device_copy(dev, TAGC_LANE_COMM, grad, host, n * sizeof(float), TAGC_COPY_H2D));
+    CHECK_OK(tagc_grad_reduce(c, seg, TAGC_LANE_COMM, step, grad, shard, work, &gs));
+    CHECK_OK(tagc_device_sync(dev, TAGC_LANE_COMM));
+    CHECK_MSG(gs.tagc && !gs.dense, "rank %d step %d: not sent as a sketch", rank, step);
+    CHECK_MSG((gs.nonfinite > 0) == (step == 1 && rank == 1),
+              "rank %d step %d: the codec reports %lld non-finite values", rank, step,
+              (long long)gs.nonfinite);
+    CHECK_OK(tagc_grad_segment_commit(c, seg, TAGC_LANE_COMM, step != 1));
+    residual = tagc_grad_segment_residual_shard(c, seg) - (size_t)rank * CODEC_S;
+    CHECK_OK(tagc_device_copy(dev, TAGC_LANE_COMM, res[step], residual, n * sizeof(float),
+                              TAGC_COPY_D2H));
+  }
+  size_t nonzero = 0;
+  for (size_t i = 0; i < n; i++)
+    nonzero += res[0][i] != 0;
+  CHECK_MSG(nonzero > n / 2, "rank %d: the residual after step 0 is mostly zero (%zu)", rank, nonzero);
+  CHECK_MSG(memcmp(res[0], res[1], n * sizeof(float)) == 0,
+            "rank %d: the dropped step changed the residual", rank);
+  CHECK_MSG(memcmp(res[1], res[2], n * sizeof(float)) != 0,
+            "rank %d: the applied step left the residual as it was", rank);
+  if (test_failed_ == failed_before)
+    printf("  codec rank %d: NaN step reported (rank 1) and dropped, residual bit-identical\n", rank);
+  for (int k = 0; k < 3; k++)
+    free(res[k]);
+  free(host);
+  tagc_device_free(dev, grad);
+  tagc_device_free(dev, shard);
+  tagc_device_free(dev, work);
+  tagc_grad_segment_free(c, seg);
+  tagc_grad_codec_free(c);
+  tagc_comm_destroy(comm);
+  tagc_device_close(dev);
+  tagc_store_free(store);
+  return test_failed_ - failed_before;
+}
+
+static void codec_nan_check(void) {
+  char dir[300];
+  snprintf(dir, sizeof dir, "%s/codec-store", tmp_dir);
+  CHECK(mkdir(dir, 0755) == 0);
+  fflush(stdout);
+  pid_t pid = fork();
+  if (pid == 0)
+  {
+    int failed = codec_rank(1, dir);
+    fflush(stdout);
+    _exit(failed ? 1 : 0);
+  }
+  int mine = codec_rank(0, dir), status = -1;
+  CHECK(pid > 0 && waitpid(pid, &status, 0) == pid);
+  CHECK_MSG(mine == 0 && WIFEXITED(status) && WEXITSTATUS(status) == 0,
+            "codec check: rank 0 %d failures, rank 1 status %d", mine, status);
+}
+#endif
+
 static void check_bad_index(void) {
   tagc_device *dev = (tagc_device *)&dev;
   tagc_status st = tagc_device_open("cuda:99", TAGC_DEVICE_FP32, &dev);
@@ -325,6 +513,20 @@ int main(void) {
     CHECK_MSG(same, "a second device run is not bit-identical to the first");
   }
   check_bad_index();
+  printf("non-finite gradient (fault nan):\n");
+  tagc_device *nan_dev = NULL;
+  CHECK_OK(tagc_device_open("cpu", TAGC_DEVICE_FP32, &nan_dev));
+  if (nan_dev)
+    nan_skip_check(nan_dev, "cpu");
+  tagc_device_close(nan_dev);
+  nan_dev = NULL;
+  CHECK_OK(tagc_device_open("cuda", TAGC_DEVICE_FP32, &nan_dev));
+  if (nan_dev)
+    nan_skip_check(nan_dev, "cuda");
+  tagc_device_close(nan_dev);
+#ifdef TEST_EMU
+  codec_nan_check();
+#endif
 
   free(cpu.params);
   free(gpu.params);
