@@ -65,7 +65,9 @@ scrape() {
   python3 - "$port" <<'PY'
 import sys, urllib.request
 body = urllib.request.urlopen("http://127.0.0.1:%s/metrics" % sys.argv[1], timeout=5).read().decode()
-vals = dict(l.split(" ") for l in body.splitlines() if not l.startswith("#"))
+# every sample carries the job label: tagc_worker_step{job="default"} 5
+vals = {l.split(" ")[0].split("{")[0]: l.split(" ")[1] for l in body.splitlines()
+        if l and not l.startswith("#")}
 ok = vals.get("tagc_worker_step") == "5" and vals.get("tagc_worker_nonfinite_skips_total") == "1"
 ok = ok and "# TYPE tagc_worker_nonfinite_skips_total counter" in body
 sys.exit(0 if ok else 1)
