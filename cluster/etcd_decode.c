@@ -55,8 +55,48 @@ static tagc_status decode_error(const json_t *root, int *retryable) {
   return tagc_etcd_error_status(code, msg ? json_string_value(msg) : "unknown error");
 }
 
-/* How much of a reply body to quote in an error message. */
-static int excerpt(size_t len) { return len < 80 ? (int)len : 80; }
+/* A one-line excerpt of a reply body for an error message: its first EXCERPT_CHARS printable
+ * characters, runs of white space and control bytes folded into one space, the tags of a body
+ * that starts with '<' (HTML, XML) left out, "..." when cut: a web server's page must not
+ * fill the log. */
+#define EXCERPT_CHARS 80
+
+typedef struct excerpt_text {
+  char text[EXCERPT_CHARS + 4];
+} excerpt_text;
+
+static excerpt_text excerpt(const char *body, size_t len) {
+  excerpt_text e;
+  size_t n = 0, i = 0;
+  size_t first = 0;
+  while (first < len && (body[first] == ' ' || body[first] == '\t' || body[first] == '\r' ||
+                         body[first] == '\n'))
+    first++;
+  int markup = first < len && body[first] == '<', in_tag = 0;
+  for (; i < len && n < EXCERPT_CHARS; i++) {
+    unsigned char ch = (unsigned char)body[i];
+    if (markup && (ch == '<' || ch == '>'))
+      in_tag = ch == '<';
+    if (markup && (in_tag || ch == '>'))
+      ch = ' ';
+    if (ch > ' ' && ch < 127)
+      e.text[n++] = (char)ch;
+    else if (n && e.text[n - 1] != ' ')
+      e.text[n++] = ' ';
+  }
+  while (i < len && ((unsigned char)body[i] <= ' ' || (unsigned char)body[i] >= 127 ||
+                     (markup && (in_tag || body[i] == '<' || body[i] == '>')))) {
+    if (markup && (body[i] == '<' || body[i] == '>'))
+      in_tag = body[i] == '<';
+    i++; /* trailing white space and tags are no cut */
+  }
+  while (n && e.text[n - 1] == ' ')
+    n--;
+  if (i < len)
+    e.text[n++] = '.', e.text[n++] = '.', e.text[n++] = '.';
+  e.text[n] = '\0';
+  return e;
+}
 
 tagc_status tagc_etcd_decode_reply(long http_status, const char *body, size_t len, json_t **out,
                                    int *retryable) {
@@ -68,8 +108,8 @@ tagc_status tagc_etcd_decode_reply(long http_status, const char *body, size_t le
     *retryable = http_status >= 500;
     if (st == TAGC_OK)
       json_decref(root);
-    return tagc_errorf(TAGC_EPROTO, "etcd: HTTP %ld with a reply that is not a JSON object: %.*s",
-                       http_status, excerpt(len), body);
+    return tagc_errorf(TAGC_EPROTO, "etcd: HTTP %ld with a reply that is not a JSON object: %s",
+                       http_status, excerpt(body, len).text);
   }
   if (json_object_get(root, "error")) {
     st = decode_error(root, retryable);
@@ -79,8 +119,8 @@ tagc_status tagc_etcd_decode_reply(long http_status, const char *body, size_t le
   if (http_status != 200) {
     *retryable = http_status >= 500;
     json_decref(root);
-    return tagc_errorf(http_status >= 500 ? TAGC_EPEER : TAGC_EPROTO, "etcd: HTTP %ld: %.*s",
-                       http_status, excerpt(len), body);
+    return tagc_errorf(http_status >= 500 ? TAGC_EPEER : TAGC_EPROTO, "etcd: HTTP %ld: %s",
+                       http_status, excerpt(body, len).text);
   }
   json_t *result = json_object_get(root, "result");
   if (result) {

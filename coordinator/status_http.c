@@ -32,6 +32,8 @@ void coord_status_publish(coord_status *s, const coord_view *v, int leader, cons
                            v->config, "decision", decision, "revision", (json_int_t)v->r.revision);
   if (snap && v->progress)
     json_object_set(snap, "step", json_object_get(v->progress, "step"));
+  if (snap) /* bad worker ids and leave records, failure reports of non-members (view.h) */
+    json_object_set_new(snap, "ignored_keys", json_integer(v->ignored_keys));
   pthread_mutex_lock(&s->lock);
   if (snap) {
     json_decref(s->snapshot);

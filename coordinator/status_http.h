@@ -32,8 +32,8 @@ void coord_status_free(coord_status *s);
 
 /* Replaces the snapshot from a fresh view: role, job, self (this coordinator's election
  * value), leader, generation, plan, workers, failures, step, progress, checkpoint, done,
- * config, decision (the planner's last reason) and revision. Copies what it keeps; v stays
- * the caller's. A snapshot that cannot be allocated keeps the previous one. */
+ * config, decision (the planner's last reason), ignored_keys and revision. Copies what it
+ * keeps; v stays the caller's. A snapshot that cannot be allocated keeps the previous one. */
 void coord_status_publish(coord_status *s, const coord_view *v, int leader, const char *job,
                           const char *self, const char *decision);
 

@@ -24,12 +24,59 @@ tagc_status coord_keys_init(coord_keys *k, const char *job) {
   return tagc_key_progress(j, k->progress_key, sizeof k->progress_key);
 }
 
+static void free_list(coord_seen_report **items, size_t *n) {
+  for (size_t i = 0; i < *n; i++)
+    free((*items)[i].key);
+  free(*items);
+  *items = NULL;
+  *n = 0;
+}
+
 void coord_seen_free(coord_seen *s) {
-  for (size_t i = 0; i < s->n; i++)
-    free(s->items[i].key);
-  free(s->items);
-  s->items = NULL;
-  s->n = 0;
+  free_list(&s->items, &s->n);
+  free_list(&s->warned, &s->n_warned);
+}
+
+/* One read: the previous read's memory and the bad keys this read met. */
+typedef struct reading {
+  const coord_keys *k;
+  coord_view *v;
+  coord_seen *seen;
+  coord_seen_report *warned; /* this read's bad keys (key + mod revision) */
+  size_t n_warned, cap_warned;
+} reading;
+
+/* Whether the previous read already warned about kv (same key, same mod revision). */
+static int warned_before(const coord_seen *seen, const tagc_etcd_kv *kv) {
+  for (size_t i = 0; i < seen->n_warned; i++)
+    if (seen->warned[i].mod == kv->mod_revision && !strcmp(seen->warned[i].key, (const char *)kv->key))
+      return 1;
+  return 0;
+}
+
+/* Notes a bad key; true when it is new (or changed) since the previous read: log it then. */
+static int bad_key(reading *rd, const tagc_etcd_kv *kv) {
+  if (rd->n_warned == rd->cap_warned) {
+    size_t cap = rd->cap_warned ? 2 * rd->cap_warned : 8;
+    coord_seen_report *more = realloc(rd->warned, cap * sizeof *more);
+    if (!more)
+      return !warned_before(rd->seen, kv);
+    rd->warned = more;
+    rd->cap_warned = cap;
+  }
+  char *key = strdup((const char *)kv->key);
+  if (key)
+    rd->warned[rd->n_warned++] = (coord_seen_report){.key = key, .mod = kv->mod_revision};
+  return !warned_before(rd->seen, kv);
+}
+
+/* Replaces the previous read's bad keys with this read's. */
+static void remember_warnings(reading *rd) {
+  free_list(&rd->seen->warned, &rd->seen->n_warned);
+  rd->seen->warned = rd->warned;
+  rd->seen->n_warned = rd->n_warned;
+  rd->warned = NULL;
+  rd->n_warned = rd->cap_warned = 0;
 }
 
 void coord_view_free(coord_view *v) {
@@ -48,11 +95,12 @@ void coord_view_free(coord_view *v) {
 }
 
 /* Parses a JSON value; malformed text becomes a JSON string holding it (still "present"). */
-static json_t *parse_value(const tagc_etcd_kv *kv) {
+static json_t *parse_value(reading *rd, const tagc_etcd_kv *kv) {
   json_t *j;
   if (tagc_json_parse((const char *)kv->value, kv->value_len, &j) == TAGC_OK)
     return j;
-  LOG_WARN("coord", "%s holds malformed JSON", (const char *)kv->key);
+  if (bad_key(rd, kv))
+    LOG_WARN("coord", "%s holds malformed JSON", (const char *)kv->key);
   return json_stringn((const char *)kv->value, kv->value_len);
 }
 
@@ -81,9 +129,10 @@ static void remember_reports(coord_seen *seen, coord_view *v, const tagc_etcd_kv
 }
 
 /* A failure report of the current generation. */
-static void add_report(coord_view *v, const char *id, const tagc_etcd_kv *kv,
+static void add_report(reading *rd, const char *id, const tagc_etcd_kv *kv,
                        const tagc_etcd_kv **kvs) {
-  json_t *rep = parse_value(kv);
+  coord_view *v = rd->v;
+  json_t *rep = parse_value(rd, kv);
   json_int_t peer = json_is_integer(json_object_get(rep, "peer"))
                         ? json_integer_value(json_object_get(rep, "peer"))
                         : -1;
@@ -96,31 +145,72 @@ static void add_report(coord_view *v, const char *id, const tagc_etcd_kv *kv,
       .peer = peer >= 0 && peer < INT32_MAX ? (int)peer : -1};
 }
 
-static void add_worker(coord_view *v, const char *id, const tagc_etcd_kv *kv) {
+static void add_worker(reading *rd, const char *id, const tagc_etcd_kv *kv) {
+  coord_view *v = rd->v;
   if (tagc_key_check_id(id, "worker id") != TAGC_OK) {
-    LOG_WARN("coord", "ignoring %s: %s", (const char *)kv->key, tagc_last_error());
+    v->ignored_keys++;
+    if (bad_key(rd, kv))
+      LOG_WARN("coord", "ignoring %s: %s", (const char *)kv->key, tagc_last_error());
     return;
   }
-  json_object_set_new(v->worker_info, id, parse_value(kv));
+  json_object_set_new(v->worker_info, id, parse_value(rd, kv));
   v->workers[v->n_workers++] = (tagc_planner_worker){.id = id, .registration = kv->create_revision};
 }
 
 /* A leaving/<id> record; one without a registration number is ignored with a warning. */
-static void add_leaving(coord_view *v, const char *id, const tagc_etcd_kv *kv) {
-  json_t *rec = parse_value(kv);
+static void add_leaving(reading *rd, const char *id, const tagc_etcd_kv *kv) {
+  coord_view *v = rd->v;
+  json_t *rec = parse_value(rd, kv);
   json_int_t reg = json_integer_value(json_object_get(rec, "registration"));
   json_decref(rec);
   if (tagc_key_check_id(id, "worker id") != TAGC_OK || reg <= 0) {
-    LOG_WARN("coord", "ignoring %s: not a leave record of a worker", (const char *)kv->key);
+    v->ignored_keys++;
+    if (bad_key(rd, kv))
+      LOG_WARN("coord", "ignoring %s: not a leave record of a worker", (const char *)kv->key);
     return;
   }
   v->leaving[v->n_leaving++] = (tagc_planner_worker){.id = id, .registration = reg};
 }
 
+/* Whether id is a member of the current plan. */
+static int member(const coord_view *v, const char *id) {
+  const json_t *members = json_object_get(v->plan, "members");
+  for (size_t i = 0; i < json_array_size(members); i++)
+    if (json_is_string(json_array_get(members, i)) &&
+        !strcmp(json_string_value(json_array_get(members, i)), id))
+      return 1;
+  return 0;
+}
+
+/* Leaves out the failure reports of workers that are not members of the current plan: only a
+ * member's report can end a generation (a stray key must not restart the whole job). Without
+ * a usable plan every report stays. */
+static void drop_strangers(reading *rd, const tagc_etcd_kv **kvs) {
+  coord_view *v = rd->v;
+  if (!json_is_array(json_object_get(v->plan, "members")))
+    return;
+  size_t kept = 0;
+  for (size_t i = 0; i < v->n_reports; i++) {
+    if (member(v, v->reports[i].worker)) {
+      v->reports[kept] = v->reports[i];
+      kvs[kept++] = kvs[i];
+      continue;
+    }
+    v->ignored_keys++;
+    json_object_del(v->failures, v->reports[i].worker);
+    if (bad_key(rd, kvs[i]))
+      LOG_WARN("coord", "ignoring %s: %s is not a member of generation %lld", (const char *)kvs[i]->key,
+               v->reports[i].worker, (long long)v->gen);
+  }
+  v->n_reports = kept;
+}
+
 /* Sorts one key of the job into the view. */
-static void classify(const coord_keys *k, coord_view *v, const tagc_etcd_kv *kv,
-                     const char *plan_key, const char *failures_gen,
-                     const tagc_etcd_kv **report_kvs, int64_t *leader_rev) {
+static void classify(reading *rd, const tagc_etcd_kv *kv, const char *plan_key,
+                     const char *failures_gen, const tagc_etcd_kv **report_kvs,
+                     int64_t *leader_rev) {
+  const coord_keys *k = rd->k;
+  coord_view *v = rd->v;
   const char *key = (const char *)kv->key, *rest;
   json_t **slot = !strcmp(key, plan_key)          ? &v->plan
                   : !strcmp(key, k->ckpt_key)     ? &v->ckpt
@@ -129,13 +219,13 @@ static void classify(const coord_keys *k, coord_view *v, const tagc_etcd_kv *kv,
                   : !strcmp(key, k->config_key)   ? &v->config
                                                   : NULL;
   if (slot)
-    *slot = parse_value(kv);
+    *slot = parse_value(rd, kv);
   else if (tagc_key_suffix(key, k->workers_prefix, &rest) == TAGC_OK)
-    add_worker(v, rest, kv);
+    add_worker(rd, rest, kv);
   else if (tagc_key_suffix(key, failures_gen, &rest) == TAGC_OK)
-    add_report(v, rest, kv, report_kvs);
+    add_report(rd, rest, kv, report_kvs);
   else if (tagc_key_suffix(key, k->leaving_prefix, &rest) == TAGC_OK)
-    add_leaving(v, rest, kv);
+    add_leaving(rd, rest, kv);
   else if (tagc_key_suffix(key, k->coord_prefix, &rest) == TAGC_OK &&
            (*leader_rev == 0 || kv->create_revision < *leader_rev)) {
     *leader_rev = kv->create_revision;
@@ -163,6 +253,7 @@ static tagc_status find_gen(const coord_keys *k, coord_view *v) {
 
 tagc_status coord_view_read(tagc_etcd *etcd, const coord_keys *k, coord_seen *seen, coord_view *v) {
   memset(v, 0, sizeof *v);
+  reading rd = {.k = k, .v = v, .seen = seen};
   tagc_etcd_range_opts o = {.prefix = 1};
   TAGC_CHECK(tagc_etcd_range(etcd, k->prefix, &o, &v->r));
   char plan_key[TAGC_KEY_MAX], failures_gen[TAGC_KEY_MAX];
@@ -183,12 +274,15 @@ tagc_status coord_view_read(tagc_etcd *etcd, const coord_keys *k, coord_seen *se
                   st, fail);
   int64_t leader_rev = 0;
   for (size_t i = 0; i < v->r.n; i++)
-    classify(k, v, &v->r.kvs[i], plan_key, failures_gen, report_kvs, &leader_rev);
+    classify(&rd, &v->r.kvs[i], plan_key, failures_gen, report_kvs, &leader_rev);
+  drop_strangers(&rd, report_kvs); /* the plan is known only now: it sorts after failures/ */
   remember_reports(seen, v, report_kvs);
+  remember_warnings(&rd);
   free(report_kvs);
   return TAGC_OK;
 fail:
   free(report_kvs);
+  free_list(&rd.warned, &rd.n_warned);
   coord_view_free(v);
   return st;
 }

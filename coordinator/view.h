@@ -39,10 +39,14 @@ typedef struct coord_seen_report {
   double at;
 } coord_seen_report;
 
-/* The reports of the latest read, with when each was first seen. Zero-initialised = empty. */
+/* The reports of the latest read, with when each was first seen, and the bad keys (key + mod
+ * revision) the latest read warned about, so that each is logged once per change.
+ * Zero-initialised = empty. */
 typedef struct coord_seen {
   coord_seen_report *items;
   size_t n;
+  coord_seen_report *warned;
+  size_t n_warned;
 } coord_seen;
 
 /* Frees the list and empties it; idempotent. */
@@ -63,11 +67,15 @@ typedef struct coord_view {
   tagc_planner_worker *leaving;       /* leaving/<id> records: id and registration */
   size_t n_leaving;
   const char *leader;                 /* value of the lowest coord/ key, or NULL */
+  int64_t ignored_keys;               /* keys left out: bad worker ids, bad leave records,
+                                         failure reports of non-members */
 } coord_view;
 
 /* Reads every key of the job in one range and sorts it into *v (caller-owned; free with
  * coord_view_free after success). Malformed JSON values are kept as JSON strings; workers
- * with bad ids are skipped with a warning. Updates seen to this read's reports and sets each
+ * with bad ids, bad leave records and the failure reports of workers that are not members of
+ * the current plan are left out (counted in ignored_keys). A bad key is logged once per
+ * change (key + mod revision), not at every read. Updates seen to this read's reports and sets each
  * report's seen_at from it. Errors: those of tagc_etcd_range, TAGC_EPROTO when `gen` is not
  * a generation number, TAGC_ENOMEM. Blocks on etcd. */
 tagc_status coord_view_read(tagc_etcd *etcd, const coord_keys *k, coord_seen *seen, coord_view *v);

@@ -243,6 +243,26 @@ static void test_bad_replies(tagc_etcd *c) {
   }
 }
 
+/* An --etcd URL that is a web server: the error is one line, the HTTP status and the page's
+ * first words without its tags, cut with "...". */
+static void test_html_reply(tagc_etcd *c) {
+  static const char page[] =
+      "<!DOCTYPE html>\n<html>\n<head><title>404 Not Found</title></head>\n<body>\n"
+      "<h1>Not Found</h1>\n<p>The requested URL was not found on this server.</p>\n"
+      "<p>Additionally, a 404 Not Found error was encountered while trying to use an "
+      "ErrorDocument to handle the request.</p>\n<hr>\n<address>Apache Server</address>\n"
+      "</body></html>\n";
+  script_reset();
+  add(TAGC_OK, 404, page);
+  tagc_etcd_range_result r;
+  CHECK_EQ_INT(tagc_etcd_range(c, "/k", NULL, &r), TAGC_EPROTO);
+  const char *e = tagc_last_error();
+  CHECK_MSG(strstr(e, "HTTP 404") && strstr(e, "404 Not Found Not Found The requested URL"),
+            "error: %s", e);
+  CHECK_MSG(!strchr(e, '\n') && !strchr(e, '<') && strlen(e) < 200 && strstr(e, "..."),
+            "not one short line: %s", e);
+}
+
 static void test_timeouts(tagc_etcd *c) {
   script_reset();
   add(TAGC_ETIMEDOUT, 0, "");
@@ -552,6 +572,7 @@ int main(void) {
   test_retry_5xx(c);
   test_txn_not_repeated(c);
   test_bad_replies(c);
+  test_html_reply(c);
   test_timeouts(c);
   test_numbers_and_leases(c);
   test_watch(c);
