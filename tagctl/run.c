@@ -320,6 +320,31 @@ static tagc_status probe_etcd(const run_config *rc, int *done) {
   return TAGC_OK;
 }
 
+/* Before a worker is restarted: deletes its chaos/<id> key, so that a fault injected with
+ * tagctl inject fires once, like --fault (a restarted worker would arm it again). */
+static void clear_chaos(void *arg, supervise_child *c) {
+  const run_config *rc = arg;
+  if (c->kind != SUPERVISE_WORKER)
+    return;
+  tagc_etcd_config ec;
+  tagc_etcd_config_init(&ec);
+  ec.endpoints = rc->train.etcd;
+  ec.deadline_s = 2;
+  tagc_etcd_credentials cred = {rc->train.etcd_ca, rc->train.etcd_cert, rc->train.etcd_key,
+                                rc->train.etcd_user, rc->train.etcd_password_file};
+  char key[TAGC_KEY_MAX];
+  tagc_etcd *etcd = NULL;
+  tagc_status st = tagc_key_chaos(rc->train.job, c->id, key, sizeof key);
+  if (st == TAGC_OK)
+    st = tagc_etcd_create_with_credentials(&ec, &cred, &etcd);
+  if (st == TAGC_OK)
+    st = tagc_etcd_delete(etcd, key, 0, NULL);
+  if (st != TAGC_OK && st != TAGC_ENOTFOUND)
+    fprintf(stderr, "tagctl run: %s keeps its injected fault (chaos key): %s\n", c->name,
+            tagc_last_error());
+  tagc_etcd_destroy(etcd);
+}
+
 /* Appends "--NAME VALUE" to argv (at *a) when value is set. */
 static void add_flag(char **argv, int *a, const char *name, char *value) {
   if (value && *value)
@@ -455,6 +480,8 @@ int tagctl_run(int argc, char **argv) {
   char rdzv[PATH_MAX + 32] = "";
   supervise sv;
   supervise_init(&sv, rc.train.out, rc.elastic ? (int)rc.max_restarts : 0);
+  sv.before_restart = rc.elastic ? clear_chaos : NULL;
+  sv.hook_arg = &rc;
   catch_interrupts();
   if ((st = self_dir(dir, sizeof dir)) == TAGC_OK)
     st = tagc_mkdir_p(rc.train.out);

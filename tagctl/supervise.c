@@ -328,6 +328,8 @@ int supervise_poll(supervise *s, double timeout_s) {
     } else if (c->state == SUPERVISE_PENDING && tagc_now() >= c->restart_at) {
       c->restarts++;
       changed++;
+      if (s->before_restart)
+        s->before_restart(s->hook_arg, c);
       if (launch(s, c) != 0) {
         fprintf(stderr, "tagctl run: cannot restart %s: %s\n", c->name, strerror(errno));
         c->state = SUPERVISE_GAVE_UP;

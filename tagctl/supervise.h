@@ -66,6 +66,10 @@ typedef struct supervise {
   int max_restarts;
   char pids_path[PATH_MAX + 16];       /* OUT/pids */
   int verbose;                         /* print every (re)start with its PID */
+  /* called before each restart (may be NULL): e.g. to clear what should not outlive the
+     process that died */
+  void (*before_restart)(void *arg, supervise_child *c);
+  void *hook_arg;
 } supervise;
 
 /* Empty set writing its PIDs to out/pids. */
