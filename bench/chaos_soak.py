@@ -183,6 +183,7 @@ class Soak:
             self.expected.add(workers[w])  # stopped past its lease: its generation ends
             os.kill(workers[w], signal.SIGSTOP)
             self.faults.append((t, kind, w))
+            self.note(kind, w)
             self.sleep(10)
             os.kill(workers[w], signal.SIGCONT)
             return
@@ -198,6 +199,7 @@ class Soak:
             down = self.rng.uniform(5, 20)
             p = self.etcd.procs[i]
             self.faults.append((t, kind, "%s for %.0f s" % (self.etcd.names[i], down)))
+            self.note(kind, self.faults[-1][2])
             if kind == "etcd_kill":
                 p.kill()
                 p.wait()
@@ -222,6 +224,10 @@ class Soak:
                 self.expected.add(workers[w])  # a hung worker is ended by its watchdog
             detail = "%s at step %d" % (w, at)
         self.faults.append((t, kind, detail))
+        self.note(kind, detail)
+
+    def note(self, kind, detail):
+        print("soak: +%.0f s step %d: %s %s" % (time.time() - self.t0, self.step_now(), kind, detail), flush=True)
 
     def run_job(self, out, job, steps, chaos):
         self.out = out
@@ -234,6 +240,7 @@ class Soak:
         if chaos:
             args += ["--fault", "ckpt:mid-write", "--fault-rank", "0"]
         log = open(out + ".log", "w")
+        self.t0 = time.time()
         self.job = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         first = None
         end = time.time() + self.a.minutes * 60 * 3 + 300

@@ -212,21 +212,35 @@ static void drain(supervise_child *c, supervise_pipe *p) {
   flush_lines(c, p, p->len == sizeof p->buf);
 }
 
-/* The last non-empty line of a file (its last 8 KiB are read). */
-static void last_line_of_file(const char *path, char *buf, size_t cap) {
+/* Lines of etcd's log that say why it stopped (capnslog "C |" and "panic:", zap "fatal" or
+ * "panic"): a Go panic ends the log with its stack trace, so such a line is quoted instead of
+ * the last one. */
+static const char *const etcd_fatal[] = {" C | ", "panic: ", "\"level\":\"fatal\"",
+                                         "\"level\":\"panic\"", NULL};
+
+/* The last non-empty line of a file (its last 16 KiB are read), or the last one holding one
+ * of the strings in prefer (NULL-terminated; NULL = none) when there is such a line. */
+static void last_line_of_file(const char *path, const char *const *prefer, char *buf, size_t cap) {
   buf[0] = '\0';
   FILE *f = fopen(path, "r");
   if (!f)
     return;
-  char tail[8192];
+  static char tail[16384];
   long size = fseek(f, 0, SEEK_END) == 0 ? ftell(f) : 0;
   fseek(f, size > (long)sizeof tail - 1 ? size - (long)sizeof tail + 1 : 0, SEEK_SET);
   size_t n = fread(tail, 1, sizeof tail - 1, f);
   fclose(f);
-  while (n && (tail[n - 1] == '\n' || tail[n - 1] == '\r' || tail[n - 1] == ' '))
-    n--;
   tail[n] = '\0';
-  const char *line = strrchr(tail, '\n') ? strrchr(tail, '\n') + 1 : tail;
+  const char *last = NULL, *preferred = NULL;
+  for (char *line = strtok(tail, "\r\n"); line; line = strtok(NULL, "\r\n")) {
+    if (line[strspn(line, " \t")] == '\0')
+      continue;
+    last = line;
+    for (int k = 0; prefer && prefer[k]; k++)
+      if (strstr(line, prefer[k]))
+        preferred = line;
+  }
+  const char *line = preferred ? preferred : last ? last : "";
   size_t len = strlen(line) < cap - 1 ? strlen(line) : cap - 1;
   memcpy(buf, line, len);
   buf[len] = '\0';
@@ -234,7 +248,8 @@ static void last_line_of_file(const char *path, char *buf, size_t cap) {
 
 const char *supervise_last_line(supervise_child *c) {
   if (c->log[0])
-    last_line_of_file(c->log, c->last, sizeof c->last);
+    last_line_of_file(c->log, c->kind == SUPERVISE_ETCD ? etcd_fatal : NULL, c->last,
+                      sizeof c->last);
   return c->last;
 }
 
@@ -262,7 +277,7 @@ static void on_death(supervise *s, supervise_child *c, int ws) {
   char why[96], next[128];
   describe_exit(ws, why, sizeof why);
   const char *last = supervise_last_line(c);
-  if (WIFEXITED(ws) && WEXITSTATUS(ws) == 2) {
+  if (WIFEXITED(ws) && WEXITSTATUS(ws) == 2 && c->kind != SUPERVISE_ETCD) { /* Go panics exit 2 */
     c->state = SUPERVISE_REFUSED;
     snprintf(next, sizeof next, "a usage or configuration error: not restarted");
   } else if (!c->restartable) {

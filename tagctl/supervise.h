@@ -4,14 +4,17 @@
  * why (exit status or signal, and the last line of its output) and decides:
  *
  *   exit 0                      finished (the job is done, or it left gracefully): not restarted
- *   exit 2                      usage or configuration error: not restarted (refused)
+ *   exit 2                      usage or configuration error of a tagc program: not
+ *                               restarted (refused); etcd's exit 2 (a Go panic) is a crash
  *   any other exit, any signal  restarted after a backoff (0.5 s, doubling while it keeps
  *                               dying within 30 s of its start, at most 8 s), at most
  *                               max_restarts times per child; then it is given up
  *
  * Workers' stdout and stderr pass through pipes to tagctl's own (line by line, so that the
  * last line is known); coordinators and etcd write to their log file (appended across
- * restarts). Single-threaded: the caller's loop calls supervise_poll. */
+ * restarts); for etcd the line quoted is the one that says why it stopped (a fatal entry or
+ * a Go panic before its stack trace). Single-threaded: the caller's loop calls
+ * supervise_poll. */
 #ifndef TAGC_TAGCTL_SUPERVISE_H
 #define TAGC_TAGCTL_SUPERVISE_H
 

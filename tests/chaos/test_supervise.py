@@ -3,9 +3,12 @@
   1. a SIGKILLed worker is restarted within 10 s (a new PID under its id in OUT/pids), the job
      returns to full width (metrics rows at world_size 3 after the kill) and finishes, exit 0;
      a SIGKILLed coordinator (the only one) is restarted too;
+     so is the local etcd;
   2. --min-workers above --workers fails within 5 s, exit 2, with the coordinator's message;
   3. SIGKILL of tagctl leaves none of the processes it started (OUT/pids) alive, and the next
-     run in the same OUT removes the local etcd's leftover data folder (OUT/etcd)."""
+     run in the same OUT removes the local etcd's leftover data folder (OUT/etcd);
+  4. a local etcd that dies on a full disk (OUT on a 2 MiB tmpfs; root only, else this part
+     is skipped) fails the run at once with etcd's own reason, not a timeout."""
 import json
 import os
 import signal
@@ -82,6 +85,10 @@ try:
     os.kill(coord, signal.SIGKILL)
     wait_for(lambda: read_pids(out).get("coordinator-0") not in (None, coord), 60, "a new coordinator")
     check(True, "the killed coordinator was restarted (pid %d -> %d)" % (coord, read_pids(out)["coordinator-0"]))
+    etcd = read_pids(out)["etcd"]
+    os.kill(etcd, signal.SIGKILL)
+    wait_for(lambda: read_pids(out).get("etcd") not in (None, etcd), 60, "a new local etcd")
+    check(True, "the killed local etcd was restarted (pid %d -> %d)" % (etcd, read_pids(out)["etcd"]))
     rc = p.wait(300)
     s = json.load(open(out + "/summary.json"))
     check(rc == 0 and s["steps"] == steps, "tagctl run finished the job: status %d, %d steps" % (rc, s["steps"]))
@@ -124,6 +131,25 @@ try:
                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=180).returncode
     check(rc == 0 and not os.path.exists(out3 + "/etcd") and not os.path.exists(out3 + "/pids"),
           "the next run in that OUT finished (status %d) and removed OUT/etcd and OUT/pids" % rc)
+
+    # 4. a local etcd on a full disk: its own reason at once
+    tiny = os.path.join(tmp, "tiny")
+    os.makedirs(tiny)
+    if os.geteuid() == 0 and subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", tiny],
+                                            stderr=subprocess.DEVNULL).returncode == 0:
+        try:
+            out4 = os.path.join(tiny, "out")
+            t0 = time.time()
+            r = subprocess.run([tagctl, "run", "--out", out4, "--log", "warn", "--workers", "2"] + job_args(4),
+                               capture_output=True, text=True, timeout=120)
+            took = time.time() - t0
+            check(r.returncode == 1 and took < 15 and "no space left on device" in r.stderr,
+                  "a local etcd on a full disk: status %d after %.1f s with its reason: %r"
+                  % (r.returncode, took, r.stderr.strip().splitlines()[:1]))
+        finally:
+            subprocess.run(["umount", tiny])
+    else:
+        print("skipped: the full-disk part needs root and a tmpfs mount")
 finally:
     for p in started:
         if p.poll() is None:
