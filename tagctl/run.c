@@ -4,7 +4,6 @@
  * died, OUT/pids) until the job is done and stops everything it started. */
 #include <arpa/inet.h>
 #include <errno.h>
-#include <fcntl.h>
 #include <ftw.h>
 #include <limits.h>
 #include <netinet/in.h>
@@ -15,7 +14,6 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include "comm/store.h"
