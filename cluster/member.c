@@ -126,7 +126,10 @@ static tagc_status parse_plan(const json_t *root, const char *my_id, tagc_plan *
   if (mb < 0 || mb > INT32_MAX)
     return tagc_errorf(TAGC_EPROTO, "plan: micro-batch %lld of %s", (long long)mb, my_id);
   p->micro_batch = (int)mb;
-  p->excluded = json_object_get(json_object_get(root, "excluded"), my_id) != NULL;
+  const json_t *exclusion = json_object_get(json_object_get(root, "excluded"), my_id);
+  p->excluded = exclusion != NULL;
+  p->excluded_registration = json_integer_value(json_object_get(exclusion, "registration"));
+  p->registration = json_integer_value(json_object_get(json_object_get(root, "registrations"), my_id));
   const char *reason = json_string_value(json_object_get(root, "reason"));
   if (!(p->reason = strdup(reason ? reason : "")))
     return tagc_errorf(TAGC_ENOMEM, "plan reason");
@@ -538,9 +541,21 @@ tagc_status tagc_member_wait_plan(tagc_member *m, int64_t after_gen, double time
   free(text);
   if (st == TAGC_OK && out->gen != gen)
     st = tagc_errorf(TAGC_EPROTO, "plan at %s says generation %" PRId64, key, out->gen);
-  if (st != TAGC_OK)
+  if (st != TAGC_OK) {
     tagc_plan_free(out);
-  return st;
+    return st;
+  }
+  /* A restarted worker with the id of a member it replaces: that generation is not its own
+     (its peers wait for the process that died); the leader plans one with the new registration. */
+  int64_t mine = atomic_load(&m->registration);
+  if (out->rank >= 0 && out->registration && mine && out->registration != mine) {
+    LOG_INFO("member", "generation %" PRId64 " lists %s under registration %" PRId64 ", not ours (%"
+             PRId64 "): waiting for the next", gen, m->id, out->registration, mine);
+    out->rank = -1;
+  }
+  if (out->excluded && out->excluded_registration && mine && out->excluded_registration != mine)
+    out->excluded = 0; /* the exclusion was of a predecessor with our id: nothing to rejoin */
+  return TAGC_OK;
 }
 
 tagc_status tagc_member_read_gen(tagc_member *m, int64_t *gen) {

@@ -50,6 +50,11 @@ typedef struct tagc_plan {
   char *reason;         /* why this generation was made (human text) */
   int excluded;         /* 1 when the leader excluded me (suspected, partitioned, oom at 1):
                            I stay out until I tagc_member_rejoin() */
+  int64_t registration; /* the plan's registration of my id (0: none): a plan that lists my id
+                           under another registration was made for an earlier process with
+                           my id, and tagc_member_wait_plan() returns it with rank -1; an
+                           exclusion of another registration of my id does not set excluded */
+  int64_t excluded_registration; /* the registration the exclusion of my id names (0: none) */
   int job_done;         /* set by tagc_member_wait_plan() alone: 1 when it returned because
                            the job is done (the other fields are then empty) */
 } tagc_plan;

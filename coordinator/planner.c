@@ -265,11 +265,16 @@ static tagc_status mutual(work *w, const char *a, const char *b) {
   return TAGC_OK;
 }
 
-/* The member a report accuses (alive, not the reporter), or NULL. */
+/* The member a report accuses (alive, not the reporter), or NULL. A suspect registered again
+ * since the plan (a restarted process with the same id) is not accused: the process the
+ * report is about is gone, and its successor joins. */
 static const char *accused(const work *w, const tagc_planner_report *r) {
   const char *suspect = member_at(w, r->peer);
   if (rank_of(w, r->worker) < 0 || !suspect || !strcmp(suspect, r->worker) ||
       alive(w->in, suspect) < 0)
+    return NULL;
+  const json_t *reg = json_object_get(json_object_get(w->in->plan, "registrations"), suspect);
+  if (json_is_integer(reg) && json_integer_value(reg) != alive(w->in, suspect))
     return NULL;
   return suspect;
 }

@@ -1,9 +1,9 @@
 /* tagctl run: a training job on this machine. Writes OUT/job.json (the worker options),
  * starts the workers (static: rendezvous in OUT; elastic: a local etcd unless --etcd, and
- * --coordinators coordinators), waits for them and stops everything it started. */
+ * --coordinators coordinators), supervises them (tagctl/supervise.h: restarts, why a child
+ * died, OUT/pids) until the job is done and stops everything it started. */
 #include <arpa/inet.h>
 #include <errno.h>
-#include <fcntl.h>
 #include <ftw.h>
 #include <limits.h>
 #include <netinet/in.h>
@@ -14,7 +14,6 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include "comm/store.h"
@@ -25,6 +24,7 @@
 #include "cluster/etcd.h"
 #include "cluster/http.h"
 #include "cluster/keys.h"
+#include "tagctl/supervise.h"
 #include "tagctl/tagctl.h"
 #include "worker/device.h"
 #include "worker/run.h"
@@ -38,6 +38,7 @@ typedef struct run_config {
   int64_t coordinators;
   int64_t min_workers;
   int64_t fault_rank;
+  int64_t max_restarts;
 } run_config;
 
 static const tagc_opt run_extra[] = {
@@ -51,7 +52,10 @@ static const tagc_opt run_extra[] = {
     {"min-workers", TAGC_OPT_INT, offsetof(run_config, min_workers), "1", 1, 64, NULL,
      "elastic: fewest workers a generation may have"},
     {"fault-rank", TAGC_OPT_INT, offsetof(run_config, fault_rank), "-1", -1, 63, NULL,
-     "the worker that --fault arms (-1 = the last one)"},
+     "the worker that --fault arms (-1 = the last one; a restarted worker runs without it)"},
+    {"max-restarts", TAGC_OPT_INT, offsetof(run_config, max_restarts), "10", 0, 1000000, NULL,
+     "elastic: times each crashed worker, coordinator or local etcd is restarted (backoff "
+     "0.5 s doubling to 8 s); exit 0 (done) and 2 (configuration error) are not restarted"},
 };
 
 /* The options of tagctl run: its own, then every worker option (forwarded through
@@ -105,51 +109,13 @@ static void on_interrupt(int sig) {
   interrupted = 1;
 }
 
-/* Ctrl-C / SIGTERM: stop the workers, then the coordinators and etcd (launch_workers). */
+/* Ctrl-C / SIGTERM: stop the workers, then the coordinators and etcd (run_job). */
 static void catch_interrupts(void) {
   struct sigaction sa;
   memset(&sa, 0, sizeof sa);
-  sa.sa_handler = on_interrupt; /* no SA_RESTART: wait() returns EINTR */
+  sa.sa_handler = on_interrupt; /* no SA_RESTART: poll() returns EINTR */
   sigaction(SIGINT, &sa, NULL);
   sigaction(SIGTERM, &sa, NULL);
-}
-
-/* Kills (SIGKILL) every started worker still running. */
-static void kill_all(const pid_t *pids, int n) {
-  for (int i = 0; i < n; i++)
-    if (pids[i] > 0)
-      kill(pids[i], SIGKILL);
-}
-
-/* Starts a program with argv (NULL-terminated) and the child environment of local runs;
- * stdout/stderr go to `log` when not NULL. lock_fd >= 0 (workers): the child inherits OUT's
- * lock through that descriptor (worker/run.h, TAGC_OUT_LOCK_FD). Returns its PID or -1. */
-static pid_t spawn(const char *path, char *const *argv, const char *log, int lock_fd) {
-  pid_t pid = fork();
-  if (pid != 0)
-    return pid;
-  unsetenv("TAGC_CONFIG");
-  unsetenv(TAGC_OUT_LOCK_FD_ENV);
-  if (lock_fd >= 0 && fcntl(lock_fd, F_SETFD, 0) == 0) {
-    char fd[16];
-    snprintf(fd, sizeof fd, "%d", lock_fd);
-    setenv(TAGC_OUT_LOCK_FD_ENV, fd, 1);
-  }
-  /* spinning OpenMP teams of several workers starve each other on shared cores */
-  setenv("OMP_WAIT_POLICY", "passive", 0);
-  if (log) {
-    int fd = open(log, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd >= 0) {
-      dup2(fd, STDOUT_FILENO);
-      dup2(fd, STDERR_FILENO);
-    }
-  }
-  if (strchr(path, '/'))
-    execv(path, argv);
-  else
-    execvp(path, argv);
-  fprintf(stderr, "tagctl run: cannot start %s: %s\n", path, strerror(errno));
-  _exit(127);
 }
 
 /* --metrics-addr HOST:PORT serves worker r's /metrics on HOST:PORT+r (port 0: a free one
@@ -172,99 +138,62 @@ static tagc_status metrics_addr_of(const run_config *rc, int rank, char *buf, si
   return st;
 }
 
-/* Starts worker `rank` of n: static rendezvous in rdzv, or elastic through etcd (rdzv NULL). */
-static pid_t spawn_worker(const char *worker, const char *job, int rank, int n, const char *rdzv,
-                          const run_config *rc, int lock_fd) {
-  char r[16], w[16], id[32];
-  snprintf(r, sizeof r, "%d", rank);
-  snprintf(w, sizeof w, "%d", n);
-  snprintf(id, sizeof id, "w%d", rank);
-  char *argv[20];
+/* The command line of worker `rank` of n (strings in *wa): static rendezvous in rdzv, or
+ * elastic through etcd (rdzv NULL); --fault only when with_fault (a fault is armed once:
+ * a restarted worker runs without it). */
+typedef struct worker_args {
+  char *argv[24];
+  char rank[16], world[16], id[32], maddr[300], dev[32];
+} worker_args;
+
+static void worker_argv(worker_args *wa, const char *job, int rank, int n, const char *rdzv,
+                        const run_config *rc, int with_fault) {
+  snprintf(wa->rank, sizeof wa->rank, "%d", rank);
+  snprintf(wa->world, sizeof wa->world, "%d", n);
+  snprintf(wa->id, sizeof wa->id, "w%d", rank);
+  char **argv = wa->argv;
   int a = 0;
   argv[a++] = "tagc-worker";
   argv[a++] = "--config";
   argv[a++] = (char *)job;
   if (rdzv) {
-    argv[a++] = "--rank", argv[a++] = r, argv[a++] = "--world", argv[a++] = w;
+    argv[a++] = "--rank", argv[a++] = wa->rank, argv[a++] = "--world", argv[a++] = wa->world;
     argv[a++] = "--rendezvous", argv[a++] = (char *)rdzv;
   } else {
-    argv[a++] = "--worker-id", argv[a++] = id;
+    argv[a++] = "--worker-id", argv[a++] = wa->id;
   }
   int fault_rank = rc->fault_rank >= 0 ? (int)rc->fault_rank : n - 1;
-  if (rc->train.fault && *rc->train.fault && rank == fault_rank)
+  if (with_fault && rc->train.fault && *rc->train.fault && rank == fault_rank)
     argv[a++] = "--fault", argv[a++] = rc->train.fault;
-  char maddr[300];
-  if (*rc->train.metrics_addr && metrics_addr_of(rc, rank, maddr, sizeof maddr) == TAGC_OK)
-    argv[a++] = "--metrics-addr", argv[a++] = maddr;
-  char dev[32];
+  if (*rc->train.metrics_addr && metrics_addr_of(rc, rank, wa->maddr, sizeof wa->maddr) == TAGC_OK)
+    argv[a++] = "--metrics-addr", argv[a++] = wa->maddr;
   if (!strcmp(rc->train.device, "cuda") && n > 1) { /* one GPU per local worker */
-    snprintf(dev, sizeof dev, "cuda:%d", rank);
-    argv[a++] = "--device", argv[a++] = dev;
+    snprintf(wa->dev, sizeof wa->dev, "cuda:%d", rank);
+    argv[a++] = "--device", argv[a++] = wa->dev;
   }
   argv[a] = NULL;
-  return spawn(worker, argv, NULL, lock_fd);
 }
 
-/* Runs the workers of a local job to completion. Static mode: if one fails, the others are
- * stopped and its exit status is returned. Elastic mode: the others carry on without it (that
- * is the point); the run succeeds when a worker finished the job. */
-static int launch_workers(const char *worker, const char *job, const run_config *rc, int lock_fd) {
+/* Starts the workers; in elastic runs a crashed one is restarted (supervise.h). 0 or -1. */
+static int start_workers(supervise *sv, const char *worker, const char *job, const char *rdzv,
+                         const run_config *rc, int lock_fd) {
   int n = (int)rc->workers;
-  pid_t pids[64];
-  char rdzv[PATH_MAX];
-  snprintf(rdzv, sizeof rdzv, "%s/rendezvous-%d", rc->train.out, (int)getpid());
   for (int i = 0; i < n; i++) {
-    pids[i] = spawn_worker(worker, job, i, n, rc->elastic ? NULL : rdzv, rc, lock_fd);
-    if (pids[i] < 0) {
-      fprintf(stderr, "tagctl run: fork: %s\n", strerror(errno));
-      kill_all(pids, i);
-      n = i;
-      break;
-    }
+    worker_args wa, again;
+    worker_argv(&wa, job, i, n, rc->elastic ? NULL : rdzv, rc, 1);
+    char name[40];
+    snprintf(name, sizeof name, "worker %s", wa.id);
+    supervise_child *c = supervise_start(sv, SUPERVISE_WORKER, name, wa.id, worker, wa.argv, NULL,
+                                         lock_fd, rc->elastic);
+    if (!c)
+      return -1;
+    worker_argv(&again, job, i, n, rc->elastic ? NULL : rdzv, rc, 0);
+    supervise_set_restart_argv(c, again.argv);
   }
-  int failed = n == (int)rc->workers ? 0 : 1, finished = 0;
-  for (int left = n; left > 0;) {
-    int ws;
-    pid_t pid = wait(&ws);
-    if (pid < 0 && errno == EINTR) {
-      if (interrupted && !failed) {
-        fprintf(stderr, "tagctl run: interrupted; stopping the workers\n");
-        kill_all(pids, n);
-        failed = 130;
-      }
-      continue;
-    }
-    if (pid < 0)
-      break;
-    int mine = 0;
-    for (int i = 0; i < n; i++)
-      if (pids[i] == pid)
-        pids[i] = -1, left--, mine = 1;
-    if (!mine)
-      continue;
-    int c = WIFEXITED(ws) ? WEXITSTATUS(ws) : 128 + WTERMSIG(ws);
-    if (c == 0)
-      finished = 1;
-    else if (!failed) {
-      failed = c;
-      if (!rc->elastic)
-        kill_all(pids, n);
-      else
-        fprintf(stderr, "tagctl run: a worker exited with status %d; the others go on\n", c);
-    }
-  }
-  tagc_store_file_remove_all(rdzv);
-  return rc->elastic && finished && !interrupted ? 0 : failed;
+  return 0;
 }
 
 /* ---------- elastic local runs: etcd and coordinators ---------- */
-
-typedef struct infra {
-  pid_t etcd;
-  pid_t coords[8];
-  int n_coords;
-  char data_dir[PATH_MAX];
-} infra;
 
 static int free_port(void) {
   int fd = socket(AF_INET, SOCK_STREAM, 0), port = -1;
@@ -278,8 +207,10 @@ static int free_port(void) {
   return port;
 }
 
-/* Waits until etcd at url answers (a read of a missing key). */
-static tagc_status wait_etcd(const char *url, double timeout_s) {
+/* Waits until the local etcd at url answers (a read of a missing key); fails at once, with
+ * etcd's exit and the last line of its log, when the process ends first. */
+static tagc_status wait_etcd(supervise *sv, supervise_child *etcd, const char *url,
+                             double timeout_s) {
   tagc_etcd_config ec;
   tagc_etcd_config_init(&ec);
   ec.endpoints = url;
@@ -287,7 +218,11 @@ static tagc_status wait_etcd(const char *url, double timeout_s) {
   tagc_etcd *c;
   TAGC_CHECK(tagc_etcd_create(&ec, &c));
   tagc_status st = TAGC_ETIMEDOUT;
-  for (double end = tagc_now() + timeout_s; tagc_now() < end; tagc_sleep(0.1)) {
+  for (double end = tagc_now() + timeout_s; tagc_now() < end && !interrupted; tagc_sleep(0.1)) {
+    if (supervise_reap(sv, etcd)) {
+      st = TAGC_EPEER;
+      break;
+    }
     char *v = NULL;
     st = tagc_etcd_get(c, "/tagc-probe", &v, NULL, NULL);
     free(v);
@@ -297,35 +232,58 @@ static tagc_status wait_etcd(const char *url, double timeout_s) {
     }
   }
   tagc_etcd_destroy(c);
-  return st == TAGC_OK ? st : tagc_errorf(TAGC_ETIMEDOUT, "local etcd at %s did not start", url);
+  if (st == TAGC_EPEER)
+    return tagc_errorf(TAGC_EPEER, "the local etcd exited before it answered (its log: %s)",
+                       etcd->log);
+  return st == TAGC_OK ? st
+                       : tagc_errorf(TAGC_ETIMEDOUT, "local etcd at %s did not answer within "
+                                     "%g s (its log: %s)", url, timeout_s, etcd->log);
 }
 
-/* Starts a single-member etcd for this run (fresh data dir under OUT) and sets --etcd. */
-static tagc_status start_etcd(run_config *rc, infra *in) {
+static int remove_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw) {
+  (void)sb, (void)flag, (void)ftw;
+  return remove(path);
+}
+
+/* Removes a folder tree; a missing one is fine. */
+static void remove_tree(const char *dir) { nftw(dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS); }
+
+/* Starts a single-member etcd for this run and sets --etcd. Its data folder is OUT/etcd: a
+ * leftover of a run that was killed is removed first (this run holds OUT's lock), and the
+ * folder is removed when the run ends. A local etcd that dies is restarted on the same
+ * folder and ports. */
+static tagc_status start_etcd(run_config *rc, supervise *sv, char *data_dir, size_t cap) {
   int cp = free_port(), pp = free_port();
   if (cp < 0 || pp < 0)
     return tagc_errorf(TAGC_EIO, "no free loopback port for etcd");
-  snprintf(in->data_dir, sizeof in->data_dir, "%s/etcd-%d", rc->train.out, (int)getpid());
+  snprintf(data_dir, cap, "%s/etcd", rc->train.out);
+  remove_tree(data_dir);
   char client[64], peer[64], cluster[96], log[PATH_MAX + 16];
   snprintf(client, sizeof client, "http://127.0.0.1:%d", cp);
   snprintf(peer, sizeof peer, "http://127.0.0.1:%d", pp);
   snprintf(cluster, sizeof cluster, "local=%s", peer);
   snprintf(log, sizeof log, "%s/etcd.log", rc->train.out);
-  char *argv[] = {"etcd", "--name", "local", "--data-dir", in->data_dir, "--listen-client-urls",
+  char *argv[] = {"etcd", "--name", "local", "--data-dir", data_dir, "--listen-client-urls",
                   client, "--advertise-client-urls", client, "--listen-peer-urls", peer,
                   "--initial-advertise-peer-urls", peer, "--initial-cluster", cluster, NULL};
-  in->etcd = spawn("etcd", argv, log, -1);
-  if (in->etcd < 0)
-    return tagc_errorf(TAGC_EIO, "cannot start etcd: %s", strerror(errno));
+  /* not restartable until it answered: an etcd that cannot start fails the run at once */
+  supervise_child *c = supervise_start(sv, SUPERVISE_ETCD, "the local etcd", "etcd", "etcd", argv,
+                                       log, -1, 0);
+  if (!c)
+    return tagc_errorf(TAGC_EIO, "cannot start etcd");
   free(rc->train.etcd);
   rc->train.etcd = strdup(client);
-  return rc->train.etcd ? wait_etcd(client, 20) : tagc_errorf(TAGC_ENOMEM, "etcd URL");
+  if (!rc->train.etcd)
+    return tagc_errorf(TAGC_ENOMEM, "etcd URL");
+  TAGC_CHECK(wait_etcd(sv, c, client, 20));
+  c->restartable = 1;
+  return TAGC_OK;
 }
 
-/* An external etcd (--etcd URL) with the run's credentials: TAGC_OK when it answers and the
- * job is not done yet; *done = 1 when it is (one line printed); else TAGC_EPEER with one
- * line ("cannot use etcd at URL: why"), or TAGC_EINVAL for bad credential options. */
-static tagc_status probe_etcd(const run_config *rc, int *done) {
+/* Whether the job's `done` key exists on the run's etcd (with its credentials): TAGC_OK with
+ * *done set, else TAGC_EPEER with one line ("cannot use etcd at URL: why"), or TAGC_EINVAL
+ * for bad credential options. */
+static tagc_status read_done(const run_config *rc, int *done) {
   *done = 0;
   tagc_etcd_config ec;
   tagc_etcd_config_init(&ec);
@@ -341,17 +299,48 @@ static tagc_status probe_etcd(const run_config *rc, int *done) {
     st = tagc_etcd_get(c, key, &value, NULL, NULL);
   tagc_etcd_destroy(c);
   free(value);
-  if (st == TAGC_OK) {
-    printf("tagctl run: job %s is already done; nothing to train (`tagctl job reset --job %s` "
-           "trains it again)\n", rc->train.job, rc->train.job);
-    *done = 1;
+  if (st == TAGC_OK || st == TAGC_ENOTFOUND) {
+    *done = st == TAGC_OK;
     return TAGC_OK;
   }
-  if (st == TAGC_ENOTFOUND)
-    return TAGC_OK;
   char detail[512];
   snprintf(detail, sizeof detail, "%s", tagc_last_error());
   return tagc_errorf(TAGC_EPEER, "cannot use etcd at %s: %s", rc->train.etcd, detail);
+}
+
+/* An external etcd (--etcd URL): TAGC_OK when it answers and the job is not done yet;
+ * *done = 1 when it is (one line printed); else the errors of read_done. */
+static tagc_status probe_etcd(const run_config *rc, int *done) {
+  TAGC_CHECK(read_done(rc, done));
+  if (*done)
+    printf("tagctl run: job %s is already done; nothing to train (`tagctl job reset --job %s` "
+           "trains it again)\n", rc->train.job, rc->train.job);
+  return TAGC_OK;
+}
+
+/* Before a worker is restarted: deletes its chaos/<id> key, so that a fault injected with
+ * tagctl inject fires once, like --fault (a restarted worker would arm it again). */
+static void clear_chaos(void *arg, supervise_child *c) {
+  const run_config *rc = arg;
+  if (c->kind != SUPERVISE_WORKER)
+    return;
+  tagc_etcd_config ec;
+  tagc_etcd_config_init(&ec);
+  ec.endpoints = rc->train.etcd;
+  ec.deadline_s = 2;
+  tagc_etcd_credentials cred = {rc->train.etcd_ca, rc->train.etcd_cert, rc->train.etcd_key,
+                                rc->train.etcd_user, rc->train.etcd_password_file};
+  char key[TAGC_KEY_MAX];
+  tagc_etcd *etcd = NULL;
+  tagc_status st = tagc_key_chaos(rc->train.job, c->id, key, sizeof key);
+  if (st == TAGC_OK)
+    st = tagc_etcd_create_with_credentials(&ec, &cred, &etcd);
+  if (st == TAGC_OK)
+    st = tagc_etcd_delete(etcd, key, 0, NULL);
+  if (st != TAGC_OK && st != TAGC_ENOTFOUND)
+    fprintf(stderr, "tagctl run: %s keeps its injected fault (chaos key): %s\n", c->name,
+            tagc_last_error());
+  tagc_etcd_destroy(etcd);
 }
 
 /* Appends "--NAME VALUE" to argv (at *a) when value is set. */
@@ -360,14 +349,16 @@ static void add_flag(char **argv, int *a, const char *name, char *value) {
     argv[(*a)++] = (char *)name, argv[(*a)++] = value;
 }
 
-static tagc_status start_coordinators(const run_config *rc, const char *dir, infra *in) {
+static tagc_status start_coordinators(const run_config *rc, const char *dir, supervise *sv) {
   char path[PATH_MAX + 32], minw[16], maxw[16];
   snprintf(path, sizeof path, "%s/tagc-coordinator", dir);
   snprintf(minw, sizeof minw, "%lld", (long long)rc->min_workers);
   snprintf(maxw, sizeof maxw, "%lld", (long long)rc->workers);
   for (int k = 0; k < rc->coordinators; k++) {
-    char log[PATH_MAX + 32];
+    char log[PATH_MAX + 32], name[32], id[32];
     snprintf(log, sizeof log, "%s/coordinator-%d.log", rc->train.out, k);
+    snprintf(name, sizeof name, "coordinator %d", k);
+    snprintf(id, sizeof id, "coordinator-%d", k);
     /* the first generation waits for every local worker (they start together), at most
        30 s; later ones need only --min-workers. The etcd password reaches them through the
        environment (TAGC_ETCD_PASSWORD) or its file, never the command line. */
@@ -381,31 +372,65 @@ static tagc_status start_coordinators(const run_config *rc, const char *dir, inf
     add_flag(argv, &a, "--etcd-user", rc->train.etcd_user);
     add_flag(argv, &a, "--etcd-password-file", rc->train.etcd_password_file);
     argv[a] = NULL;
-    in->coords[in->n_coords] = spawn(path, argv, log, -1);
-    if (in->coords[in->n_coords] < 0)
-      return tagc_errorf(TAGC_EIO, "cannot start %s: %s", path, strerror(errno));
-    in->n_coords++;
+    if (!supervise_start(sv, SUPERVISE_COORDINATOR, name, id, path, argv, log, -1, 1))
+      return tagc_errorf(TAGC_EIO, "cannot start %s", path);
   }
   return TAGC_OK;
 }
 
-static int remove_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw) {
-  (void)sb, (void)flag, (void)ftw;
-  return remove(path);
+/* Why an elastic job cannot go on although workers are alive, or NULL. */
+static const char *elastic_blocked(const supervise *sv, int local_etcd) {
+  if (supervise_count(sv, SUPERVISE_COORDINATOR, SUPERVISE_REFUSED))
+    return "a coordinator refused the job's configuration (above)";
+  if (!supervise_alive(sv, SUPERVISE_COORDINATOR) &&
+      !supervise_count(sv, SUPERVISE_COORDINATOR, SUPERVISE_FINISHED))
+    return "no coordinator is left to plan the job (above)";
+  if (local_etcd && !supervise_alive(sv, SUPERVISE_ETCD))
+    return "the local etcd is gone (above)";
+  return NULL;
 }
 
-/* Stops what start_etcd / start_coordinators started (by PID) and removes etcd's data. */
-static void stop_infra(infra *in) {
-  for (int k = 0; k < in->n_coords; k++)
-    kill(in->coords[k], SIGTERM);
-  if (in->etcd > 0)
-    kill(in->etcd, SIGTERM);
-  for (int k = 0; k < in->n_coords; k++)
-    waitpid(in->coords[k], NULL, 0);
-  if (in->etcd > 0)
-    waitpid(in->etcd, NULL, 0);
-  if (in->data_dir[0])
-    nftw(in->data_dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+/* Supervises the run until no worker is left (or it cannot go on) and returns the exit
+ * status of tagctl run: 0 when the job finished, 130 when interrupted, 2 when a coordinator
+ * or every worker refused the configuration, else the first failure's status (or 1). */
+static int supervise_run(supervise *sv, const run_config *rc, int local_etcd) {
+  int code = 0;
+  while (supervise_alive(sv, SUPERVISE_WORKER) > 0) {
+    supervise_poll(sv, 0.2);
+    const char *why = NULL;
+    if (interrupted) {
+      fprintf(stderr, "tagctl run: interrupted; stopping the workers\n");
+      code = 130;
+    } else if (!rc->elastic) {
+      for (int i = 0; i < sv->n && !code; i++)
+        if (sv->kids[i]->state == SUPERVISE_GAVE_UP || sv->kids[i]->state == SUPERVISE_REFUSED)
+          code = sv->kids[i]->status; /* static ranks are fixed: the others cannot go on */
+    } else if ((why = elastic_blocked(sv, local_etcd))) {
+      fprintf(stderr, "tagctl run: stopping the job: %s\n", why);
+      code = supervise_count(sv, SUPERVISE_COORDINATOR, SUPERVISE_REFUSED) ? 2 : 1;
+    }
+    if (code)
+      break;
+  }
+  supervise_stop(sv, SUPERVISE_WORKER, SIGKILL);
+  if (code)
+    return code;
+  int workers = supervise_count(sv, SUPERVISE_WORKER, SUPERVISE_FINISHED);
+  int done = workers == (int)rc->workers;
+  if (rc->elastic && read_done(rc, &done) != TAGC_OK) {
+    fprintf(stderr, "tagctl run: %s\n", tagc_last_error());
+    done = workers > 0;
+  }
+  if (done)
+    return 0;
+  int refused = supervise_count(sv, SUPERVISE_WORKER, SUPERVISE_REFUSED);
+  fprintf(stderr, "tagctl run: the job did not finish: %d of %lld workers finished, %d refused "
+          "the configuration, %d gave up\n", workers, (long long)rc->workers, refused,
+          supervise_count(sv, SUPERVISE_WORKER, SUPERVISE_GAVE_UP));
+  for (int i = 0; i < sv->n; i++)
+    if (sv->kids[i]->kind == SUPERVISE_WORKER && sv->kids[i]->status)
+      return sv->kids[i]->status;
+  return refused ? 2 : 1;
 }
 
 /* One line at the start of an elastic run: where coordinator 0 serves /status and /metrics
@@ -473,8 +498,12 @@ int tagctl_run(int argc, char **argv) {
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     rc.train.threads = cores / rc.workers > 1 ? cores / rc.workers : 1;
   }
-  char dir[PATH_MAX], worker[PATH_MAX + 16], job[PATH_MAX];
-  infra in = {0};
+  char dir[PATH_MAX], worker[PATH_MAX + 16], job[PATH_MAX], data_dir[PATH_MAX + 16] = "";
+  char rdzv[PATH_MAX + 32] = "";
+  supervise sv;
+  supervise_init(&sv, rc.train.out, rc.elastic ? (int)rc.max_restarts : 0);
+  sv.before_restart = rc.elastic ? clear_chaos : NULL;
+  sv.hook_arg = &rc;
   catch_interrupts();
   if ((st = self_dir(dir, sizeof dir)) == TAGC_OK)
     st = tagc_mkdir_p(rc.train.out);
@@ -484,13 +513,13 @@ int tagctl_run(int argc, char **argv) {
     code = 2;
     goto done;
   }
-  int finished = 0; /* the job on an external etcd is done already */
-  if (st == TAGC_OK && rc.elastic && !*rc.train.etcd)
-    st = start_etcd(&rc, &in);
+  int finished = 0, local_etcd = rc.elastic && !*rc.train.etcd;
+  if (st == TAGC_OK && local_etcd)
+    st = start_etcd(&rc, &sv, data_dir, sizeof data_dir);
   else if (st == TAGC_OK && rc.elastic)
-    st = probe_etcd(&rc, &finished);
+    st = probe_etcd(&rc, &finished); /* the job on the external etcd may be done already */
   if (st == TAGC_OK && rc.elastic && !finished)
-    st = start_coordinators(&rc, dir, &in);
+    st = start_coordinators(&rc, dir, &sv);
   if (st == TAGC_OK && !finished)
     st = write_job(&rc, job, sizeof job);
   if (st != TAGC_OK) {
@@ -500,11 +529,21 @@ int tagctl_run(int argc, char **argv) {
     code = 0;
   } else {
     snprintf(worker, sizeof worker, "%s/tagc-worker", dir);
+    snprintf(rdzv, sizeof rdzv, "%s/rendezvous-%d", rc.train.out, (int)getpid());
     if (rc.elastic)
       print_where(&rc);
-    code = launch_workers(worker, job, &rc, lock_fd);
+    code = start_workers(&sv, worker, job, rdzv, &rc, lock_fd) == 0 ? supervise_run(&sv, &rc, local_etcd)
+                                                                  : 1;
   }
-  stop_infra(&in);
+  supervise_stop(&sv, SUPERVISE_WORKER, SIGKILL);
+  supervise_stop(&sv, SUPERVISE_COORDINATOR, SIGTERM);
+  supervise_stop(&sv, SUPERVISE_ETCD, SIGTERM);
+  supervise_free(&sv);
+  if (rdzv[0] && !rc.elastic)
+    tagc_store_file_remove_all(rdzv);
+  if (data_dir[0])
+    remove_tree(data_dir);
+  unlink(sv.pids_path);
   if (lock_fd >= 0)
     close(lock_fd);
 done:

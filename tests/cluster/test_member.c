@@ -210,6 +210,55 @@ static void write_plan(tagc_etcd *c, int64_t g, const char *members_json) {
   CHECK_OK(tagc_etcd_put(c, "/tagc/job/gen", gen, strlen(gen), 0, NULL));
 }
 
+/* Writes plan text (a printf format taking the generation, then reg) as generation g of job2. */
+static void put_plan2(tagc_etcd *c, int64_t g, const char *fmt, long long reg) {
+  char key[TAGC_KEY_MAX], plan[512], gen[32];
+  tagc_key_gen_plan("job2", g, key, sizeof key);
+  snprintf(plan, sizeof plan, fmt, (long long)g, reg);
+  CHECK_OK(tagc_etcd_put(c, key, plan, strlen(plan), 0, NULL));
+  snprintf(gen, sizeof gen, "%lld", (long long)g);
+  CHECK_OK(tagc_etcd_put(c, "/tagc/job2/gen", gen, strlen(gen), 0, NULL));
+}
+
+/* A restarted worker (same id, new registration) is neither a member of a plan made for its
+ * predecessor nor excluded by the predecessor's exclusion; plans of its own registration
+ * count as before. */
+static void test_restarted_id(tagc_etcd *c) {
+  json_t *info = json_pack("{s:s}", "host", "127.0.0.1");
+  tagc_member *m = NULL;
+  CHECK_OK(tagc_member_join(c, "job2", "w1", info, 2, &m));
+  json_decref(info);
+  if (!m)
+    return;
+  tagc_etcd_range_result r;
+  CHECK_OK(tagc_etcd_range(c, "/tagc/job2/workers/w1", NULL, &r));
+  long long mine = r.n == 1 ? (long long)r.kvs[0].create_revision : 0;
+  tagc_etcd_range_result_free(&r);
+  CHECK(mine > 1);
+  static const char member_of[] = "{\"gen\":%lld,\"world\":2,\"members\":[\"w0\",\"w1\"],"
+                                  "\"registrations\":{\"w0\":1,\"w1\":%lld}}";
+  static const char excluded[] = "{\"gen\":%lld,\"world\":1,\"members\":[\"w0\"],"
+                                 "\"excluded\":{\"w1\":{\"registration\":%lld,\"why\":\"t\"}}}";
+  tagc_plan p;
+  put_plan2(c, 1, member_of, 1);
+  CHECK_OK(tagc_member_wait_plan(m, 0, 5, &p));
+  CHECK_MSG(p.gen == 1 && p.rank == -1, "predecessor's plan: gen %lld rank %d", (long long)p.gen, p.rank);
+  tagc_plan_free(&p);
+  put_plan2(c, 2, excluded, 1);
+  CHECK_OK(tagc_member_wait_plan(m, 1, 5, &p));
+  CHECK_MSG(p.gen == 2 && p.rank == -1 && !p.excluded, "predecessor excluded: excluded %d", p.excluded);
+  tagc_plan_free(&p);
+  put_plan2(c, 3, member_of, mine);
+  CHECK_OK(tagc_member_wait_plan(m, 2, 5, &p));
+  CHECK_MSG(p.gen == 3 && p.rank == 1, "own plan: rank %d", p.rank);
+  tagc_plan_free(&p);
+  put_plan2(c, 4, excluded, mine);
+  CHECK_OK(tagc_member_wait_plan(m, 3, 5, &p));
+  CHECK_MSG(p.gen == 4 && p.excluded, "own exclusion: excluded %d", p.excluded);
+  tagc_plan_free(&p);
+  tagc_member_leave(m);
+}
+
 static void test_join_and_plans(tagc_etcd *c) {
   json_t *info = json_pack("{s:s, s:i}", "host", "127.0.0.1", "pid", 1);
   tagc_member *m = NULL;
@@ -366,6 +415,7 @@ int main(void) {
     test_gloo_bootstrap(c);
     test_gloo_bootstrap_cancel(c);
     test_join_and_plans(c);
+    test_restarted_id(c);
     test_done_before_join(c);
     tagc_etcd_destroy(c);
   }

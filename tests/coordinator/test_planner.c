@@ -177,6 +177,15 @@ static void test_suspect_dropped(void) {
   CHECK(json_object_get(json_object_get(d.plan, "excluded"), "c") == NULL);
   tagc_planner_decision_free(&d);
 
+  /* The suspect was restarted (registered again, new registration) before its window ended:
+     the process accused is gone, its successor is not excluded and joins at once. */
+  tagc_planner_worker again[] = {{"a", 1}, {"b", 2}, {"c", 60}};
+  CHECK_EQ_INT(run(&cfg3, plan, again, 3, r, 1, 102.5, &d), TAGC_PLANNER_NEW);
+  CHECK_EQ_STR(plan_members_text(d.plan, buf, sizeof buf), "a,b,c");
+  CHECK(json_object_size(json_object_get(d.plan, "excluded")) == 0);
+  CHECK_EQ_INT(int_at(d.plan, "registrations", "c"), 60);
+  tagc_planner_decision_free(&d);
+
   /* The suspect reported too: both stay. */
   tagc_planner_report both[] = {{"a", "comm", 40, 2, 100.0}, {"c", "comm", 40, -1, 100.2}};
   CHECK_EQ_INT(run(&cfg3, plan, w, 3, both, 2, 100.5, &d), TAGC_PLANNER_NEW);
