@@ -435,11 +435,14 @@ static int supervise_run(supervise *sv, const run_config *rc, int local_etcd) {
 
 /* One line at the start of an elastic run: where coordinator 0 serves /status and /metrics
  * (the port its log names, waited for up to 10 s) and the tagctl status command. */
-static void print_where(const run_config *rc) {
+static void print_where(const run_config *rc, supervise *sv) {
   char log[PATH_MAX + 32], line[1024];
   snprintf(log, sizeof log, "%s/coordinator-0.log", rc->train.out);
   int port = 0;
-  for (double until = tagc_now() + 10; !port && tagc_now() < until; tagc_sleep(0.05)) {
+  /* up to 10 s, while a coordinator runs (one that refused the job is reported at once) */
+  for (double until = tagc_now() + 10;
+       !port && tagc_now() < until && supervise_count(sv, SUPERVISE_COORDINATOR, SUPERVISE_RUNNING) > 0;
+       supervise_poll(sv, 0.05)) {
     FILE *f = fopen(log, "r");
     while (f && !port && fgets(line, sizeof line, f)) {
       const char *at = strstr(line, "serving /healthz, /status, /metrics on port ");
@@ -531,7 +534,7 @@ int tagctl_run(int argc, char **argv) {
     snprintf(worker, sizeof worker, "%s/tagc-worker", dir);
     snprintf(rdzv, sizeof rdzv, "%s/rendezvous-%d", rc.train.out, (int)getpid());
     if (rc.elastic)
-      print_where(&rc);
+      print_where(&rc, &sv);
     code = start_workers(&sv, worker, job, rdzv, &rc, lock_fd) == 0 ? supervise_run(&sv, &rc, local_etcd)
                                                                   : 1;
   }
