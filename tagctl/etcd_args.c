@@ -17,7 +17,8 @@ static const tagc_opt etcd_opts[] = {
     {"seconds", TAGC_OPT_DOUBLE, ARGOFF(seconds), "0.5", 0, 3600, NULL, "inject slow: delay per collective"},
     {"clear", TAGC_OPT_BOOL, ARGOFF(clear), "false", 0, -1, NULL, "inject: remove the worker's chaos key"},
     {"force", TAGC_OPT_BOOL, ARGOFF(force), "false", 0, -1, NULL,
-     "job reset|delete: also while workers are registered"},
+     "job reset|delete: also while workers are registered; inject: also for a worker not "
+     "registered (yet), e.g. armed before the job starts"},
     {"json", TAGC_OPT_BOOL, ARGOFF(json), "false", 0, -1, NULL, "status: one JSON object"},
 };
 #define N_ETCD_OPTS (sizeof etcd_opts / sizeof etcd_opts[0])

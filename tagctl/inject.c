@@ -1,7 +1,8 @@
 /* tagctl inject: arms (or clears) a fault on a running worker through its etcd key
  * chaos/<worker>; the worker polls it about once a second (worker/run.c) and fires a step
  * fault whose step has already passed at its next step. The worker must be registered
- * (workers/<worker>); --clear works for any worker id. */
+ * (workers/<worker>) unless --force (a fault armed before the job starts); --clear works for
+ * any worker id. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -60,7 +61,8 @@ static tagc_status arm(tagc_etcd *etcd, const tagctl_etcd_args *a, const char *k
   char spec[64];
   int64_t step = a->at_step;
   TAGC_CHECK(fault_spec(a, kind, step >= 0 ? step : 0, spec, sizeof spec)); /* bad input first */
-  TAGC_CHECK(registered(etcd, a->job, a->worker));
+  if (!a->force)
+    TAGC_CHECK(registered(etcd, a->job, a->worker));
   if (step < 0 && strcmp(kind, "slow") != 0) {
     TAGC_CHECK(next_step(etcd, a->job, &step));
     TAGC_CHECK(fault_spec(a, kind, step, spec, sizeof spec));
@@ -80,7 +82,8 @@ int tagctl_inject(int argc, char **argv) {
                                "chaos/<worker>. KIND: crash, exit, oom, hang, drop, nan (at step S, "
                                "default: the worker's next step) or slow (--seconds per "
                                "collective); the worker polls the key about once a second and "
-                               "must be registered in the job.",
+                               "must be registered in the job (--force: arm it anyway, e.g. "
+                               "before the job starts).",
                                argc, argv, &a, pos, 1, &n_pos, &etcd);
   if (code >= 0)
     goto done;

@@ -29,7 +29,7 @@ def run(name):
     out = os.path.join(c.tmp, name)
     job = "det-" + name
     inject = subprocess.run([tagctl, "inject", "--etcd", c.etcd_url, "--job", job, "--worker", "w2",
-                             "--at-step", str(CRASH2), "crash"], capture_output=True, text=True, timeout=60)
+                             "--at-step", str(CRASH2), "--force", "crash"], capture_output=True, text=True, timeout=60)
     check(inject.returncode == 0, "%s: crash@%d armed on w2 (%s)" % (name, CRASH2, inject.stdout.strip()))
     p = subprocess.Popen([tagctl, "run", "--etcd", c.etcd_url, "--job", job, "--out", out, "--log", "warn",
                           "--workers", "3", "--min-workers", "3", "--fault", "crash@%d" % CRASH1,
