@@ -279,6 +279,8 @@ static void on_death(supervise *s, supervise_child *c, int ws) {
   const char *last = supervise_last_line(c);
   if (WIFEXITED(ws) && WEXITSTATUS(ws) == 2 && c->kind != SUPERVISE_ETCD) { /* Go panics exit 2 */
     c->state = SUPERVISE_REFUSED;
+    if (!c->log[0] && *last)
+      return; /* its own one-line error went through to the terminal: nothing to add */
     snprintf(next, sizeof next, "a usage or configuration error: not restarted");
   } else if (!c->restartable) {
     c->state = SUPERVISE_GAVE_UP;

@@ -14,20 +14,7 @@ printf '{"steps": 10,' > "$tmp/bad.json"
 printf '{"stepz": 10}' > "$tmp/typo.json"
 printf '{"steps": "ten"}' > "$tmp/type.json"
 out="--out $tmp/out"
-fail=0 pass=0
-
-expect() { # expect SUBSTRING PROGRAM ARGS...
-  local want=$1; shift
-  local err code lines
-  err=$("$@" 2>&1 >/dev/null); code=$?
-  lines=$(printf '%s\n' "$err" | grep -c .)
-  if [ "$code" -eq 2 ] && [ "$lines" -eq 1 ] && printf '%s' "$err" | grep -qi -- "$want"; then
-    pass=$((pass + 1))
-  else
-    echo "FAILED: $* -> exit $code, $lines stderr lines, wanted '$want':"; printf '%s\n' "$err" | head -5
-    fail=$((fail + 1))
-  fi
-}
+. "$(dirname "$0")/expect.sh"
 
 # Reading a root-only file works for root: run the unreadable case only when it applies.
 can_read_locked=0; cat "$tmp/locked/f.txt" >/dev/null 2>&1 && can_read_locked=1

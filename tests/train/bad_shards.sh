@@ -39,20 +39,7 @@ mkdir "$tmp/dir.bin"
 cp "$good_train" "$tmp/locked.bin" && chmod 000 "$tmp/locked.bin"
 can_read_locked=0; cat "$tmp/locked.bin" >/dev/null 2>&1 && can_read_locked=1
 out="--out $tmp/out --steps 2 --layers 1 --dim 16 --heads 2 --ctx 32"
-fail=0 pass=0
-
-expect() { # expect SUBSTRING PROGRAM ARGS...
-  local want=$1; shift
-  local err code lines
-  err=$("$@" 2>&1 >/dev/null); code=$?
-  lines=$(printf '%s\n' "$err" | grep -c .)
-  if [ "$code" -eq 2 ] && [ "$lines" -eq 1 ] && printf '%s' "$err" | grep -qi -- "$want"; then
-    pass=$((pass + 1))
-  else
-    echo "FAILED: $* -> exit $code, $lines stderr lines, wanted '$want':"; printf '%s\n' "$err" | head -5
-    fail=$((fail + 1))
-  fi
-}
+. "$(dirname "$0")/expect.sh"
 
 for prog in "$worker" "$tagctl run"; do
   v=(--val-data "$good_val")
