@@ -6,7 +6,7 @@
  *   int32    V, T, L, NH, C, B
  *   int64    n_params
  *   float32  params[n_params]       the arena, in the layout order of worker/model.h
- *   uint8    tokens[B*T], targets[B*T]
+ *   uint16   tokens[B*T], targets[B*T]
  *   float64  mean loss (loss_sum / (B*T))
  *   float32  grads[n_params]        gradient of the mean loss (loss_scale = 1 / (B*T)) */
 #include <stdio.h>
@@ -31,7 +31,8 @@ static int write_exchange(const char *path, const fixture *f, double mean_loss) 
     return 0;
   int ok = write_all(out, "TAGCMREF", 8) && write_all(out, dims, sizeof dims) &&
            write_all(out, &n, sizeof n) && write_all(out, f->params, (size_t)n * sizeof(float)) &&
-           write_all(out, f->tokens, bt) && write_all(out, f->targets, bt) &&
+           write_all(out, f->tokens, bt * sizeof *f->tokens) &&
+           write_all(out, f->targets, bt * sizeof *f->targets) &&
            write_all(out, &mean_loss, sizeof mean_loss) &&
            write_all(out, f->grads, (size_t)n * sizeof(float));
   return fclose(out) == 0 && ok;

@@ -25,8 +25,9 @@ def main(path):
     V, T, L, NH, C, B = r.ints(6)
     (n_params,) = r.ints(1, torch.int64, 8)
     params = r.tensor(n_params)
-    tokens = r.tensor(B * T, torch.uint8, 1).long().view(B, T)
-    targets = r.tensor(B * T, torch.uint8, 1).long().view(B, T)
+    # uint16 ids (< 32768 here): read as int16
+    tokens = r.tensor(B * T, torch.int16, 2).long().view(B, T)
+    targets = r.tensor(B * T, torch.int16, 2).long().view(B, T)
     c_loss = r.f64()
     c_grads = r.tensor(n_params)
     r.end()
