@@ -417,7 +417,8 @@ static int supervise_run(supervise *sv, const run_config *rc, int local_etcd) {
     return code;
   int workers = supervise_count(sv, SUPERVISE_WORKER, SUPERVISE_FINISHED);
   int done = workers == (int)rc->workers;
-  if (rc->elastic && read_done(rc, &done) != TAGC_OK) {
+  /* --stop-at: every worker stopping cleanly there is what was asked (the job is not done) */
+  if (rc->elastic && !(rc->train.stop_at > 0 && done) && read_done(rc, &done) != TAGC_OK) {
     fprintf(stderr, "tagctl run: %s\n", tagc_last_error());
     done = workers > 0;
   }
