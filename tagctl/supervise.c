@@ -282,6 +282,9 @@ static void on_death(supervise *s, supervise_child *c, int ws) {
     if (!c->log[0] && *last)
       return; /* its own one-line error went through to the terminal: nothing to add */
     snprintf(next, sizeof next, "a usage or configuration error: not restarted");
+  } else if (WIFEXITED(ws) && WEXITSTATUS(ws) == 3 && c->kind == SUPERVISE_WORKER) {
+    c->state = SUPERVISE_GAVE_UP; /* e.g. non-finite steps again after a rollback */
+    snprintf(next, sizeof next, "the training cannot go on: not restarted");
   } else if (!c->restartable) {
     c->state = SUPERVISE_GAVE_UP;
     snprintf(next, sizeof next, "not restarted");

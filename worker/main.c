@@ -80,9 +80,12 @@ int main(int argc, char **argv) {
   if (st != TAGC_OK)
     fprintf(stderr, "tagc-worker: %s\n", tagc_last_error());
   tagc_opts_free(&tagc_train_program, &cfg);
-  /* Bad options, corpus or output directory: 2; failures while training (and an etcd that
-     cannot be used): 1. */
+  /* Bad options, corpus or output directory: 2; training that cannot go on whatever is
+     restarted (non-finite steps again after a rollback): 3; other failures while training
+     (and an etcd that cannot be used): 1. tagctl run restarts only 1 and deaths by signal. */
   if (st == TAGC_EINVAL || st == TAGC_ENOTFOUND || st == TAGC_EIO || st == TAGC_EPROTO)
     return 2;
+  if (st == TAGC_ENUMERIC)
+    return 3;
   return st == TAGC_OK ? 0 : 1;
 }

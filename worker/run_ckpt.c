@@ -344,6 +344,14 @@ tagc_status run_rollback(tagc_run *t, int64_t step, int64_t *to) {
   if (st != TAGC_OK)
     LOG_WARN("train", "rollback: the last save failed (%s); looking for the newest valid "
              "checkpoint", tagc_last_error());
+  /* Every rank's save has ended (rank 0's includes the commit) before any rank lists the
+   * checkpoints: otherwise one rank can already see step-N while another still sees the one
+   * before, and the ranks fail to agree on where to roll back to. */
+  int64_t one[1];
+  int64_t *all = calloc((size_t)t->world, sizeof *all);
+  tagc_status ended = agree(t, TAGC_OK, one, 1, all, "end of the last save");
+  free(all);
+  TAGC_CHECK(ended);
   tagc_ckpt_reader *rd = NULL;
   st = tagc_ckpt_find_latest_valid(t->ckpt_root, TAGC_CKPT_VERIFY_FULL, &rd);
   if (st == TAGC_ENOTFOUND || st == TAGC_ECORRUPT)
