@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """tagctl plot and tagctl metrics on a real elastic run whose last worker crashes
-(`tagctl run --workers 2 --fault crash@15`): the SVG marks the failure, the recovery (resumed
+(`tagctl run --workers 2 --fault crash@15 --max-restarts 0`): the SVG marks the failure, the recovery (resumed
 from the checkpoint summary.json names) and the world-size change, with one line per
 generation; a PNG comes from gnuplot when it is installed, and asking for one without gnuplot
 is an error; the CSV has a fixed header and the values of metrics.jsonl. Hand-written rows
@@ -51,6 +51,7 @@ try:
     out = os.path.join(tmp, "out")
     r = run("run", "--workers", "2", "--steps", "30", "--ckpt-every", "10", "--eval-every", "10",
             "--eval-windows", "8", "--batch", "8", "--threads", "1", "--fault", "crash@15",
+            "--max-restarts", "0",  # the crashed worker stays gone: the world shrinks 2 -> 1
             "--out", out, timeout=280)
     check(r.returncode == 0, "tagctl run --workers 2 --fault crash@15 (status %d)" % r.returncode)
     summary = json.load(open(os.path.join(out, "summary.json")))
