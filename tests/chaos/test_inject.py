@@ -31,9 +31,22 @@ try:
                         "crash"], capture_output=True, text=True)
     check(r.returncode == 1 and len(r.stderr.strip().splitlines()) == 1 and "no worker 'w7'" in r.stderr,
           "inject into a worker that is not registered: status 1, one line (%s)" % r.stderr.strip())
-    status = subprocess.run([tagctl, "status", "--etcd", c.etcd_url, "--job", c.job, "--json"],
-                            capture_output=True, text=True)
-    s = json.loads(status.stdout) if status.returncode == 0 else {}
+    # rank 0 publishes progress at most once a second, so the status may lag the metrics file
+    # by a second's steps: poll until it shows step 10 (or give up after the same 120 s)
+    def status_json():
+        r = subprocess.run([tagctl, "status", "--etcd", c.etcd_url, "--job", c.job, "--json"],
+                           capture_output=True, text=True)
+        return json.loads(r.stdout) if r.returncode == 0 else {}
+    s = {}
+
+    def status_reached():
+        global s
+        s = status_json()
+        return s.get("step", 0) >= 10
+    try:
+        wait_for(status_reached, 120, "tagctl status to show step 10")
+    except RuntimeError:
+        pass  # the check below fails and prints what status said
     check(s.get("state") == "running" and s.get("steps") == STEPS and s.get("world_size") == 3 and
           s.get("step", 0) >= 10 and s.get("leader") and
           [w["state"] for w in s.get("workers", [])] == ["training"] * 3,
