@@ -12,7 +12,9 @@ start; a fault that lasts longer delays the next one until it ends):
   ckpt_write_crash   `tagctl inject ckpt:mid-write`: the worker dies in its next save
 
 The kinds are drawn as a seeded cycle: the full list shuffled, drawn in that order, shuffled
-again when used up, so every window of 11 faults holds every kind once. An injected fault's
+again when used up, so each cycle of 11 faults holds every kind once (a transient miss - no
+coordinator says leader right now, the chosen worker just exited - draws the same kind again
+next; a kind `tagctl inject` refuses, status 2, counts as "unsupported"). An injected fault's
 key (chaos/<worker>) is cleared once the worker logs that it armed it, so a restarted worker
 does not fire it again.
 
@@ -51,6 +53,7 @@ Exit status 1 when any verdict fails (77: etcd not found).
 """
 import argparse
 import atexit
+import errno
 import json
 import os
 import random
@@ -307,6 +310,11 @@ class Soak:
             self.rng.shuffle(self.cycle)
         return self.cycle.pop(0)
 
+    def skipped(self, kind, why):
+        """A transient miss (no leader right now, the worker just died): drawn again next."""
+        self.cycle.insert(0, kind)
+        print("soak: +%.0f s %s skipped (%s): drawn again next" % (time.time() - self.t0, kind, why), flush=True)
+
     def unsupported_kind(self, kind, why):
         self.unsupported[kind] = self.unsupported.get(kind, 0) + 1
         print("soak: %s unsupported: %s" % (kind, why), flush=True)
@@ -331,12 +339,14 @@ class Soak:
         elif kind == "stop_worker":
             w = self.rng.choice(names)
             self.expected.add(workers[w])  # stopped past its lease: its generation ends
-            os.kill(workers[w], signal.SIGSTOP)
+            if not self.kill(workers[w], signal.SIGSTOP):
+                self.skipped(kind, "%s exited" % w)
+                return
             self.record(t, kind, w)
             try:
                 self.sleep(10)
             finally:
-                os.kill(workers[w], signal.SIGCONT)
+                self.kill(workers[w], signal.SIGCONT)
             return
         elif kind == "cut_worker":
             if self.netcut.reason:
@@ -347,8 +357,11 @@ class Soak:
             try:
                 name = self.netcut.cut(workers[w])
             except (OSError, subprocess.CalledProcessError) as e:
-                self.unsupported_kind(kind, "cannot cut pid %d: %s" % (workers[w], e))
                 self.netcut.undo_all()
+                if isinstance(e, ProcessLookupError) or getattr(e, "errno", None) == errno.ESRCH:
+                    self.skipped(kind, "%s exited" % w)
+                else:
+                    self.unsupported_kind(kind, "cannot cut pid %d: %s" % (workers[w], e))
                 return
             self.record(t, kind, "%s for %d s" % (w, CUT_S))
             try:
@@ -359,7 +372,7 @@ class Soak:
         elif kind == "kill_leader":
             c = leader_coordinator(self.out)
             if not c:
-                self.unsupported_kind(kind, "no coordinator says leader")
+                self.skipped(kind, "no coordinator says leader right now")
                 return
             self.kill(read_pids(self.out)[c])
             detail = c
@@ -391,8 +404,9 @@ class Soak:
                 args = ["--at-step", str(self.step_now() + 3)]
             r = self.tagctl("inject", "--etcd", ",".join(self.etcd.urls), "--job", self.job_name,
                             "--worker", w, what, *args)
-            if r.returncode != 0:
-                self.unsupported_kind(kind, (r.stderr.strip().splitlines() or [""])[-1])
+            if r.returncode != 0:  # 2: the kind is refused; else (not registered now): transient
+                (self.unsupported_kind if r.returncode == 2 else self.skipped)(
+                    kind, (r.stderr.strip().splitlines() or [""])[-1])
                 return
             spec = r.stdout.strip().split(" = ", 1)[-1]
             self.pending_clear.append((w, spec, self.armed_count(spec)))
