@@ -211,6 +211,11 @@ size_t etcd_endpoint_count(const tagc_etcd *c) { return c->n_endpoints; }
 size_t etcd_preferred_endpoint(tagc_etcd *c) { return atomic_load(&c->preferred); }
 const char *etcd_endpoint(const tagc_etcd *c, size_t i) { return c->endpoints[i % c->n_endpoints]; }
 void etcd_set_preferred_endpoint(tagc_etcd *c, size_t i) { atomic_store(&c->preferred, i % c->n_endpoints); }
+/* The endpoint after i becomes preferred, unless another call already moved the preference. */
+static void etcd_move_off_endpoint(tagc_etcd *c, size_t i) {
+  size_t failed = i % c->n_endpoints;
+  atomic_compare_exchange_strong(&c->preferred, &failed, (failed + 1) % c->n_endpoints);
+}
 const tagc_etcd_transport *etcd_transport(const tagc_etcd *c) { return c->transport; }
 double etcd_request_timeout(const tagc_etcd *c) { return c->cfg.request_timeout_s; }
 
@@ -387,6 +392,11 @@ tagc_status etcd_call(tagc_etcd *c, const char *path, json_t *request, int idemp
       etcd_set_preferred_endpoint(c, ep);
       break;
     }
+    /* A member that did not answer (timeout, refused, reset) is no longer preferred: a call
+     * whose deadline it used up (a lease renewal has TTL/3) would otherwise send the next
+     * call to it again, and a stopped member would cost every short call (and the lease). */
+    if (st == TAGC_ETIMEDOUT || st == TAGC_EPEER || st == TAGC_EIO)
+      etcd_move_off_endpoint(c, ep);
     double pause = etcd_backoff_s(c, attempt + 1);
     if (!retry || attempt + 1 >= c->cfg.max_attempts || tagc_now() + pause >= deadline)
       break;

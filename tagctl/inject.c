@@ -9,6 +9,7 @@
 
 #include <jansson.h>
 
+#include "ckpt/ckpt.h"
 #include "cluster/etcd.h"
 #include "cluster/keys.h"
 #include "tagctl/tagctl.h"
@@ -32,12 +33,18 @@ static tagc_status next_step(tagc_etcd *etcd, const char *job, int64_t *step) {
   return TAGC_OK;
 }
 
-/* The fault spec of KIND as the worker parses it: slow=SECONDS or KIND@STEP. */
+/* The fault spec of KIND as the worker parses it: slow=SECONDS, ckpt:STAGE[@RANK] (as is: the
+ * worker's next checkpoint save dies at that stage) or KIND@STEP. */
 static tagc_status fault_spec(const tagctl_etcd_args *a, const char *kind, int64_t step,
                               char *spec, size_t cap) {
   if (!strcmp(kind, "slow"))
     snprintf(spec, cap, "slow=%g", a->seconds);
-  else
+  else if (!strncmp(kind, "ckpt:", 5)) {
+    if (strlen(kind) <= 5 || strchr(kind, ',') || strlen(kind) >= cap)
+      return tagc_errorf(TAGC_EINVAL, "fault '%s': one ckpt:STAGE[@RANK]", kind);
+    snprintf(spec, cap, "%s", kind);
+    return tagc_ckpt_fault_configure(spec); /* checks the stage (this process has no saves) */
+  } else
     snprintf(spec, cap, "%s@%lld", kind, (long long)step);
   tagc_faults check;
   return tagc_faults_parse(spec, &check);
@@ -63,7 +70,7 @@ static tagc_status arm(tagc_etcd *etcd, const tagctl_etcd_args *a, const char *k
   TAGC_CHECK(fault_spec(a, kind, step >= 0 ? step : 0, spec, sizeof spec)); /* bad input first */
   if (!a->force)
     TAGC_CHECK(registered(etcd, a->job, a->worker));
-  if (step < 0 && strcmp(kind, "slow") != 0) {
+  if (step < 0 && strcmp(kind, "slow") != 0 && strncmp(kind, "ckpt:", 5) != 0) {
     TAGC_CHECK(next_step(etcd, a->job, &step));
     TAGC_CHECK(fault_spec(a, kind, step, spec, sizeof spec));
   }
@@ -80,10 +87,11 @@ int tagctl_inject(int argc, char **argv) {
   int code = tagctl_etcd_setup("tagctl inject", "--job J --worker W KIND [--at-step S] | --clear",
                                "Arms a fault on a running worker through its etcd key "
                                "chaos/<worker>. KIND: crash, exit, oom, hang, drop, nan (at step S, "
-                               "default: the worker's next step) or slow (--seconds per "
-                               "collective); the worker polls the key about once a second and "
-                               "must be registered in the job (--force: arm it anyway, e.g. "
-                               "before the job starts).",
+                               "default: the worker's next step), slow (--seconds per "
+                               "collective) or ckpt:STAGE (its next checkpoint save dies at "
+                               "STAGE, e.g. ckpt:mid-write); the worker polls the key about "
+                               "once a second and must be registered in the job (--force: arm "
+                               "it anyway, e.g. before the job starts).",
                                argc, argv, &a, pos, 1, &n_pos, &etcd);
   if (code >= 0)
     goto done;

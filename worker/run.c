@@ -263,6 +263,8 @@ static void poll_chaos(tagc_run *t, int64_t step) {
         f.nan[i].from = f.nan[i].to = step;
     tagc_faults_merge(&t->faults, &f);
     tagc_engine_set_op_delay(t->engine, t->faults.slow_s);
+    if (strstr(spec, "ckpt:") && tagc_ckpt_fault_configure(spec) != TAGC_OK) /* next save */
+      LOG_WARN("train", "chaos ckpt fault ignored: %s", tagc_last_error());
   } else {
     LOG_WARN("train", "chaos spec ignored: %s", tagc_last_error());
   }

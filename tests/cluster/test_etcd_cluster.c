@@ -1,6 +1,8 @@
 /* The etcd client against a three-member etcd cluster: members die and come back one at a
  * time; calls fail over to a live member and a watch follows without losing or repeating
- * events. */
+ * events. A SIGSTOPped member (connections accepted, nothing answered) that every call tries
+ * first does not cost a lease: a renewal whose deadline it used up moves the next one on. */
+#include <stdatomic.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <string.h>
@@ -28,6 +30,13 @@ static int collect(void *arg, const tagc_etcd_watch_msg *m) {
   }
   pthread_mutex_unlock(&s->lock);
   return 0;
+}
+
+static atomic_int lease_lost;
+
+static void on_lost(void *arg, int64_t lease, tagc_status why) {
+  (void)arg, (void)lease, (void)why;
+  atomic_store(&lease_lost, 1);
 }
 
 static int wait_seen(seen *s, int n, double timeout_s) {
@@ -98,6 +107,33 @@ int main(void) {
   CHECK_OK(tagc_etcd_get(c, "/c/c", &v, NULL, NULL));
   CHECK_EQ_STR(v, "3");
   free(v);
+  tagc_etcd_destroy(c);
+
+  /* Member 0 stops answering (SIGSTOP) under a client that prefers it: each renewal of a 3 s
+   * lease has 1 s (TTL/3), all of which an attempt on member 0 uses up. The keeper must
+   * renew through another member within the TTL, for 3 TTLs of the stop. */
+  CHECK_OK(tagc_test_etcd_restart(&cl.member[1]));
+  cfg.deadline_s = 5;
+  c = NULL;
+  CHECK_OK(tagc_etcd_create(&cfg, &c));
+  int64_t lease = 0, ttl = 0;
+  if (c)
+    CHECK_OK(tagc_etcd_lease_grant(c, 3, &lease, &ttl)); /* through member 0: it is preferred */
+  tagc_etcd_keeper *k = NULL;
+  if (c && lease)
+    CHECK_OK(tagc_etcd_keeper_start(c, lease, ttl, on_lost, NULL, &k));
+  if (k) {
+    CHECK_OK(tagc_test_etcd_pause(&cl.member[0]));
+    double stop_end = tagc_now() + 3 * (double)ttl;
+    while (tagc_now() < stop_end && !atomic_load(&lease_lost))
+      tagc_sleep(0.05);
+    double silence = tagc_etcd_keeper_silence_s(k);
+    CHECK_OK(tagc_test_etcd_resume(&cl.member[0]));
+    CHECK_MSG(!atomic_load(&lease_lost), "the %lld s lease was lost while member 0 was stopped",
+              (long long)ttl);
+    CHECK_MSG(silence < (double)ttl, "no renewal for %.1f s of a %lld s lease", silence, (long long)ttl);
+    tagc_etcd_keeper_stop(k);
+  }
   tagc_etcd_destroy(c);
   tagc_test_etcd_cluster_stop(&cl);
   return TEST_END();

@@ -279,6 +279,31 @@ static void test_timeouts(tagc_etcd *c) {
   CHECK_EQ_INT(used(), 3);
 }
 
+/* An endpoint that timed out is no longer preferred, even when the call was not retried (out
+ * of attempts, or a lease renewal whose deadline the attempt used up): the next call starts
+ * on the next endpoint, so a stopped member does not take every call's deadline. */
+static void test_timeout_moves_preference(void) {
+  tagc_etcd_config cfg;
+  tagc_etcd_config_init(&cfg);
+  cfg.endpoints = "http://a:1,http://b:2";
+  cfg.transport = &fake;
+  cfg.max_attempts = 1; /* as a renewal whose deadline one attempt used up */
+  tagc_etcd *c = NULL;
+  CHECK_OK(tagc_etcd_create(&cfg, &c));
+  if (!c)
+    return;
+  script_reset();
+  add(TAGC_ETIMEDOUT, 0, "");
+  CHECK_EQ_INT(tagc_etcd_put(c, "/k", "v", 1, 0, NULL), TAGC_ETIMEDOUT);
+  CHECK_EQ_INT(used(), 1);
+  CHECK_EQ_STR(S.endpoint[0], "http://a:1");
+  script_reset();
+  add(TAGC_OK, 200, "{" HDR "}");
+  CHECK_OK(tagc_etcd_put(c, "/k", "v", 1, 0, NULL));
+  CHECK_EQ_STR(S.endpoint[0], "http://b:2");
+  tagc_etcd_destroy(c);
+}
+
 static void test_numbers_and_leases(tagc_etcd *c) {
   int64_t id = 0, ttl = 0, granted = 0;
   script_reset();
@@ -596,6 +621,7 @@ int main(void) {
   test_bad_replies(c);
   test_html_reply(c);
   test_timeouts(c);
+  test_timeout_moves_preference();
   test_numbers_and_leases(c);
   test_watch(c);
   test_watch_first_compaction(c);
