@@ -6,7 +6,12 @@
 
 /* Lanes are decoded in groups of 64 (one bitmap word column): the group's sketch columns
  * are transposed into lane-major arrays and its items listed per lane in one pass over the
- * bitmap words, so the peel itself touches only contiguous per-lane memory. */
+ * bitmap words, so the peel itself touches only contiguous per-lane memory. Each item's
+ * value goes straight to its place in the group's values in output order; adjacent groups
+ * whose values fit in one buffer are then written out together, block by block, so the
+ * output is written in order rather than in 64-element pieces 4 KiB apart (one such pass
+ * per group made every write a cold line and a TLB miss). The float operations and their
+ * order are those of the CUDA twin (decode_cuda.cu): only where values are kept changed. */
 #define GROUP 64
 #define GROUPS (TAGC_BLOCK / GROUP)
 
@@ -52,7 +57,7 @@ static group_state group_state_at(const tagc_layout *l, char *p) {
   s.items = (uint32_t *)p;
   p += align64(GROUP * (size_t)s.stride * sizeof(uint32_t));
   s.islot = (uint32_t *)p;
-  p += align64(GROUP * (size_t)s.stride * sizeof(float));
+  p += align64(GROUP * (size_t)s.stride * sizeof(uint32_t));
   s.rot = (uint32_t *)p;
   p += align64(g * sizeof(uint32_t));
   s.slot = (uint32_t *)p;
