@@ -6,51 +6,72 @@
 
 /* Lanes are decoded in groups of 64 (one bitmap word column): the group's sketch columns
  * are transposed into lane-major arrays and its items listed per lane in one pass over the
- * bitmap words, so the peel itself touches only contiguous per-lane memory. */
+ * bitmap words, so the peel itself touches only contiguous per-lane memory. Each item's
+ * value goes straight to its place in the group's values in output order; adjacent groups
+ * whose values fit in one buffer are then written out together, block by block, so the
+ * output is written in order rather than in 64-element pieces 4 KiB apart (one such pass
+ * per group made every write a cold line and a TLB miss). The float operations and their
+ * order are those of the CUDA twin (decode_cuda.cu): only where values are kept changed. */
 #define GROUP 64
 #define GROUPS (TAGC_BLOCK / GROUP)
 
 /* Per-thread state, carved from the caller's workspace. */
 typedef struct group_state {
+  int64_t stride;  /* lane stride of items and islot: blocks, padded so that the 64 lanes'
+                    * lists start in different L1 sets (a 4 KiB multiple would alias) */
   float *cell;     /* [GROUP][rows] sketch columns of the group, peeled items subtracted */
-  uint32_t *items; /* [GROUP][blocks] block ids of each lane's items, ascending */
-  float *vals;     /* [GROUP][blocks] decoded value of each lane's k-th item */
+  uint32_t *items; /* [GROUP][stride] block ids of each lane's items, ascending */
+  uint32_t *islot; /* [GROUP][stride] where each lane's k-th item goes in the group's values
+                    * (output order: block by block, lanes ascending within a block) */
+  uint32_t *slot;  /* [blocks] islot of the lane's item in block b, for the lane being decoded */
+  uint32_t *rot;   /* [blocks] lane rotation of each block (kernels/hash.h) */
+  float *cvals;    /* [GROUP * stride] values of the pending groups, in output order */
+  int64_t ncvals;  /* values in cvals */
+  int w0, w1;      /* pending groups: decoded and compacted, not yet stored */
+  int64_t goff[GROUPS]; /* offset in cvals of pending group w0 + g */
   int64_t *nitems; /* [GROUP] */
-  int32_t *count;  /* [rows] items in each cell of the lane being decoded */
-  uint32_t *ids;   /* [rows] XOR of the block ids of those items */
+  uint64_t *cell_ids; /* [rows] per cell of the lane being decoded: (items in the cell) << 32
+                       * | XOR of their block ids, so one read-modify-write updates both */
   uint32_t *stack; /* [rows + 3*blocks + 1] cells whose count became 1 */
-  uint32_t *pos;   /* [blocks] index k of block b in the lane's item list */
   uint8_t *done;   /* [blocks] item peeled, indexed by block */
 } group_state;
 
 static size_t align64(size_t x) { return (x + 63) & ~(size_t)63; }
 
+/* blocks rounded up to 16 (one cache line of uint32), plus one line. */
+static int64_t lane_stride(const tagc_layout *l) { return ((l->blocks + 15) & ~(int64_t)15) + 16; }
+
 static size_t group_state_bytes(const tagc_layout *l) {
-  size_t r = (size_t)l->rows, g = (size_t)l->blocks;
-  return 2 * align64(GROUP * g * sizeof(uint32_t)) + align64(GROUP * r * sizeof(float)) +
-         align64(GROUP * sizeof(int64_t)) + 2 * align64(r * sizeof(uint32_t)) +
-         align64((r + 3 * g + 1) * sizeof(uint32_t)) + align64(g * sizeof(uint32_t)) + align64(g);
+  size_t r = (size_t)l->rows, g = (size_t)l->blocks, st = (size_t)lane_stride(l);
+  return 3 * align64(GROUP * st * sizeof(uint32_t)) + 2 * align64(g * sizeof(uint32_t)) + align64(GROUP * r * sizeof(float)) +
+         align64(GROUP * sizeof(int64_t)) + align64(r * sizeof(uint64_t)) +
+         align64((r + 3 * g + 1) * sizeof(uint32_t)) + align64(g);
 }
 
 static group_state group_state_at(const tagc_layout *l, char *p) {
   size_t r = (size_t)l->rows, g = (size_t)l->blocks;
   group_state s;
+  s.stride = lane_stride(l);
   s.cell = (float *)p;
   p += align64(GROUP * r * sizeof(float));
   s.items = (uint32_t *)p;
-  p += align64(GROUP * g * sizeof(uint32_t));
-  s.vals = (float *)p;
-  p += align64(GROUP * g * sizeof(float));
+  p += align64(GROUP * (size_t)s.stride * sizeof(uint32_t));
+  s.islot = (uint32_t *)p;
+  p += align64(GROUP * (size_t)s.stride * sizeof(uint32_t));
+  s.rot = (uint32_t *)p;
+  p += align64(g * sizeof(uint32_t));
+  s.slot = (uint32_t *)p;
+  p += align64(g * sizeof(uint32_t));
+  s.cvals = (float *)p;
+  p += align64(GROUP * (size_t)s.stride * sizeof(float));
+  s.ncvals = 0;
+  s.w0 = s.w1 = 0;
   s.nitems = (int64_t *)p;
   p += align64(GROUP * sizeof(int64_t));
-  s.count = (int32_t *)p;
-  p += align64(r * sizeof(int32_t));
-  s.ids = (uint32_t *)p;
-  p += align64(r * sizeof(uint32_t));
+  s.cell_ids = (uint64_t *)p;
+  p += align64(r * sizeof(uint64_t));
   s.stack = (uint32_t *)p;
   p += align64((r + 3 * g + 1) * sizeof(uint32_t));
-  s.pos = (uint32_t *)p;
-  p += align64(g * sizeof(uint32_t));
   s.done = (uint8_t *)p;
   return s;
 }
@@ -69,79 +90,99 @@ static inline float row_sign(uint32_t entry) {
 }
 
 /* Element of block b (0..1023) held by lane 64w (the group's first lane). */
-static inline uint32_t lane_start(const tagc_layout *l, int64_t b, int w) {
-  return (uint32_t)(GROUP * w - tagc_block_rotation(l->seed, (uint32_t)b)) & (TAGC_BLOCK - 1);
+static inline uint32_t lane_start(const group_state *s, int64_t b, int w) {
+  return (uint32_t)(GROUP * w - s->rot[b]) & (TAGC_BLOCK - 1);
 }
 
 /* out[at .. at+n) = vals[0 .. n), clipped to elements below limit. */
 static inline void store_run(float *out, int64_t limit, int64_t at, const float *vals, int64_t n) {
   if (at + n > limit)
     n = limit - at;
-  if (n > 0)
-    memcpy(out + at, vals, (size_t)n * sizeof(float));
+  for (int64_t i = 0; i < n; i++)
+    out[at + i] = vals[i];
 }
 
-/* Transposes group w's sketch columns and lists each lane's items. */
-static void group_load(const tagc_layout *l, const float *sketch, const uint64_t *bitmap, int w,
+/* Transposes group w's sketch columns and lists each lane's items with their places in the
+ * group's values. Returns the group's number of items. */
+static int64_t group_load(const tagc_layout *l, const float *sketch, const uint64_t *bitmap, int w,
                        group_state *s) {
-  int64_t rows = l->rows;
-  /* Row-major reads: a row's 64 group cells are 4 contiguous cache lines. (Reading down a
-   * column instead strides by 4 KiB, and 16 such rows share one L1 set.) */
-  for (int64_t r = 0; r < rows; r++) {
-    const float *src = sketch + r * TAGC_BLOCK + GROUP * w;
+  int64_t rows = l->rows, stride = s->stride;
+  /* Tiles of 8 rows x 64 lanes: each row's 64 group cells are 4 contiguous cache lines, and
+   * each lane gets 8 contiguous cells. (Reading down a column instead strides by 4 KiB, and
+   * 16 such rows share one L1 set.) */
+  int64_t r0 = 0;
+  for (; r0 + 8 <= rows; r0 += 8) {
+    const float *src = sketch + r0 * TAGC_BLOCK + GROUP * w;
+    for (int q = 0; q < GROUP; q++) {
+      float *dst = s->cell + q * rows + r0;
+      for (int j = 0; j < 8; j++)
+        dst[j] = src[j * TAGC_BLOCK + q];
+    }
+  }
+  for (; r0 < rows; r0++) {
+    const float *src = sketch + r0 * TAGC_BLOCK + GROUP * w;
     for (int q = 0; q < GROUP; q++)
-      s->cell[q * rows + r] = src[q];
+      s->cell[q * rows + r0] = src[q];
   }
   memset(s->nitems, 0, GROUP * sizeof *s->nitems);
+  uint32_t n = 0;
   for (int64_t b = 0; b < l->blocks; b++) {
-    uint64_t m = tagc_block_bits64(bitmap + b * GROUPS, lane_start(l, b, w));
+    uint64_t m = tagc_block_bits64(bitmap + b * GROUPS, lane_start(s, b, w));
     while (m) {
       int q = __builtin_ctzll(m);
       m &= m - 1;
-      s->items[q * l->blocks + s->nitems[q]++] = (uint32_t)b;
+      int64_t at = q * stride + s->nitems[q]++;
+      s->items[at] = (uint32_t)b;
+      s->islot[at] = n++;
     }
   }
+  return n;
 }
 
+#define ONE_ITEM (1ull << 32) /* one item in the count half of a cell_ids word */
+
 /* Peels one lane of the group (cells in `cell`, items in `items`), then estimates what is
- * left; vals[k] gets the value of items[k]. Returns the number of items peeled. */
+ * left; vals[islot[k]] gets the value of items[k]. Returns the number of items peeled. */
 static int64_t lane_decode(const tagc_layout *l, float *cell, const uint32_t *items,
-                           int64_t nitems, group_state *s, float *vals) {
+                           const uint32_t *islot, int64_t nitems, group_state *s, float *vals) {
   int64_t top = 0, peeled = 0;
-  memset(s->count, 0, (size_t)l->rows * sizeof *s->count);
-  memset(s->ids, 0, (size_t)l->rows * sizeof *s->ids);
+  uint64_t *ci = s->cell_ids;
+  memset(ci, 0, (size_t)l->rows * sizeof *ci);
   for (int64_t k = 0; k < nitems; k++) {
-    const uint32_t *rows = &l->block_rows[3 * (int64_t)items[k]];
-    s->done[items[k]] = 0;
-    s->pos[items[k]] = (uint32_t)k;
+    uint32_t b = items[k];
+    const uint32_t *rows = &l->block_rows[3 * (int64_t)b];
+    s->done[b] = 0;
+    s->slot[b] = islot[k];
     for (int i = 0; i < 3; i++) {
-      s->count[rows[i] & TAGC_ROW_MASK]++;
-      s->ids[rows[i] & TAGC_ROW_MASK] ^= items[k];
+      uint32_t ri = rows[i] & TAGC_ROW_MASK;
+      ci[ri] = (ci[ri] ^ b) + ONE_ITEM;
     }
   }
   for (int64_t r = 0; r < l->rows; r++) { /* branch-free: most tests are unpredictable */
     s->stack[top] = (uint32_t)r;
-    top += s->count[r] == 1;
+    top += (ci[r] >> 32) == 1;
   }
   while (top > 0) {
     uint32_t r = s->stack[--top];
-    if (s->count[r] != 1)
+    uint64_t c = ci[r];
+    if ((c >> 32) != 1)
       continue;
-    uint32_t b = s->ids[r];
+    uint32_t b = (uint32_t)c;
     const uint32_t *rows = &l->block_rows[3 * (int64_t)b];
     uint32_t e0 = rows[0], e1 = rows[1], e2 = rows[2]; /* which of them is r is unpredictable: */
     uint32_t own = (e1 & TAGC_ROW_MASK) == r ? e1 : e2; /* selects, not branches */
     own = (e0 & TAGC_ROW_MASK) == r ? e0 : own;
     float x = row_sign(own) * cell[r];
-    vals[s->pos[b]] = x;
+    vals[s->slot[b]] = x;
     s->done[b] = 1;
     peeled++;
     for (int i = 0; i < 3; i++) {
       uint32_t ri = rows[i] & TAGC_ROW_MASK;
       cell[ri] -= row_sign(rows[i]) * x;
-      s->ids[ri] ^= b;
+      uint64_t v = (ci[ri] ^ b) - ONE_ITEM;
+      ci[ri] = v;
       s->stack[top] = ri; /* pushed only if its count drops to 1 (branch-free) */
-      top += --s->count[ri] == 1;
+      top += (v >> 32) == 1;
     }
   }
   for (int64_t k = 0; peeled < nitems && k < nitems; k++) {
@@ -152,32 +193,46 @@ static int64_t lane_decode(const tagc_layout *l, float *cell, const uint32_t *it
     float a[3];
     for (int i = 0; i < 3; i++)
       a[i] = row_sign(rows[i]) * cell[rows[i] & TAGC_ROW_MASK];
-    vals[k] = tagc_median3(a[0], a[1], a[2]);
+    vals[islot[k]] = tagc_median3(a[0], a[1], a[2]);
   }
   return peeled;
 }
 
-/* Writes group w's lanes of every block to out: decoded values where the bitmap is set,
- * +0 elsewhere. Lane 64w + q of block b is element (start + q) mod 1024 of the block, a
- * circular run of 64 elements; nothing is written past shard_numel (padding bits are clear,
+/* Writes the pending groups' lanes (groups w0 .. w1-1, compacted in s->cvals) of every block
+ * to out: decoded values where the bitmap is set, +0 elsewhere. Lane 64*w0 + j of block b is
+ * element (start + j) mod 1024 of the block, so the pending lanes of a block are one
+ * circular run of 64 * (w1 - w0) elements, written in one go (block by block, the writes
+ * walk the output in order). Nothing is written past shard_numel (padding bits are clear,
  * so those lanes hold +0). */
-static void group_store(const tagc_layout *l, const uint64_t *bitmap, int w,
-                        const group_state *s, float *out) {
-  int64_t cursor[GROUP] = {0};
+static void pending_store(const tagc_layout *l, const uint64_t *bitmap, group_state *s,
+                          float *out) {
+  int ng = s->w1 - s->w0, len = GROUP * ng;
+  int64_t limit = l->shard_numel, cursor[GROUPS];
+  float run[TAGC_BLOCK];
+  for (int g = 0; g < ng; g++)
+    cursor[g] = s->goff[g];
   for (int64_t b = 0; b < l->blocks; b++) {
     int64_t base = b * TAGC_BLOCK;
-    uint32_t start = lane_start(l, b, w);
-    float chunk[GROUP] = {0};
-    uint64_t m = tagc_block_bits64(bitmap + b * GROUPS, start);
-    while (m) {
-      int q = __builtin_ctzll(m);
-      m &= m - 1;
-      chunk[q] = s->vals[q * l->blocks + cursor[q]++];
+    uint32_t start = lane_start(s, b, s->w0);
+    for (int j = 0; j < len; j++)
+      run[j] = 0.0f;
+    for (int g = 0; g < ng; g++) {
+      uint64_t m = tagc_block_bits64(bitmap + b * GROUPS, (start + GROUP * g) & (TAGC_BLOCK - 1));
+      float *dst = run + GROUP * g;
+      int64_t c = cursor[g];
+      while (m) {
+        int q = __builtin_ctzll(m);
+        m &= m - 1;
+        dst[q] = s->cvals[c++];
+      }
+      cursor[g] = c;
     }
-    int64_t first = TAGC_BLOCK - start < GROUP ? TAGC_BLOCK - start : GROUP; /* before the wrap */
-    store_run(out, l->shard_numel, base + start, chunk, first);
-    store_run(out, l->shard_numel, base, chunk + first, GROUP - first);
+    int64_t first = TAGC_BLOCK - (int64_t)start < len ? TAGC_BLOCK - (int64_t)start : len; /* before the wrap */
+    store_run(out, limit, base + start, run, first);
+    store_run(out, limit, base, run + first, len - first);
   }
+  s->w0 = s->w1 = 0;
+  s->ncvals = 0;
 }
 
 /* Error unless every bit past shard_numel (the padding) is clear. */
@@ -206,17 +261,30 @@ tagc_status tagc_decode_cpu(const tagc_layout *l, const float *sketch, const uin
 #pragma omp parallel num_threads(nthreads) reduction(+ : nonzero, peeled)
   {
     group_state s = group_state_at(l, (char *)ws + (size_t)omp_get_thread_num() * per_thread);
+    for (int64_t b = 0; b < l->blocks; b++)
+      s.rot[b] = tagc_block_rotation(l->seed, (uint32_t)b);
 #pragma omp for schedule(static)
     for (int w = 0; w < GROUPS; w++) {
-      group_load(l, sketch, bitmap, w, &s);
+      int64_t total = group_load(l, sketch, bitmap, w, &s);
+      /* Groups are stored in batches of adjacent groups whose values fit in cvals (one
+       * group always fits: at most 64 items per block); the batching only changes the order
+       * of the writes, never a value. */
+      if (s.w1 > s.w0 && (w != s.w1 || s.ncvals + total > GROUP * s.stride))
+        pending_store(l, bitmap, &s, out);
+      if (s.w1 == s.w0)
+        s.w0 = s.w1 = w;
+      s.goff[s.w1 - s.w0] = s.ncvals;
+      s.w1++;
       for (int q = 0; q < GROUP; q++) {
-        int64_t off = (int64_t)q * l->blocks;
-        nonzero += s.nitems[q];
-        peeled += lane_decode(l, s.cell + (int64_t)q * l->rows, s.items + off, s.nitems[q], &s,
-                              s.vals + off);
+        int64_t off = (int64_t)q * s.stride;
+        peeled += lane_decode(l, s.cell + (int64_t)q * l->rows, s.items + off, s.islot + off,
+                              s.nitems[q], &s, s.cvals + s.ncvals);
       }
-      group_store(l, bitmap, w, &s, out);
+      nonzero += total;
+      s.ncvals += total;
     }
+    if (s.w1 > s.w0)
+      pending_store(l, bitmap, &s, out);
   }
   stats->nonzero = nonzero;
   stats->peeled = peeled;

@@ -11,7 +11,7 @@
  * memcpy copies the same number of bytes between two other buffers (best of the repeats);
  * "ratio" = op GB/s / memcpy GB/s. Best of --reps runs for every figure.
  * Usage: tagc_bench_kernels [--sizes 1,4,16,64 (M elements)] [--threads 1,2] [--reps 3]
- *                           [--density 0.1] */
+ *                           [--density 0.1] [--ops decode,encode,... (default: all)] */
 #include <math.h>
 #include <omp.h>
 #include <stdio.h>
@@ -194,10 +194,30 @@ static int parse_list(const char *s, double *out, int cap) {
   return n;
 }
 
+/* want[op] = 1 for each op named in the comma-separated list s, 0 for the others. */
+static int parse_ops(const char *s, int *want) {
+  for (int op = 0; op < OP_COUNT; op++)
+    want[op] = 0;
+  while (*s) {
+    size_t len = strcspn(s, ",");
+    int found = 0;
+    for (int op = 0; op < OP_COUNT; op++)
+      if (strlen(op_names[op]) == len && !strncmp(s, op_names[op], len))
+        want[op] = found = 1;
+    if (!found)
+      return -1;
+    s += len + (s[len] == ',');
+  }
+  return 0;
+}
+
 int main(int argc, char **argv) {
   double sizes[16] = {1, 4, 16, 64}, threads[8] = {1, 2};
   int nsizes = 4, nthreads = 2, reps = 3;
   float density = 0.1f;
+  int want[OP_COUNT];
+  for (int op = 0; op < OP_COUNT; op++)
+    want[op] = 1;
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "--sizes") && i + 1 < argc)
       nsizes = parse_list(argv[++i], sizes, 16);
@@ -207,8 +227,13 @@ int main(int argc, char **argv) {
       reps = atoi(argv[++i]);
     else if (!strcmp(argv[i], "--density") && i + 1 < argc)
       density = (float)atof(argv[++i]);
-    else {
-      fprintf(stderr, "usage: %s [--sizes 1,4,16,64] [--threads 1,2] [--reps 3] [--density 0.1]\n",
+    else if (!strcmp(argv[i], "--ops") && i + 1 < argc) {
+      if (parse_ops(argv[++i], want) != 0) {
+        fprintf(stderr, "--ops: unknown op in '%s'\n", argv[i]);
+        return 2;
+      }
+    } else {
+      fprintf(stderr, "usage: %s [--sizes 1,4,16,64] [--threads 1,2] [--reps 3] [--density 0.1] [--ops decode,...]\n",
               argv[0]);
       return 2;
     }
@@ -226,6 +251,8 @@ int main(int argc, char **argv) {
       tagc_decode_stats dst = {0};
       /* encode before decode so the sketch and global bitmap are current */
       for (int op = 0; op < OP_COUNT; op++) {
+        if (!want[op])
+          continue;
         if (op == OP_DECODE) {
           tagc_sketch_encode_cpu(&u.l, u.kept, u.bitmap, u.sketch);
           tagc_bitmap_or_many_cpu(u.glob, u.bitmap, 1, u.l.bitmap_words);
