@@ -21,9 +21,13 @@ does not fire it again.
 cut_worker is an iptables + cgroup v2 cut on loopback, not a network namespace (a running
 process cannot be moved into one): the worker's process moves into a cgroup of its own
 (tagc-soak-<pid>-<n> under the cgroup2 root, /sys/fs/cgroup/unified or /sys/fs/cgroup), and
-`iptables -I OUTPUT -m cgroup --path ... -j DROP` drops every packet it sends (etcd requests,
-Gloo data and its TCP ACKs, so its peers stall too) - in effect the same as cutting its
-namespace's link. After 20 s the rule goes, the process moves back and the cgroup is removed;
+`iptables -I OUTPUT -m cgroup --path ... -j DROP` drops every packet its new sockets send. A
+socket keeps the cgroup it was created in, so the worker's existing TCP sockets (Gloo pairs,
+listeners, kept-alive etcd connections; listed with `ss -tanp`) get DROP rules by address as
+well: each connection's 4-tuple both ways, each listener's port both ways. Nothing flows to or
+from the worker (peers stall on it) - in effect the same as cutting its namespace's link. (The
+first 20-minute soak had only the cgroup rule: its cuts stopped the worker's etcd traffic but
+not its established Gloo connections.) After 20 s the rule goes, the process moves back and the cgroup is removed;
 that also happens on any exit of the driver (Ctrl-C, SIGTERM, an exception), and at the end the
 driver checks that no rule of its prefix is left. Without root, cgroup2 or the iptables cgroup
 match the kind counts as "unsupported" with a one-line reason.
@@ -58,6 +62,7 @@ import json
 import os
 import random
 import re
+import shlex
 import shutil
 import signal
 import socket
@@ -200,13 +205,48 @@ class NetCut:
             f.write(str(pid))
         subprocess.run(["iptables", "-I", "OUTPUT", "-m", "cgroup", "--path", name, "-j", "DROP"],
                        check=True, capture_output=True)
+        # A socket keeps the cgroup it was made in, so the rule above catches only sockets the
+        # worker opens from now on. Its existing TCP sockets (Gloo pairs, listeners, reused etcd
+        # connections) are cut by address: each connection's 4-tuple both ways, each listener's
+        # port (its accepted connections and handshakes) both ways.
+        for rule in self.socket_rules(pid):
+            subprocess.run(["iptables", "-I", "OUTPUT"] + rule + ["-m", "comment", "--comment", name,
+                                                                 "-j", "DROP"],
+                           check=True, capture_output=True)
         return name
+
+    @staticmethod
+    def socket_rules(pid):
+        r = subprocess.run(["ss", "-Htanp"], capture_output=True, text=True)
+        rules, tag = [], "pid=%d," % pid
+        for line in r.stdout.splitlines():
+            f = line.split()
+            if tag not in line or len(f) < 5:
+                continue
+            state, local, peer = f[0], f[3], f[4]
+            if local.startswith("[") or peer.startswith("["):
+                continue  # IPv6: the workers use IPv4 on loopback
+            la, lp = local.rsplit(":", 1)
+            pa, pp = peer.rsplit(":", 1)
+            if state == "LISTEN":
+                la = "127.0.0.1" if la in ("0.0.0.0", "*") else la
+                rules.append(["-p", "tcp", "-s", la, "--sport", lp])
+                rules.append(["-p", "tcp", "-d", la, "--dport", lp])
+            elif pp != "*":
+                rules.append(["-p", "tcp", "-s", la, "--sport", lp, "-d", pa, "--dport", pp])
+                rules.append(["-p", "tcp", "-s", pa, "--sport", pp, "-d", la, "--dport", lp])
+        return rules
 
     def undo(self, name):
         pid = self.active.pop(name, None)
         while subprocess.run(["iptables", "-D", "OUTPUT", "-m", "cgroup", "--path", name, "-j", "DROP"],
                              capture_output=True).returncode == 0:
             pass
+        listed = subprocess.run(["iptables", "-S", "OUTPUT"], capture_output=True, text=True).stdout
+        for line in listed.splitlines():  # the socket rules carry the cut's name as a comment
+            if line.startswith("-A OUTPUT ") and ('--comment "%s"' % name in line or
+                                                  "--comment %s " % name in line):
+                subprocess.run(["iptables", "-D"] + shlex.split(line)[1:], capture_output=True)
         path = os.path.join(self.root, name)
         for _ in range(50):
             try:  # every process still in it (the worker, if alive) goes back to the root
