@@ -464,7 +464,7 @@ class Soak:
         self.job_name = job
         args = [os.path.join(self.a.bindir, "tagctl"), "run", "--etcd", ",".join(self.etcd.urls),
                 "--job", job, "--out", out, "--workers", str(self.a.workers), "--coordinators", "2",
-                "--min-workers", "2", "--max-restarts", "1000", "--log", "warn", "--steps", str(steps),
+                "--min-workers", str(self.a.min_workers), "--max-restarts", "1000", "--log", "warn", "--steps", str(steps),
                 "--ckpt-every", "20", "--threads", "1", "--batch", "12", "--eval-every", "0",
                 "--eval-windows", "12", "--compress", "tagc", "--op-timeout", str(self.a.op_timeout)]
         log = open(out + ".log", "w")
@@ -602,6 +602,10 @@ def main():
     ap.add_argument("--minutes", type=float, default=3)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--workers", type=int, default=3, choices=(3, 4))
+    ap.add_argument("--min-workers", type=int, default=1, choices=(1, 2),
+                    help="the job's --min-workers (default 1: two overlapping faults that take out "
+                         "two workers, e.g. a hang and a cut, leave one that can train; with 2 the "
+                         "job waits for one to come back, beyond any per-fault pause bound)")
     ap.add_argument("--out", default=None, help="folder for runs and logs (default: a temporary one, removed)")
     ap.add_argument("--etcd-members", type=int, default=3, choices=(1, 3))
     ap.add_argument("--steps-per-minute", type=int, default=0,
