@@ -35,8 +35,8 @@ try:
     wait_for(lambda: os.path.exists(out + "/metrics.jsonl") and len(metrics(out)) >= 10, 120, "10 steps")
     for i in (2, 3):
         c.start_worker("w%d" % i, "--out", out, *common)
-    wait_for(lambda: any(r["world_size"] == 4 for r in metrics(out)), 120, "a generation of 4")
-    check(True, "scaled up to 4 workers")
+    first4 = wait_for(lambda: [r for r in metrics(out) if r["world_size"] == 4], 120, "a generation of 4")
+    check(first4[0]["generation"] > 1, "scaled up to 4 workers (generation %d)" % first4[0]["generation"])
     wait_for(lambda: len([r for r in metrics(out) if r["world_size"] == 4]) >= 5, 120, "5 steps at W=4")
     c.signal("w3", signal.SIGKILL)
     rc = [c.wait("w%d" % i, 150) for i in range(3)]

@@ -83,12 +83,14 @@ try:
           % (full[0]["step"], full[0]["generation"]))
     coord = read_pids(out)["coordinator-0"]
     os.kill(coord, signal.SIGKILL)
-    wait_for(lambda: read_pids(out).get("coordinator-0") not in (None, coord), 60, "a new coordinator")
-    check(True, "the killed coordinator was restarted (pid %d -> %d)" % (coord, read_pids(out)["coordinator-0"]))
+    new_coord = wait_for(lambda: read_pids(out).get("coordinator-0") not in (None, coord)
+                         and read_pids(out)["coordinator-0"], 60, "a new coordinator")
+    check(alive(new_coord), "the killed coordinator was restarted (pid %d -> %d)" % (coord, new_coord))
     etcd = read_pids(out)["etcd"]
     os.kill(etcd, signal.SIGKILL)
-    wait_for(lambda: read_pids(out).get("etcd") not in (None, etcd), 60, "a new local etcd")
-    check(True, "the killed local etcd was restarted (pid %d -> %d)" % (etcd, read_pids(out)["etcd"]))
+    new_etcd = wait_for(lambda: read_pids(out).get("etcd") not in (None, etcd) and read_pids(out)["etcd"],
+                        60, "a new local etcd")
+    check(alive(new_etcd), "the killed local etcd was restarted (pid %d -> %d)" % (etcd, new_etcd))
     rc = p.wait(300)
     s = json.load(open(out + "/summary.json"))
     check(rc == 0 and s["steps"] == steps, "tagctl run finished the job: status %d, %d steps" % (rc, s["steps"]))

@@ -107,7 +107,13 @@ try:
     gateway(url, "/v3/auth/user/add", {"name": "root", "password": PASSWORD}, ctx)
     gateway(url, "/v3/auth/user/grant", {"user": "root", "role": "root"}, ctx)
     gateway(url, "/v3/auth/enable", {}, ctx)
-    check(True, "etcd on https with client certificates and auth (user root) is up")
+    try:
+        gateway(url, "/v3/kv/range", {"key": "eA=="}, ctx)
+        anonymous = "served"
+    except OSError as e:
+        anonymous = "refused (%s)" % e
+    check(anonymous != "served", "etcd on https with client certificates and auth (user root) is up: "
+          "an anonymous read is %s" % anonymous)
 
     creds = ["--etcd-ca", ca, "--etcd-cert", cert, "--etcd-key", key, "--etcd-user", "root"]
     train = ["run", "--etcd", url, "--workers", "2", "--steps", "20", "--ckpt-every", "10",
