@@ -127,13 +127,14 @@ static void serve(void *arg, const char *path, tagc_http_response *resp) {
   }
 }
 
-tagc_status tagc_metrics_http_start(const char *addr, tagc_metrics_http **out) {
+tagc_status tagc_metrics_http_start(const char *addr, const char *job, tagc_metrics_http **out) {
   *out = NULL;
   tagc_metrics_http *m = calloc(1, sizeof *m);
   if (!m)
     return tagc_errorf(TAGC_ENOMEM, "metrics server");
   m->started = tagc_now();
   m->sample = tagc_worker_sample_empty();
+  m->sample.job = job; /* labelled from the first scrape, before the first sample */
   pthread_mutex_init(&m->mu, NULL);
   tagc_status st = tagc_http_start(addr, serve, m, &m->http);
   if (st != TAGC_OK) {

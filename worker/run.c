@@ -60,7 +60,7 @@ tagc_status tagc_run_new(const tagc_train_config *cfg, tagc_run **out) {
   TAGC_CHECK_GOTO(tagc_mkdir_p(cfg->out), st, fail);
   TAGC_CHECK_GOTO(own_out(r), st, fail); /* first: a second run in OUT is refused at once */
   if (cfg->metrics_addr && *cfg->metrics_addr) {
-    TAGC_CHECK_GOTO(tagc_metrics_http_start(cfg->metrics_addr, &r->http), st, fail);
+    TAGC_CHECK_GOTO(tagc_metrics_http_start(cfg->metrics_addr, cfg->job, &r->http), st, fail);
     LOG_INFO("train", "serving /metrics and /healthz on port %d (--metrics-addr %s)",
              tagc_metrics_http_port(r->http), cfg->metrics_addr);
   }
