@@ -1,7 +1,8 @@
 /* `--compress auto` (worker/auto_policy.h, worker/policy.h): the cost model picks fp32 on a
  * fast link, the sketch on a slow one when it compresses, bf16 in between; unknown rates change
  * nothing; hysteresis and the switch budget stop oscillation; the spec parser makes tagc roles
- * adaptive and --gather auto follows the policy. */
+ * adaptive and --gather auto follows the policy; --reshard-after-forward auto keeps gathered
+ * units exactly when they fit the memory budget. */
 #include <math.h>
 
 #include "test.h"
@@ -86,8 +87,21 @@ static void test_policy_spec(void) {
   CHECK(tagc_policy_rank_density(0.2, 8) < tagc_policy_rank_density(0.2, 2));
 }
 
+static void test_reshard_budget(void) {
+  /* the budget: the configured bytes, else an eighth of the device's memory, else none */
+  CHECK_NEAR(tagc_auto_gather_budget(64e6, 8e9), 64e6, 1e-6);
+  CHECK_NEAR(tagc_auto_gather_budget(0, 8e9), TAGC_AUTO_GATHER_MEM_FRACTION * 8e9, 1e-6);
+  CHECK_NEAR(tagc_auto_gather_budget(0, 0), 0, 0);
+  /* keep every gathered unit exactly when it fits; nothing fits an unknown budget */
+  CHECK_EQ_INT(tagc_auto_keep_gathered(13.3e6, 64e6), 1);
+  CHECK_EQ_INT(tagc_auto_keep_gathered(64e6, 64e6), 1);
+  CHECK_EQ_INT(tagc_auto_keep_gathered(65e6, 64e6), 0);
+  CHECK_EQ_INT(tagc_auto_keep_gathered(13.3e6, 0), 0);
+}
+
 int main(void) {
   test_choices();
+  test_reshard_budget();
   test_hysteresis();
   test_policy_spec();
   return TEST_END();
