@@ -67,10 +67,13 @@ static void test_policy_spec(void) {
   tagc_compress_policy p;
   CHECK_OK(tagc_policy_parse("auto", &p));
   CHECK(p.role[TAGC_ROLE_MLP_FC].kind == TAGC_POLICY_TAGC && p.role[TAGC_ROLE_MLP_FC].adaptive);
+  CHECK_NEAR(p.role[TAGC_ROLE_MLP_FC].density, TAGC_AUTO_DENSITY, 0);
   CHECK(p.role[TAGC_ROLE_NORM].kind == TAGC_POLICY_NONE && !p.role[TAGC_ROLE_NORM].adaptive);
   CHECK(p.role[TAGC_ROLE_ATTN_QKV].kind == TAGC_POLICY_BF16 && !p.role[TAGC_ROLE_ATTN_QKV].adaptive);
   CHECK_OK(tagc_policy_parse("tagc,mlp=auto", &p));
   CHECK(p.role[TAGC_ROLE_MLP_PROJ].adaptive && !p.role[TAGC_ROLE_TOK_EMB].adaptive);
+  CHECK_NEAR(p.role[TAGC_ROLE_MLP_PROJ].density, TAGC_AUTO_DENSITY, 0);
+  CHECK_NEAR(p.role[TAGC_ROLE_TOK_EMB].density, TAGC_DEFAULT_DENSITY, 0);
   CHECK(!tagc_role_policy_equal(&p.role[TAGC_ROLE_MLP_PROJ], &p.role[TAGC_ROLE_TOK_EMB]));
   CHECK_EQ_INT(tagc_policy_parse("tagc,auto", &p), TAGC_EINVAL);
   CHECK_EQ_INT(tagc_policy_parse("automatic", &p), TAGC_EINVAL);
