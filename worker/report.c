@@ -265,6 +265,7 @@ static void sample_step(tagc_report *rp, const tagc_step_stats *ss) {
   m->lr = ss->lr;
   m->grad_norm = ss->grad_norm;
   m->sketch_coverage = ss->sketch_coverage;
+  m->reshard = ss->reshard;
   tagc_prom_observe(tagc_step_bounds, m->step_le, TAGC_STEP_BUCKETS, &m->step_count,
                     &m->step_sum, ss->step_s);
 }

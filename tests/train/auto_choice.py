@@ -8,7 +8,8 @@ otherwise measure), after the first step:
   the same with --max-gather-mem 1 (MiB, less than the gathered model): resharding stays;
   fast link (5 GB/s): fp32 wires and bf16 gathers (the cheap-to-compute path), no sketch.
 Every change is logged with its reason. Keeping the gathered units changes no number: the
-losses and final parameters equal those of a resharding run bit for bit. (Before the fix, the
+losses and final parameters equal those of a resharding run bit for bit; nor does a stop and
+resume (the gather precision is in the checkpoint). (Before the fix, the
 engine never counted its adaptive segments, so `auto` stayed on bf16 whatever the link.)
 The loss of bf16 and int8 gathers against fp32 gathers is compress_loss.py's (label slow).
 usage: auto_choice.py TAGCTL"""
@@ -97,5 +98,15 @@ with tempfile.TemporaryDirectory() as tmp:
     check("no reshard: same losses and parameters as reshard",
           same["true"][:2] == same["false"][:2],
           "bytes %d -> %d" % (same["true"][2], same["false"][2]))
+    # A resumed auto run gathers and sends as the saved one did (int8 gathers, the wires are in
+    # the checkpoint's compression state): bit-identical to the run without the stop.
+    ckpt = SMALL + auto(12.5e6) + ["--ckpt-every", "5"]
+    rows, _, s = run(tmp, "straight", 10, ckpt)
+    straight = ([r["loss"] for r in rows[5:]], s["params_crc32c"])
+    run(tmp, "resumed", 10, ckpt + ["--stop-at", "5"])
+    rows, _, s = run(tmp, "resumed", 10, ckpt)
+    resumed = ([r["loss"] for r in rows[5:]], s["params_crc32c"])
+    check("resumed at step 5: same gathers, losses and parameters", straight == resumed
+          and all(r["gather"] == "int8" for r in rows[5:]), str([r["gather"] for r in rows[5:]]))
 print("%d failed" % len(failed))
 sys.exit(1 if failed else 0)
