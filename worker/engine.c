@@ -715,11 +715,11 @@ static void val_fill(const tagc_corpus *c, uint64_t seed, int64_t step, int64_t 
   tagc_val_fill(c, first, count, T, tokens, targets);
 }
 
-/* `--compress auto`: at the first step with a known link rate, then after each density probe
- * (every AUTO_EVERY steps), every adaptive segment takes the wire auto_policy.h predicts
- * cheapest, from figures all ranks share (the
- * slowest link, the largest codec time, the agreed density), so all ranks choose the same.
- * Rank 0 logs each change with its reason. */
+/* `--compress auto`: at the first step with a known link rate (so short runs benefit), then
+ * after each density probe (every AUTO_EVERY steps), every adaptive segment takes the wire
+ * auto_policy.h predicts cheapest, from figures all ranks share (the slowest link, the largest
+ * codec time, the agreed density), so all ranks choose the same. Rank 0 logs each change with
+ * its reason. */
 static void choose_wires(tagc_engine *e, int64_t step, double link_rate) {
   if (!(link_rate > 0) || (e->auto_decided && step % AUTO_EVERY != 0))
     return;
