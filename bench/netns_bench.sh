@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Step time and bytes per step of compression policies at W = 2 and 4 over emulated links
-# (unlimited veth, tbf 1 Gbit/s, tbf 100 Mbit/s), printed as ratios against `none` of the same
-# link and W. Needs root. Each worker runs in its own network namespace, joined to the others
+# (unlimited veth, tbf 1 Gbit/s, tbf 100 Mbit/s), printed as ratios against fp32 ZeRO-3 (the
+# first policy, none/fp32) and against `none` with the same gathers (precision and resharding)
+# of the same link and W. Needs root. Each worker runs in its own network namespace, joined to the others
 # by a bridge in a hub namespace; both directions of every worker's link are shaped. Addresses
 # (10.231.0.0/24) exist only inside these namespaces, which are removed at the end.
 #   usage: bench/netns_bench.sh BUILD_DIR [STEPS] [WORLDS] [LINKS] [POLICIES]
@@ -11,7 +12,7 @@ build=${1:?usage: bench/netns_bench.sh BUILD_DIR [STEPS] [WORLDS] [LINKS] [POLIC
 steps=${2:-20}
 worlds=${3:-"2 4"}
 links=${4:-"unlimited 1gbit 100mbit"}
-policies=${5:-"none/fp32 none/bf16 bf16 tagc tagc/int8 auto"}
+policies=${5:-"none/fp32 none/bf16 none/int8/false bf16 tagc tagc/int8 tagc/int8/false auto"}
 worker=$(readlink -f "$build/bin/tagc-worker")
 model=${TAGC_BENCH_MODEL:-"--layers 4 --dim 256 --heads 4 --ctx 128 --batch 8"}
 tmp=$(mktemp -d /tmp/tagc-netns.XXXXXX)
@@ -56,10 +57,15 @@ shape() { # shape RATE|unlimited: egress of both ends of every worker link
   done
 }
 
-# A policy is COMPRESS[/GATHER]: the --compress spec, then optionally the --gather precision
-# (default auto: bf16 when anything is compressed); e.g. none/fp32 = fp32 ZeRO-3, none/bf16,
-# bf16, tagc, auto.
-spec_of() { echo "--compress ${1%%/*} --gather $( [ "${1#*/}" != "$1" ] && echo "${1#*/}" || echo auto)"; }
+# A policy is COMPRESS[/GATHER[/RESHARD]]: the --compress spec, then optionally the --gather
+# precision (default auto: bf16 when anything is compressed) and --reshard-after-forward
+# (default auto: true, except that --compress auto may keep the gathered units); e.g.
+# none/fp32 = fp32 ZeRO-3, none/int8/false, bf16, tagc, auto.
+spec_of() {
+  local compress gather reshard
+  IFS=/ read -r compress gather reshard <<<"$1"
+  echo "--compress $compress --gather ${gather:-auto} --reshard-after-forward ${reshard:-auto}"
+}
 
 run() { # run W POLICY LINK -> prints one result line
   local w=$1 policy=$2 link=$3 out=$tmp/$w-${2//\//-}-$link
@@ -82,33 +88,64 @@ run() { # run W POLICY LINK -> prints one result line
     mkdir -p "$TAGC_BENCH_KEEP/$w-${policy//\//-}-$link"
     cp "$out/summary.json" "$out/metrics.jsonl" "$TAGC_BENCH_KEEP/$w-${policy//\//-}-$link/"
   fi
-  python3 - "$out/summary.json" "$w" "$policy" "$link" <<'PY'
+  # one JSON line: the summary's figures, the median bytes of a step (steady state: the first
+  # step's lossless density probe excluded) and the gathers in effect at the last step
+  python3 - "$out" "$w" "$policy" "$link" <<'PY'
 import json, sys
-s = json.load(open(sys.argv[1]))
-print("%s %s %s %.4f %d %.4f %.4f %.4f %.4f %.3f" % (sys.argv[2], sys.argv[3], sys.argv[4],
-      s["step_s_median"], s["bytes_sent_per_step"], s["comm_s_per_step"],
-      s["exposed_comm_s_per_step"], s["final_val_loss"], s["unpeeled_fraction"],
-      s.get("paths", {}).get("sketch", 0.0)))
+out, w, policy, link = sys.argv[1:]
+s = json.load(open(out + "/summary.json"))
+rows = [json.loads(l) for l in open(out + "/metrics.jsonl")]
+last = rows[-1]
+print(json.dumps({"w": w, "policy": policy, "link": link, "step_s": s["step_s_median"],
+                  "bytes": sorted(r["bytes_sent"] for r in rows)[len(rows) // 2],
+                  "bytes_mean": s["bytes_sent_per_step"], "comm_s": s["comm_s_per_step"],
+                  "exposed_s": s["exposed_comm_s_per_step"], "val_loss": s["final_val_loss"],
+                  "unpeeled": s["unpeeled_fraction"],
+                  "sketch": s.get("paths", {}).get("sketch", 0.0),
+                  "gather": last.get("gather", "fp32"), "reshard": last.get("reshard", True),
+                  "fixed": not policy.startswith("auto")}))
 PY
 }
 
-echo "model: $model, $steps steps; $(nproc) cores"
-printf '%-3s %-9s %-10s %9s %7s %9s %8s %8s %9s %9s %9s %7s\n' W link policy step_ms ratio MB_sent bytes_x comm_ms exposed_% val_loss unpeeled sketch%
+echo "model: $model, $steps steps; $(nproc) cores; load average $(cut -d' ' -f1-3 /proc/loadavg)"
+results=$tmp/results.jsonl
+: > "$results"
 for link in $links; do
   shape "$link"
   for w in $worlds; do
-    base_t= base_b=
     for policy in $policies; do
       line=$(run "$w" "$policy" "$link") || { echo "$line"; continue; }
-      read -r _ _ _ t b c x v u k <<<"$line"
-      [ -z "$base_t" ] && base_t=$t base_b=$b
-      python3 -c "
-import sys
-w,link,pol,t,b,c,x,v,u,k,bt,bb=sys.argv[1:]
-t,b,c,x,bt,bb=map(float,(t,b,c,x,bt,bb))
-print('%-3s %-9s %-10s %9.1f %7.2f %9.2f %8.2f %8.1f %9.0f %9.4f %9.4f %7.0f' % (w,link,pol,1e3*t,bt/t,b/1e6,bb/b,1e3*c,100*x/c if c else 0,float(v),float(u),100*float(k)))
-" "$w" "$link" "$policy" "$t" "$b" "$c" "$x" "$v" "$u" "$k" "$base_t" "$base_b"
+      echo "$line" >> "$results"
     done
   done
 done
-echo "ratio = step time of the first policy (none/fp32: fp32 ZeRO-3) / this policy's; bytes_x likewise for bytes sent; sketch% = gradient elements sent as sketches"
+python3 - "$results" <<'PY'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+groups = {}
+for r in rows:
+    groups.setdefault((r["w"], r["link"]), []).append(r)
+print("%-3s %-9s %-16s %9s %7s %7s %8s %8s %8s %9s %7s %-5s %-7s" % (
+    "W", "link", "policy", "step_ms", "x_zero3", "x_same", "MB/step", "bytes_x", "exposed%",
+    "val_loss", "sketch%", "gathr", "reshard"))
+for (w, link), g in groups.items():
+    base = g[0]  # the first policy: fp32 ZeRO-3 (none/fp32)
+    best = min((r for r in g if r["fixed"]), key=lambda r: r["step_s"])
+    for r in g:
+        same = [n for n in g if n["policy"].startswith("none") and n["gather"] == r["gather"]
+                and n["reshard"] == r["reshard"]]
+        x_same = "%7.2f" % (same[0]["step_s"] / r["step_s"]) if same else "%7s" % "-"
+        print("%-3s %-9s %-16s %9.1f %7.2f %s %8.2f %8.2f %8.0f %9.4f %7.0f %-5s %-7s" % (
+            w, link, r["policy"], 1e3 * r["step_s"], base["step_s"] / r["step_s"], x_same,
+            r["bytes"] / 1e6, base["bytes"] / r["bytes"],
+            100 * r["exposed_s"] / r["comm_s"] if r["comm_s"] else 0, r["val_loss"],
+            100 * r["sketch"], r["gather"], str(r["reshard"]).lower()))
+    for r in g:
+        if not r["fixed"]:
+            print("    %s at W=%s %s: %.2fx the best fixed policy (%s)" % (
+                r["policy"], w, link, best["step_s"] / r["step_s"], best["policy"]))
+print("x_zero3 = step time of fp32 ZeRO-3 (none/fp32, the first policy) / this one's; x_same = "
+      "of `none` with the same gathers (precision, reshard; '-' when not run); MB/step = median "
+      "bytes sent per step and rank (bytes_x against fp32 ZeRO-3); gathr/reshard = in effect at "
+      "the last step; sketch% = gradient elements sent as sketches (mean over steps)")
+PY

@@ -66,3 +66,13 @@ const char *tagc_gather_mode_name(tagc_gather_mode m) {
   default: return "?";
   }
 }
+
+double tagc_auto_gather_budget(double max_gather_bytes, double device_bytes) {
+  if (max_gather_bytes > 0)
+    return max_gather_bytes;
+  return device_bytes > 0 ? TAGC_AUTO_GATHER_MEM_FRACTION * device_bytes : 0;
+}
+
+int tagc_auto_keep_gathered(double held_bytes, double budget) {
+  return held_bytes > 0 && budget > 0 && held_bytes <= budget;
+}

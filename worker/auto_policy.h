@@ -78,4 +78,22 @@ tagc_gather_mode tagc_auto_gather_choose(int world, double link_bytes_per_s,
 /* "fp32", "bf16" or "int8". */
 const char *tagc_gather_mode_name(tagc_gather_mode m);
 
+/* `--reshard-after-forward auto` with `--compress auto`: ZeRO-3 (reshard) gathers every unit
+ * but the embeddings twice per step, before forward and again before backward, and holds at
+ * most three gathered units; keeping every gathered unit for the step (no reshard, ZeRO++ hpZ's
+ * trade) sends each unit once, saving (W-1)/W of the gathered model's bytes per step on any
+ * link, at the same compute, and holds the full fp32 parameters of every unit at once. So the
+ * rule is one of memory only: keep the gathered units when they fit the budget on every rank,
+ * decided once (after the first step) and never undone.
+ *
+ * The budget in bytes: max_gather_bytes when > 0, else TAGC_AUTO_GATHER_MEM_FRACTION of the
+ * device's memory (device_bytes: a GPU's total memory, the host's physical RAM for the CPU);
+ * 0 when neither is known (then resharding stays). */
+#define TAGC_AUTO_GATHER_MEM_FRACTION 0.125
+
+double tagc_auto_gather_budget(double max_gather_bytes, double device_bytes);
+
+/* 1 when holding `held_bytes` of gathered parameters for the whole step fits `budget`. Pure. */
+int tagc_auto_keep_gathered(double held_bytes, double budget);
+
 #endif

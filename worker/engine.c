@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "common/log.h"
 #include "common/timeutil.h"
@@ -17,7 +18,8 @@
 
 #define BLOCK 1024 /* shard padding: the compression kernels' block */
 #define ROLLING_SLOTS 3 /* unit parameter buffers when resharding: in use, prefetched, spare */
-#define AUTO_EVERY 16 /* steps between wire decisions of `--compress auto` (after each probe) */
+#define AUTO_EVERY 16 /* steps between wire decisions of `--compress auto` (after each probe);
+                         the first one comes as soon as the link rate is known */
 #define MARK_SLOT 2048  /* device marks: unit u's gradient is mark u, slot s's release MARK_SLOT + s */
 
 /* Slots of the per-step scalars summed over ranks. */
@@ -28,6 +30,8 @@ enum {
   SUM_FB_ABS, /* ... sum of their absolute values (scale of the comparison) */
   SUM_NONFINITE, /* ranks that saw a non-finite loss, gradient or reduced shard: the step is
                     skipped on every rank when the sum is not 0 */
+  SUM_CANNOT_HOLD, /* reshard_auto: ranks that cannot hold every gathered unit (budget or
+                      allocation); resharding stays when the sum is not 0 */
   SUM_SEG0    /* + segment index: global bits (summed); then + n_segs + segment index: the
                  densest lane's density (maximum); then at + 2 n_segs minus the link rate
                  (maximum: the slowest rank's), then + 2 n_segs + 1 + segment index: the codec's
@@ -321,7 +325,7 @@ static void mark(tagc_engine *e, int id) {
 
 static void hook_release(void *ctx, int unit) {
   tagc_engine *e = ctx;
-  if (!e->cfg.reshard_after_forward)
+  if (!e->reshard)
     return; /* every unit stays gathered until the step ends */
   int s = slot_of(e, unit);
   if (s >= 0) {
@@ -356,6 +360,76 @@ static tagc_status hook_backward_done(void *ctx, int unit) {
     submit(e, TASK_REDUCE, unit, -1);
   }
   return TAGC_OK;
+}
+
+/* ---------- parameter slots ---------- */
+
+/* Allocates slot buffers up to n (each holds the largest unit). */
+static tagc_status grow_slots(tagc_engine *e, int n) {
+  for (; e->slot_cap < n; e->slot_cap++)
+    TAGC_CHECK(tagc_device_alloc(e->dev, e->max_unit * sizeof(float), (void **)&e->slot_buf[e->slot_cap]));
+  return TAGC_OK;
+}
+
+/* Frees slot buffers beyond the first n. */
+static void shrink_slots(tagc_engine *e, int n) {
+  for (; e->slot_buf && e->slot_cap > n; e->slot_cap--) {
+    tagc_device_free(e->dev, e->slot_buf[e->slot_cap - 1]);
+    e->slot_buf[e->slot_cap - 1] = NULL;
+  }
+}
+
+/* Bytes the slots hold when every unit stays gathered for the step. */
+static double held_all_bytes(const tagc_engine *e) {
+  return (double)e->L->n_units * (double)e->max_unit * sizeof(float);
+}
+
+/* The budget of reshard_auto (auto_policy.h): the configured one, else a fraction of the GPU's
+ * memory or of the host's physical RAM. */
+static double gather_budget(const tagc_engine *e) {
+  tagc_device_info info;
+  tagc_device_get_info(e->dev, &info);
+  double mem = (double)info.total_bytes;
+  if (!(mem > 0)) {
+    long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
+    mem = pages > 0 && page > 0 ? (double)pages * (double)page : 0;
+  }
+  return tagc_auto_gather_budget(e->cfg.max_gather_bytes, mem);
+}
+
+/* reshard_auto: allocates a slot per unit when all of them fit the budget, so that the first
+ * step can report whether this rank could stop resharding. An allocation failure only means
+ * it cannot (the buffers are released). */
+static void prepare_hold_all(tagc_engine *e) {
+  if (!tagc_auto_keep_gathered(held_all_bytes(e), gather_budget(e)))
+    return;
+  if (grow_slots(e, e->L->n_units) != TAGC_OK) {
+    LOG_DEBUG("engine", "keeping every gathered unit: %s", tagc_last_error());
+    shrink_slots(e, ROLLING_SLOTS);
+  }
+}
+
+/* reshard_auto, once, from the first step's figures that all ranks share: stop resharding when
+ * every rank holds a slot per unit, else release the extra slots. Rank 0 logs the reason. */
+static void choose_reshard(tagc_engine *e, int64_t step, double cannot_hold) {
+  if (!e->reshard_adaptive)
+    return;
+  e->reshard_adaptive = 0;
+  double held = held_all_bytes(e), budget = gather_budget(e);
+  if (cannot_hold == 0) {
+    e->reshard = 0;
+    e->n_slots = e->L->n_units;
+    if (e->rank == 0)
+      LOG_INFO("engine", "auto: step %lld, reshard after forward: true -> false (every gathered "
+               "unit held, %.1f MB within the budget %.1f MB on every rank: one all-gather per "
+               "unit and step instead of two)", (long long)step + 1, held / 1e6, budget / 1e6);
+    return;
+  }
+  shrink_slots(e, ROLLING_SLOTS);
+  if (e->rank == 0)
+    LOG_INFO("engine", "auto: step %lld, reshard after forward stays true (%d rank(s) cannot hold "
+             "every gathered unit: %.1f MB against a budget of %.1f MB here, --max-gather-mem)",
+             (long long)step + 1, (int)cannot_hold, held / 1e6, budget / 1e6);
 }
 
 /* ---------- lifecycle ---------- */
@@ -415,18 +489,22 @@ tagc_status tagc_engine_new(const tagc_engine_config *cfg, tagc_engine **out) {
     st = tagc_errorf(TAGC_ENOMEM, "token buffers");
     goto fail;
   }
-  e->n_slots = cfg->reshard_after_forward ? ROLLING_SLOTS : e->L->n_units;
-  e->slot_buf = calloc((size_t)e->n_slots, sizeof(float *));
-  e->slot_unit = malloc((size_t)e->n_slots * sizeof(int));
-  e->slot_task = calloc((size_t)e->n_slots, sizeof(int64_t));
+  e->reshard = cfg->reshard_after_forward;
+  e->reshard_adaptive = e->reshard && cfg->reshard_auto && e->n_adaptive > 0 && e->world > 1;
+  int max_slots = e->L->n_units > ROLLING_SLOTS ? e->L->n_units : ROLLING_SLOTS;
+  e->n_slots = e->reshard ? ROLLING_SLOTS : e->L->n_units;
+  e->slot_buf = calloc((size_t)max_slots, sizeof(float *));
+  e->slot_unit = malloc((size_t)max_slots * sizeof(int));
+  e->slot_task = calloc((size_t)max_slots, sizeof(int64_t));
   if (!e->slot_buf || !e->slot_unit || !e->slot_task) {
     st = tagc_errorf(TAGC_ENOMEM, "unit parameter slots");
     goto fail;
   }
-  for (int s = 0; s < e->n_slots; s++) {
+  for (int s = 0; s < max_slots; s++)
     e->slot_unit[s] = -1;
-    TAGC_CHECK_GOTO(tagc_device_alloc(e->dev, e->max_unit * sizeof(float), (void **)&e->slot_buf[s]), st, fail);
-  }
+  TAGC_CHECK_GOTO(grow_slots(e, e->n_slots), st, fail);
+  if (e->reshard_adaptive)
+    prepare_hold_all(e);
   TAGC_CHECK_GOTO(tagc_device_model_new(e->dev, e->L, cfg->micro_batch, &e->model), st, fail);
   TAGC_CHECK_GOTO(init_params(e), st, fail);
   e->hooks = (tagc_unit_hooks){e, hook_params, hook_grads, hook_backward_done, hook_release, TAGC_OK};
@@ -468,8 +546,7 @@ void tagc_engine_free(tagc_engine *e) {
     void *bufs[] = {e->gather16, e->gatherq, e->grads, e->staging, e->xfer};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
       tagc_device_free(d, bufs[i]);
-    for (int s = 0; e->slot_buf && s < e->n_slots; s++)
-      tagc_device_free(d, e->slot_buf[s]);
+    shrink_slots(e, 0);
     tagc_device_model_free(e->model);
     if (e->own_dev)
       tagc_device_close(d);
@@ -638,13 +715,15 @@ static void val_fill(const tagc_corpus *c, uint64_t seed, int64_t step, int64_t 
   tagc_val_fill(c, first, count, T, tokens, targets);
 }
 
-/* `--compress auto`: after each density probe (every PROBE_EVERY steps), every adaptive
- * segment takes the wire auto_policy.h predicts cheapest, from figures all ranks share (the
- * slowest link, the largest codec time, the agreed density), so all ranks choose the same.
- * Rank 0 logs each change with its reason. */
+/* `--compress auto`: at the first step with a known link rate (so short runs benefit), then
+ * after each density probe (every AUTO_EVERY steps), every adaptive segment takes the wire
+ * auto_policy.h predicts cheapest, from figures all ranks share (the slowest link, the largest
+ * codec time, the agreed density), so all ranks choose the same. Rank 0 logs each change with
+ * its reason. */
 static void choose_wires(tagc_engine *e, int64_t step, double link_rate) {
-  if (step % AUTO_EVERY != 0)
+  if (!(link_rate > 0) || (e->auto_decided && step % AUTO_EVERY != 0))
     return;
+  e->auto_decided = 1;
   for (int i = 0; i < e->n_segs; i++) {
     engine_segment *s = &e->segs[i];
     if (!s->pol.adaptive)
@@ -693,8 +772,8 @@ static void update_density(tagc_engine *e, tagc_step_stats *stats) {
       continue;
     }
     path[s->step.wire] += (double)s->len;
-    if (s->step.wire == TAGC_MODE_SKETCH)
-      s->codec_s = e->sums[SUM_SEG0 + 2 * e->n_segs + 1 + i];
+    if (s->step.wire == TAGC_MODE_SKETCH && s->step.rho >= TAGC_AUTO_MIN_RHO)
+      s->codec_s = e->sums[SUM_SEG0 + 2 * e->n_segs + 1 + i]; /* not a lossless probe's */
     tagc_len += (double)s->len;
     if (s->step.dense)
       continue; /* sent dense: nothing measured */
@@ -790,7 +869,10 @@ tagc_status tagc_engine_step(tagc_engine *e, const tagc_corpus *corpus, int64_t 
     sums[at_rate] = -(e->cfg.link_rate > 0 ? e->cfg.link_rate
                                             : tagc_comm_link_rate(tagc_comm_backend_of(e->cfg.comm)));
   sums[SUM_NONFINITE] = local_bad;
+  sums[SUM_CANNOT_HOLD] = e->reshard_adaptive && e->slot_cap < e->L->n_units;
+  stats->reshard = e->reshard;
   TAGC_CHECK(reduce_over_ranks(e, sums, n_sums, SUM_SEG0 + e->n_segs));
+  choose_reshard(e, step, sums[SUM_CANNOT_HOLD]);
   stats->loss = sums[SUM_LOSS] / ((double)e->cfg.batch * T);
   stats->grad_norm = sqrt(sums[SUM_SQ]);
   stats->lr = tagc_lr_at(&e->cfg.adam, step);

@@ -70,6 +70,12 @@ typedef struct tagc_engine_config {
   int reshard_after_forward;       /* 1: ZeRO-3, a unit is gathered before forward and again
                                       before backward; 0: gathered units stay for the whole step
                                       (one all-gather per unit per step, full parameters held) */
+  int reshard_auto;                /* with reshard_after_forward and adaptive (--compress auto)
+                                      roles: after the first step, stop resharding when every
+                                      rank holds all gathered units within max_gather_bytes
+                                      (auto_policy.h); decided once */
+  double max_gather_bytes;         /* the budget of reshard_auto; <= 0: a fraction of the
+                                      device's memory (auto_policy.h) */
 } tagc_engine_config;
 
 typedef struct tagc_engine tagc_engine;
@@ -92,6 +98,7 @@ typedef struct tagc_step_stats {
   double path_fraction[3]; /* of all gradient elements: sent as sketches, dense bf16, dense fp32
                               (indexed by tagc_wire_mode, worker/auto_policy.h) */
   const char *gather;     /* precision of this step's compute all-gathers: "fp32", "bf16", "int8" */
+  int reshard;            /* 1: this step gathered units again for backward (ZeRO-3) */
   uint64_t unpeeled;      /* tagc segments: elements left to the estimate, all ranks */
   uint64_t tagc_elements; /* tagc segments: elements set in the ORed bitmaps, all ranks */
   double feedback_error;  /* check_feedback: |sum(grad + old residual) - sum(kept + new

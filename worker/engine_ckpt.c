@@ -100,11 +100,22 @@ json_t *tagc_engine_compression_state(const tagc_engine *e) {
                                              "switches", s->switches, "codec_s", s->codec_s));
     json_array_append_new(segs, item);
   }
-  return json_pack("{s:i, s:o}", "world_size", e->world, "segments", segs);
+  json_t *state = json_pack("{s:i, s:o}", "world_size", e->world, "segments", segs);
+  if (state && e->gather_adaptive) /* `--gather auto`: the precision chosen so far */
+    json_object_update_new(state, json_pack("{s:s, s:i}", "gather", tagc_gather_mode_name(e->gather),
+                                            "gather_switches", e->gather_switches));
+  return state;
 }
 
 tagc_status tagc_engine_set_compression_state(tagc_engine *e, const json_t *state) {
   json_t *segs = json_object_get(state, "segments");
+  const char *gather = json_string_value(json_object_get(state, "gather"));
+  for (int m = TAGC_GATHER_BF16; gather && e->gather_adaptive && m < TAGC_GATHER_COUNT; m++)
+    if (!strcmp(gather, tagc_gather_mode_name((tagc_gather_mode)m))) { /* a resumed run gathers
+                                                                          as the saved one did */
+      e->gather = (tagc_gather_mode)m;
+      e->gather_switches = (int)json_integer_value(json_object_get(state, "gather_switches"));
+    }
   size_t i;
   json_t *item;
   json_array_foreach(segs, i, item) {

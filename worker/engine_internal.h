@@ -50,7 +50,11 @@ struct tagc_engine {
   float *staging; /* W * max S floats: the comm thread's, or the compute thread's while idle */
   void *xfer;     /* per-step scalars of all ranks for the scalar all-gathers */
   size_t xfer_bytes;
-  int n_slots;         /* ROLLING_SLOTS, or one per unit without resharding */
+  int n_slots;         /* slots in use: ROLLING_SLOTS while resharding, else one per unit */
+  int slot_cap;        /* slot buffers allocated (>= n_slots) */
+  int reshard;         /* resharding after forward now (ZeRO-3) */
+  int reshard_adaptive; /* cfg.reshard_auto in effect and not decided yet */
+  int auto_decided;    /* `auto` made its first decision with a known link rate */
   float **slot_buf;
   int *slot_unit;
   int64_t *slot_task;

@@ -23,7 +23,8 @@ const double tagc_step_bounds[TAGC_STEP_BUCKETS] = {0.01, 0.025, 0.05, 0.1, 0.25
 
 tagc_worker_sample tagc_worker_sample_empty(void) {
   return (tagc_worker_sample){.loss = NAN, .rank = -1, .val_loss = NAN, .lr = NAN,
-                              .grad_norm = NAN, .sketch_coverage = NAN, .ckpt_last_step = -1};
+                              .grad_norm = NAN, .sketch_coverage = NAN, .reshard = NAN,
+                              .ckpt_last_step = -1};
 }
 
 /* The last step, its losses and the step duration histogram. */
@@ -43,6 +44,8 @@ static void step_metrics(tagc_prom *p, const tagc_worker_sample *s) {
                   s->grad_norm);
   tagc_prom_gauge(p, "tagc_worker_sketch_coverage_ratio", "Fraction of the compressed "
                   "gradient elements sent as sketches in the last step", s->sketch_coverage);
+  tagc_prom_gauge(p, "tagc_worker_reshard_after_forward", "1 when the last step gathered its "
+                  "units again for backward (ZeRO-3), 0 when it kept them", s->reshard);
 }
 
 static void recovery_metrics(tagc_prom *p, const tagc_worker_sample *s) {

@@ -10,6 +10,7 @@
  *   step_duration_seconds (histogram)                    every step of the process
  *   val_loss, learning_rate, grad_norm                    latest evaluation / step
  *   sketch_coverage_ratio                                 fraction sent as sketches, last step
+ *   reshard_after_forward                                 1: the last step gathered twice
  *   bytes_sent_total, bytes_received_total               collective payload over the process
  *   failures_total, recoveries_total, steps_lost_total   recovery accounting (as summary.json)
  *   max_recovery_seconds, last_recovery_seconds          failure -> first completed step
@@ -49,6 +50,7 @@ typedef struct tagc_worker_sample {
   double link_rate;     /* bytes/s, 0 before the first measurement */
   const char *job;      /* borrowed, outlives the server; NULL: "" */
   double val_loss, lr, grad_norm, sketch_coverage; /* NaN until known */
+  double reshard;      /* 1: the last step resharded after forward, 0: it kept the units; NaN */
   uint64_t step_le[TAGC_STEP_BUCKETS]; /* steps that took <= tagc_step_bounds[i] (cumulative) */
   uint64_t step_count;
   double step_sum;

@@ -76,7 +76,7 @@ static tagc_status parse_rule_value(const char *s, size_t n, tagc_role_policy *r
   buf[n] = '\0';
   rp->adaptive = 0;
   if (!strcmp(buf, "auto")) {
-    *rp = (tagc_role_policy){TAGC_POLICY_TAGC, rp->density, 0, 1};
+    *rp = (tagc_role_policy){TAGC_POLICY_TAGC, TAGC_AUTO_DENSITY, 0, 1};
     return TAGC_OK;
   }
   char *colon = strchr(buf, ':');
@@ -129,7 +129,8 @@ tagc_status tagc_policy_parse(const char *spec, tagc_compress_policy *out) {
         TAGC_CHECK(parse_kind(s, len, &k));
       preset(&p, adaptive ? TAGC_POLICY_TAGC : k);
       for (int r = 0; adaptive && r < TAGC_ROLE_COUNT; r++)
-        p.role[r].adaptive = p.role[r].kind == TAGC_POLICY_TAGC;
+        if (p.role[r].kind == TAGC_POLICY_TAGC)
+          p.role[r] = (tagc_role_policy){TAGC_POLICY_TAGC, TAGC_AUTO_DENSITY, 0, 1};
     } else {
       int matched = 0;
       size_t nlen = (size_t)(eq - s);

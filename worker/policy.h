@@ -4,8 +4,9 @@
  *   "tagc"  the paper's best setting: tagc for the MLP matrices, embeddings and head, bf16 for
  *           attention, none for norms
  *   "auto"  the tagc preset, but every tagc role's wire (fp32, bf16 or the sketch) is chosen
- *           at run time from the measured link rate and codec cost (worker/auto_policy.h);
- *           a rule "role=auto" makes one role adaptive
+ *           at run time from the measured link rate and codec cost (worker/auto_policy.h),
+ *           its sketch at density TAGC_AUTO_DENSITY; a rule "role=auto" makes one role
+ *           adaptive
  *   "bf16"  bf16 wire for every role;  "none"  fp32 reduce-scatter for every role (the FSDP
  *           baseline)
  *   "tagc,attn_qkv=none,mlp_fc=tagc:0.05:4"  a preset followed by per-role overrides; a tagc
@@ -34,6 +35,11 @@ typedef struct tagc_compress_policy {
 } tagc_compress_policy;
 
 #define TAGC_DEFAULT_DENSITY 0.1
+/* The union density of adaptive (`auto`) roles: they take the sketch only where bytes cost the
+ * most time (slow links), and there half the default density gives rho ~2.8 instead of ~2.3
+ * (5.2x instead of 4.8x fewer bytes than fp32 ZeRO-3 on the 3.3 M bench model with int8
+ * gathers and no reshard) at no worse a loss than 0.1 (docs/benchmarks.md 3b). */
+#define TAGC_AUTO_DENSITY 0.05
 
 /* The density each of W ranks keeps so that the union of their kept sets has density about
  * `union_density` when the ranks choose independently: 1 - (1 - d)^(1/W). The sketch's size

@@ -95,6 +95,7 @@ void tagc_report_step(tagc_report *rp, const tagc_step_stats *ss) {
   tt->coverage += ss->sketch_coverage;
   for (int m = 0; m < TAGC_MODE_COUNT; m++)
     tt->paths[m] += ss->path_fraction[m];
+  tt->resharded += ss->reshard;
 }
 
 void tagc_report_val_loss(tagc_report *rp, double val_loss) { rp->val = val_loss; }
@@ -176,6 +177,7 @@ static void write_metrics(tagc_report *rp, int64_t step, const tagc_step_stats *
   json_object_set_new(m, "paths", paths_json(ss->path_fraction, 1));
   if (ss->gather)
     json_object_set_new(m, "gather", json_string(ss->gather));
+  json_object_set_new(m, "reshard", json_boolean(ss->reshard));
   json_object_set_new(m, "batch_crc32c", json_integer(batch_crc(rp, step)));
   json_object_set_new(m, "nonfinite_skips", json_integer(ss->nonfinite));
   if (!isfinite(step_ss->loss))
@@ -263,6 +265,7 @@ static void sample_step(tagc_report *rp, const tagc_step_stats *ss) {
   m->lr = ss->lr;
   m->grad_norm = ss->grad_norm;
   m->sketch_coverage = ss->sketch_coverage;
+  m->reshard = ss->reshard;
   tagc_prom_observe(tagc_step_bounds, m->step_le, TAGC_STEP_BUCKETS, &m->step_count,
                     &m->step_sum, ss->step_s);
 }
@@ -347,6 +350,8 @@ static tagc_status write_summary(tagc_report *rp, const tagc_report_final *f, co
   if (tagc_policy_parse(cfg->compress, &pol) == TAGC_OK)
     json_object_set_new(s, "gather",
                         json_string(tagc_policy_gather_name(cfg->gather, &pol)));
+  json_object_set_new(s, "reshard_after_forward", json_string(cfg->reshard_after_forward));
+  json_object_set_new(s, "resharded_fraction", json_real(tt->resharded / n));
   if (isnan(rp->loss)) /* no step of the job ran in this process */
     json_object_set_new(s, "final_train_loss", json_null());
   if (isnan(rp->val)) /* no evaluation completed in this process */

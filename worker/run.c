@@ -213,7 +213,9 @@ static tagc_status gen_begin(tagc_run *t, const tagc_gen_spec *g) {
   ec.gather_int8 = strcmp(cfg->gather, "int8") == 0;
   ec.gather_auto = strcmp(cfg->gather, "auto") == 0;
   ec.link_rate = cfg->link_rate;
-  ec.reshard_after_forward = cfg->reshard_after_forward;
+  ec.reshard_after_forward = strcmp(cfg->reshard_after_forward, "false") != 0;
+  ec.reshard_auto = strcmp(cfg->reshard_after_forward, "auto") == 0;
+  ec.max_gather_bytes = cfg->max_gather_mem * 1048576.0;
   ec.op_delay_s = t->faults.slow_s;
   TAGC_CHECK(tagc_engine_new(&ec, &t->engine));
   TAGC_CHECK(run_resume(t, g));

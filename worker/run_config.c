@@ -102,9 +102,15 @@ static const tagc_opt train_opts[] = {
     {"link-rate", TAGC_OPT_DOUBLE, OFF(link_rate), "0", 0, 1e12, NULL,
      "bytes/s the --compress/--gather auto choices assume for the slowest link (0 = measure it; "
      "set it when the link is known and measurements are noisy)"},
-    {"reshard-after-forward", TAGC_OPT_BOOL, OFF(reshard_after_forward), "true", 0, -1, NULL,
-     "free a unit's gathered parameters after forward and gather again for backward (ZeRO-3); "
-     "false keeps them for the whole step"},
+    {"reshard-after-forward", TAGC_OPT_CHOICE, OFF(reshard_after_forward), "auto", 0, -1,
+     "auto|true|false",
+     "true: free a unit's gathered parameters after forward and gather again for backward "
+     "(ZeRO-3); false: keep them for the whole step (one gather per unit and step, the full "
+     "parameters held); auto: true, except that --compress auto keeps them when every unit "
+     "fits --max-gather-mem on every rank"},
+    {"max-gather-mem", TAGC_OPT_DOUBLE, OFF(max_gather_mem), "0", 0, 1e9, NULL,
+     "MiB of gathered parameters --reshard-after-forward auto may hold for a whole step "
+     "(0 = 1/8 of the GPU's memory, or of the host's RAM on the CPU)"},
     {"device", TAGC_OPT_STRING, OFF(device), "cpu", 0, -1, NULL,
      "where the model computes: cpu, cuda (device 0) or cuda:N; cuda uses NCCL between workers"},
     {"compute", TAGC_OPT_CHOICE, OFF(compute), "fp32", 0, -1, "fp32|bf16",

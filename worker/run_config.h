@@ -52,7 +52,8 @@ typedef struct tagc_train_config {
   int check_feedback; /* test hook, see tagc_engine_config */
   double link_rate;   /* bytes/s assumed by the auto choices; 0 = measured */
   char *gather;       /* "auto", "fp32" or "bf16" parameter all-gathers (tagc_policy_gather_bf16) */
-  int reshard_after_forward;
+  char *reshard_after_forward; /* "auto", "true" or "false" */
+  double max_gather_mem; /* MiB of gathered parameters `auto` may hold for a step; 0 = default */
   char *fault;        /* fault spec (see worker/fault.h) */
   int64_t max_nonfinite_skips; /* consecutive skipped (non-finite) steps before a rollback */
   char *etcd;         /* etcd endpoints: elastic mode */

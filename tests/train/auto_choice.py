@@ -1,10 +1,17 @@
 #!/usr/bin/env python3
-"""`--compress auto` and `--gather auto` follow the link (issue 13): with the link rate pinned
-(--link-rate, the figure the choices would otherwise measure), a slow link (100 Mbit/s)
-moves the MLP segments of a 3.3 M-parameter model to the sketch and the parameter gathers to
-int8, and a fast link (5 GB/s) moves the compressed roles to dense fp32 and keeps bf16
-gathers. Both runs log each change with its reason. (Before the fix, the engine never
-counted its adaptive segments, so `auto` stayed on bf16 whatever the link.)
+"""`--compress auto`, `--gather auto` and `--reshard-after-forward auto` follow the link and the
+memory (issue 13). With the link rate pinned (--link-rate, the figure the choices would
+otherwise measure), after the first step:
+  slow link (12.5 MB/s, 3.3 M parameters): the MLP segments go to the sketch, the gathers to
+    int8 and the gathered units stay for the step (no reshard): at least 5x fewer bytes per
+    step than fp32 ZeRO-3 (measured on the same model), nothing left to the estimate;
+  the same with --max-gather-mem 1 (MiB, less than the gathered model): resharding stays;
+  fast link (5 GB/s): fp32 wires and bf16 gathers (the cheap-to-compute path), no sketch.
+Every change is logged with its reason. Keeping the gathered units changes no number: the
+losses and final parameters equal those of a resharding run bit for bit; nor does a stop and
+resume (the gather precision is in the checkpoint). (Before the fix, the
+engine never counted its adaptive segments, so `auto` stayed on bf16 whatever the link.)
+The loss of bf16 and int8 gathers against fp32 gathers is compress_loss.py's (label slow).
 usage: auto_choice.py TAGCTL"""
 import json
 import os
@@ -14,6 +21,8 @@ import tempfile
 
 tagctl = sys.argv[1]
 failed = []
+BIG = ["--layers", "4", "--dim", "256", "--heads", "4", "--ctx", "128", "--batch", "8"]
+SMALL = ["--layers", "2", "--dim", "128", "--heads", "4"]
 
 
 def check(name, ok, detail=""):
@@ -22,12 +31,11 @@ def check(name, ok, detail=""):
         failed.append(name)
 
 
-def run(tmp, name, rate, model, steps):
+def run(tmp, name, steps, args):
     out = os.path.join(tmp, name)
     p = subprocess.run([tagctl, "run", "--mode", "static", "--workers", "2", "--steps", str(steps),
-                        "--compress", "auto", "--gather", "auto", "--link-rate", str(rate),
                         "--eval-every", "0", "--ckpt-every", "0", "--log", "info", "--out", out]
-                       + model, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                       + args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     if p.returncode != 0:
         print(p.stdout[-2000:])
         sys.exit("run %s failed (rc %d)" % (name, p.returncode))
@@ -36,29 +44,69 @@ def run(tmp, name, rate, model, steps):
     return rows, changes, json.load(open(os.path.join(out, "summary.json")))
 
 
+def auto(rate):
+    return ["--compress", "auto", "--gather", "auto", "--link-rate", str(rate)]
+
+
 with tempfile.TemporaryDirectory() as tmp:
-    # Slow link: decisions at steps 1 and 17 (after each density probe).
-    big = ["--layers", "4", "--dim", "256", "--heads", "4"]
-    rows, changes, summary = run(tmp, "slow", 12.5e6, big, 20)
-    late = [r for r in rows if r["step"] >= 18]
-    check("slow link: gathers int8 from step 2", all(r["gather"] == "int8" for r in rows[1:]),
-          str(sorted({r["gather"] for r in rows[1:]})))
-    # Which MLP segments switch when depends on their measured codec time (hysteresis 10%).
-    check("slow link: >= 30% of gradient elements as sketch after step 17",
-          all(r["paths"]["sketch"] >= 0.3 for r in late), str([r["paths"]["sketch"] for r in late]))
+    zero3, _, _ = run(tmp, "zero3", 2, BIG + ["--compress", "none", "--gather", "fp32",
+                                              "--reshard-after-forward", "true"])
+    zero3_bytes = zero3[-1]["bytes_sent"]
+    # Slow link: the first decisions come after step 1, then after each probe (every 16).
+    rows, changes, summary = run(tmp, "slow", 20, BIG + auto(12.5e6))
+    later = rows[1:]
+    check("slow link: gathers int8 from step 2", all(r["gather"] == "int8" for r in later),
+          str(sorted({r["gather"] for r in later})))
+    check("slow link: no reshard from step 2", rows[0]["reshard"] and
+          not any(r["reshard"] for r in later), str([r["reshard"] for r in rows[:3]]))
+    check("slow link: >= 60% of gradient elements as sketch from step 2",
+          all(r["paths"]["sketch"] >= 0.6 for r in later),
+          str(sorted({round(r["paths"]["sketch"], 3) for r in later})))
+    median = sorted(r["bytes_sent"] for r in later)[len(later) // 2]
+    check("slow link: >= 5x fewer bytes per step than fp32 ZeRO-3", 5 * median <= zero3_bytes,
+          "%.3f MB vs %.3f MB (%.2fx; worst step %.2fx)" % (
+              median / 1e6, zero3_bytes / 1e6, zero3_bytes / median,
+              zero3_bytes / max(r["bytes_sent"] for r in later)))
     check("slow link: unpeeled fraction <= 1e-4", summary["unpeeled_fraction"] <= 1e-4,
           "%g (%d elements)" % (summary["unpeeled_fraction"], sum(r["unpeeled"] for r in rows)))
     check("slow link: changes logged with their reason",
           any("parameter gathers: bf16 -> int8" in c for c in changes)
-          and any("-> sketch (link 12.5 MB/s" in c for c in changes), "%d lines" % len(changes))
-    check("slow link: summary gather is auto", summary.get("gather") == "auto", summary.get("gather"))
+          and any("-> sketch (link 12.5 MB/s" in c for c in changes)
+          and any("reshard after forward: true -> false" in c for c in changes),
+          "%d lines" % len(changes))
+    check("slow link: summary says auto", summary.get("gather") == "auto"
+          and summary.get("reshard_after_forward") == "auto"
+          and summary.get("resharded_fraction") == 1 / 20, str(summary.get("resharded_fraction")))
+    # A budget smaller than the gathered model keeps ZeRO-3's resharding.
+    rows, changes, _ = run(tmp, "budget", 3, BIG + auto(12.5e6) + ["--max-gather-mem", "1"])
+    check("budget 1 MiB: resharding stays", all(r["reshard"] for r in rows)
+          and any("reshard after forward stays true" in c for c in changes),
+          str([r["reshard"] for r in rows]))
     # Fast link: dense fp32 wins over bf16 conversions and the codec; gathers stay bf16.
-    small = ["--layers", "2", "--dim", "128", "--heads", "4"]
-    rows, changes, _ = run(tmp, "fast", 5e9, small, 6)
+    rows, changes, _ = run(tmp, "fast", 6, SMALL + auto(5e9))
     check("fast link: gathers stay bf16", all(r["gather"] == "bf16" for r in rows),
           str(sorted({r["gather"] for r in rows})))
     check("fast link: >= 50% of gradient elements as fp32 from step 2",
           all(r["paths"]["fp32"] >= 0.5 for r in rows[1:]), str([r["paths"]["fp32"] for r in rows]))
     check("fast link: no sketch after the probe", all(r["paths"]["sketch"] == 0 for r in rows[1:]))
+    # Keeping the gathered units for the step is the same math as resharding.
+    same = {}
+    for reshard in ("true", "false"):
+        rows, _, s = run(tmp, "reshard-" + reshard, 4, SMALL + [
+            "--compress", "tagc", "--gather", "int8", "--reshard-after-forward", reshard])
+        same[reshard] = ([r["loss"] for r in rows], s["params_crc32c"], rows[-1]["bytes_sent"])
+    check("no reshard: same losses and parameters as reshard",
+          same["true"][:2] == same["false"][:2],
+          "bytes %d -> %d" % (same["true"][2], same["false"][2]))
+    # A resumed auto run gathers and sends as the saved one did (int8 gathers, the wires are in
+    # the checkpoint's compression state): bit-identical to the run without the stop.
+    ckpt = SMALL + auto(12.5e6) + ["--ckpt-every", "5"]
+    rows, _, s = run(tmp, "straight", 10, ckpt)
+    straight = ([r["loss"] for r in rows[5:]], s["params_crc32c"])
+    run(tmp, "resumed", 10, ckpt + ["--stop-at", "5"])
+    rows, _, s = run(tmp, "resumed", 10, ckpt)
+    resumed = ([r["loss"] for r in rows[5:]], s["params_crc32c"])
+    check("resumed at step 5: same gathers, losses and parameters", straight == resumed
+          and all(r["gather"] == "int8" for r in rows[5:]), str([r["gather"] for r in rows[5:]]))
 print("%d failed" % len(failed))
 sys.exit(1 if failed else 0)

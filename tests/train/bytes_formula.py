@@ -6,7 +6,10 @@ Per rank and step, with W ranks, M micro-batches, and each segment of len elemen
 shards of S = roundup(ceil(len / W), 1024) elements:
   all-gather of parameters   2 M (W-1) S g       (before forward and before backward;
                                                   M (W-1) S g for the embedding unit, whose
-                                                  backward needs no parameters); g = 4 bytes
+                                                  backward needs no parameters; (W-1) S g
+                                                  for every unit with
+                                                  --reshard-after-forward false: gathered
+                                                  once per step); g = 4 bytes
                                                   (fp32 gathers) or 2 (bf16: --gather auto
                                                   picks it when any role is compressed);
                                                   int8: the q8 chunk, S + 4 ceil(S / 256)
@@ -55,13 +58,14 @@ def segments(policy):
     return units, segs
 
 
-def expected(policy, W, M, rho, gather_bytes):
+def expected(policy, W, M, rho, gather_bytes, reshard=True):
     units, segs = segments(policy)
     total = 0
     for n, kind, unit in segs:
         S = math.ceil(math.ceil(n / W) / 1024) * 1024
         chunk = (S + 4 * math.ceil(S / 256) + 15) // 16 * 16 if gather_bytes == 1 else S * gather_bytes
-        total += (M if unit == 0 else 2 * M) * (W - 1) * chunk
+        gathers = (M if unit == 0 else 2 * M) if reshard else 1
+        total += gathers * (W - 1) * chunk
         if kind == "none":
             total += (W - 1) * S * 4
         elif kind == "bf16":
@@ -83,31 +87,33 @@ def policy_of(name):
 RHO = 2.0
 SPEC = {"none": "none", "bf16": "bf16",
         "tagc": "tagc,mlp=tagc:0.1:2,tok_emb=tagc:0.1:2,pos_emb=tagc:0.1:2,head=tagc:0.1:2"}
-# (policy, --gather, bytes per gathered element; 1 = int8 chunks): the default (auto) and the
-# explicit settings
-CASES = [("none", "auto", 4), ("bf16", "auto", 2), ("tagc", "auto", 2), ("none", "bf16", 2),
-         ("tagc", "fp32", 4), ("tagc", "int8", 1)]
+# (policy, --gather, bytes per gathered element; 1 = int8 chunks, --reshard-after-forward):
+# the defaults (auto) and the explicit settings
+CASES = [("none", "auto", 4, "auto"), ("bf16", "auto", 2, "auto"), ("tagc", "auto", 2, "auto"),
+         ("none", "bf16", 2, "auto"), ("tagc", "fp32", 4, "auto"), ("tagc", "int8", 1, "auto"),
+         ("none", "fp32", 4, "false"), ("tagc", "int8", 1, "false")]
 passed = failed = 0
 with tempfile.TemporaryDirectory() as tmp:
     for W, M in ((2, 1), (3, 2)):
-        for name, gather, gather_bytes in CASES:
+        for name, gather, gather_bytes, reshard in CASES:
             spec = SPEC[name]
-            out = os.path.join(tmp, "%s-%s%d" % (name, gather, W))
+            out = os.path.join(tmp, "%s-%s-%s%d" % (name, gather, reshard, W))
             batch = 6
             subprocess.run([tagctl, "run", "--workers", str(W), "--steps", "4", "--layers", str(L),
                             "--dim", str(C), "--heads", str(NH), "--ctx", str(T), "--batch",
                             str(batch), "--micro-batch", str(math.ceil(batch / W / M)),
-                            "--compress", spec, "--gather", gather, "--ckpt-every", "0",
+                            "--compress", spec, "--gather", gather, "--reshard-after-forward",
+                            reshard, "--ckpt-every", "0",
                             "--eval-every", "0",
                             "--eval-windows", "6", "--log", "warn", "--out", out],
                            check=True, stdout=subprocess.DEVNULL)
             rows_ = [json.loads(l) for l in open(os.path.join(out, "metrics.jsonl"))]
             got = sorted(r["bytes_sent"] for r in rows_)[len(rows_) // 2]
-            want = expected(policy_of(name), W, M, RHO, gather_bytes)
+            want = expected(policy_of(name), W, M, RHO, gather_bytes, reshard != "false")
             err = abs(got - want) / want
             ok = err <= 0.02
-            print("W=%d M=%d %-5s gather %-4s measured %9d  formula %9d  error %.4f%%  %s" %
-                  (W, M, name, gather, got, want, 100 * err, "ok" if ok else "FAILED"))
+            print("W=%d M=%d %-5s gather %-4s reshard %-5s measured %9d  formula %9d  error %.4f%%  %s"
+                  % (W, M, name, gather, reshard, got, want, 100 * err, "ok" if ok else "FAILED"))
             passed += ok
             failed += not ok
 print("%d passed, %d failed" % (passed, failed))

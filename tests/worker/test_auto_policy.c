@@ -1,7 +1,8 @@
 /* `--compress auto` (worker/auto_policy.h, worker/policy.h): the cost model picks fp32 on a
  * fast link, the sketch on a slow one when it compresses, bf16 in between; unknown rates change
  * nothing; hysteresis and the switch budget stop oscillation; the spec parser makes tagc roles
- * adaptive and --gather auto follows the policy. */
+ * adaptive and --gather auto follows the policy; --reshard-after-forward auto keeps gathered
+ * units exactly when they fit the memory budget. */
 #include <math.h>
 
 #include "test.h"
@@ -66,10 +67,13 @@ static void test_policy_spec(void) {
   tagc_compress_policy p;
   CHECK_OK(tagc_policy_parse("auto", &p));
   CHECK(p.role[TAGC_ROLE_MLP_FC].kind == TAGC_POLICY_TAGC && p.role[TAGC_ROLE_MLP_FC].adaptive);
+  CHECK_NEAR(p.role[TAGC_ROLE_MLP_FC].density, TAGC_AUTO_DENSITY, 0);
   CHECK(p.role[TAGC_ROLE_NORM].kind == TAGC_POLICY_NONE && !p.role[TAGC_ROLE_NORM].adaptive);
   CHECK(p.role[TAGC_ROLE_ATTN_QKV].kind == TAGC_POLICY_BF16 && !p.role[TAGC_ROLE_ATTN_QKV].adaptive);
   CHECK_OK(tagc_policy_parse("tagc,mlp=auto", &p));
   CHECK(p.role[TAGC_ROLE_MLP_PROJ].adaptive && !p.role[TAGC_ROLE_TOK_EMB].adaptive);
+  CHECK_NEAR(p.role[TAGC_ROLE_MLP_PROJ].density, TAGC_AUTO_DENSITY, 0);
+  CHECK_NEAR(p.role[TAGC_ROLE_TOK_EMB].density, TAGC_DEFAULT_DENSITY, 0);
   CHECK(!tagc_role_policy_equal(&p.role[TAGC_ROLE_MLP_PROJ], &p.role[TAGC_ROLE_TOK_EMB]));
   CHECK_EQ_INT(tagc_policy_parse("tagc,auto", &p), TAGC_EINVAL);
   CHECK_EQ_INT(tagc_policy_parse("automatic", &p), TAGC_EINVAL);
@@ -86,8 +90,21 @@ static void test_policy_spec(void) {
   CHECK(tagc_policy_rank_density(0.2, 8) < tagc_policy_rank_density(0.2, 2));
 }
 
+static void test_reshard_budget(void) {
+  /* the budget: the configured bytes, else an eighth of the device's memory, else none */
+  CHECK_NEAR(tagc_auto_gather_budget(64e6, 8e9), 64e6, 1e-6);
+  CHECK_NEAR(tagc_auto_gather_budget(0, 8e9), TAGC_AUTO_GATHER_MEM_FRACTION * 8e9, 1e-6);
+  CHECK_NEAR(tagc_auto_gather_budget(0, 0), 0, 0);
+  /* keep every gathered unit exactly when it fits; nothing fits an unknown budget */
+  CHECK_EQ_INT(tagc_auto_keep_gathered(13.3e6, 64e6), 1);
+  CHECK_EQ_INT(tagc_auto_keep_gathered(64e6, 64e6), 1);
+  CHECK_EQ_INT(tagc_auto_keep_gathered(65e6, 64e6), 0);
+  CHECK_EQ_INT(tagc_auto_keep_gathered(13.3e6, 0), 0);
+}
+
 int main(void) {
   test_choices();
+  test_reshard_budget();
   test_hysteresis();
   test_policy_spec();
   return TEST_END();
