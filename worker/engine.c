@@ -721,12 +721,14 @@ static void val_fill(const tagc_corpus *c, uint64_t seed, int64_t step, int64_t 
  * codec time, the agreed density), so all ranks choose the same. Rank 0 logs each change with
  * its reason. */
 static void choose_wires(tagc_engine *e, int64_t step, double link_rate) {
-  if (!(link_rate > 0) || (e->auto_decided && step % AUTO_EVERY != 0))
+  int warm = step + 1 < e->cfg.compress_warmup; /* the next step is in the compression warm-up */
+  if (!(link_rate > 0) ||
+      (e->auto_decided && step % AUTO_EVERY != 0 && step + 1 != e->cfg.compress_warmup))
     return;
   e->auto_decided = 1;
   for (int i = 0; i < e->n_segs; i++) {
     engine_segment *s = &e->segs[i];
-    if (!s->pol.adaptive)
+    if (!s->pol.adaptive || warm) /* adaptive wires stay dense (bf16) through the warm-up */
       continue;
     tagc_auto_input in = {(int64_t)s->len, e->world, link_rate,
                           tagc_grad_segment_advised_rho(s->codec), s->codec_s};
@@ -758,6 +760,28 @@ static void choose_wires(tagc_engine *e, int64_t step, double link_rate) {
              1e9 * cost[e->gather], 1e9 * cost[next]);
   e->gather = next;
   e->gather_switches++;
+}
+
+/* The compression warm-up (cfg.compress_warmup): a fixed tagc segment sends dense bf16 (its
+ * residual stays zero) before it ends and the sketch from then on, decided by the step alone
+ * (a resumed run does the same). Adaptive segments are held dense by choose_wires. */
+static void warmup_wires(tagc_engine *e, int64_t step) {
+  if (e->world < 2)
+    return;
+  tagc_wire_mode want = step < e->cfg.compress_warmup ? TAGC_MODE_BF16 : TAGC_MODE_SKETCH;
+  int started = 0;
+  for (int i = 0; i < e->n_segs; i++) {
+    engine_segment *s = &e->segs[i];
+    if (s->pol.kind != TAGC_POLICY_TAGC || s->pol.adaptive ||
+        tagc_grad_segment_mode(s->codec) == want)
+      continue;
+    tagc_grad_segment_set_mode(s->codec, want);
+    started += want == TAGC_MODE_SKETCH;
+  }
+  if (started && step > 0 && e->rank == 0)
+    LOG_INFO("engine", "step %lld: the compression warm-up (%lld steps) is over: %d tagc "
+             "segments sketch from now on", (long long)step + 1,
+             (long long)e->cfg.compress_warmup, started);
 }
 
 /* Records the global density of each tagc segment (all ranks see the same sums, so they
@@ -828,6 +852,7 @@ tagc_status tagc_engine_step(tagc_engine *e, const tagc_corpus *corpus, int64_t 
   reset_slots(e);
   TAGC_CHECK(tagc_device_zero(e->dev, TAGC_LANE_COMPUTE, e->grads, e->L->n_params * sizeof(float)));
   e->step_now = step;
+  warmup_wires(e, step);
   double *sums = e->sums;
   int n_sums = SUM_SEG0 + 3 * e->n_segs + 1, at_rate = SUM_SEG0 + 2 * e->n_segs;
   memset(sums, 0, (size_t)n_sums * sizeof(double));

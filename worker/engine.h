@@ -76,6 +76,11 @@ typedef struct tagc_engine_config {
                                       (auto_policy.h); decided once */
   double max_gather_bytes;         /* the budget of reshard_auto; <= 0: a fraction of the
                                       device's memory (auto_policy.h) */
+  int64_t compress_warmup;         /* steps 0 .. compress_warmup-1 send every tagc segment
+                                      dense (bf16, nothing kept back); the sketch starts after
+                                      (error feedback through the first steps' large, fast-
+                                      changing gradients costs loss; PowerSGD's hook also
+                                      starts after a dense warm-up) */
 } tagc_engine_config;
 
 typedef struct tagc_engine tagc_engine;
