@@ -296,8 +296,7 @@ static tagc_status fire_fault(tagc_run *t, int64_t step, tagc_gen_result *res) {
   }
     res->kind = "hang";
     return tagc_errorf(TAGC_EABORTED, "injected hang at step %lld", (long long)step);
-  case TAGC_FAULT_DROP:
-    tagc_run_abort(t);
+  case TAGC_FAULT_DROP: /* the connections close once it is reported (fail_generation) */
     res->kind = "injected";
     return tagc_errorf(TAGC_EPEER, "injected connection drop at step %lld", (long long)step);
   case TAGC_FAULT_KINDS:
@@ -352,6 +351,10 @@ static void fail_generation(tagc_run *t, tagc_status st, int64_t step, tagc_gen_
     t->on_failure(t->failure_arg, res);
     t->on_failure = NULL;
   }
+  /* Reported: peers still waiting on this rank fail now, not at its tear-down. Only after the
+     report, so that the leader never sees their accusations without it (an oom or a drop
+     would otherwise look like a member that went silent). */
+  tagc_run_abort(t);
 }
 
 /* A completed step: the longest pause so far and, after a failure, the recovery is done. */
