@@ -47,6 +47,7 @@ struct tagc_coord {
   pthread_cond_t wake;
   int dirty;
   double dirty_since;
+  uint64_t events;                    /* relevant watch events so far (early decisions) */
   double started;     /* tagc_now() at creation: the first generation's wait counts from it */
 
   coord_seen seen;                    /* failure reports of the last read */
@@ -176,9 +177,11 @@ static outcome write_generation(tagc_coord *c, const coord_view *v, json_t *plan
   return GO_ON;
 }
 
-/* Marks the leader's state dirty (evaluated after the settle window). */
+/* Marks the leader's state dirty (evaluated after the settle window; a settled decision may
+ * come earlier, see lead()). */
 static void mark_dirty(tagc_coord *c) {
   pthread_mutex_lock(&c->lock);
+  c->events++;
   if (!c->dirty) {
     c->dirty = 1;
     c->dirty_since = tagc_now();
@@ -198,10 +201,16 @@ static outcome check_done(tagc_coord *c, const coord_view *v) {
   return GO_ON;
 }
 
+/* When lead_step decides: after the settle window (any decision), or early, inside it (only a
+ * new generation that the planner calls settled is carried out; nothing else changes). */
+typedef enum decide_mode { READ_ONLY, DECIDE, DECIDE_EARLY } decide_mode;
+
 /* Runs the planner on a view and carries out its decision. *wait_until gets a time to decide
- * again (0 = none). */
-static outcome evaluate(tagc_coord *c, const coord_view *v, double *wait_until) {
-  *wait_until = 0;
+ * again (0 = none); DECIDE_EARLY leaves it alone. *acted: the decision was carried out. */
+static outcome evaluate(tagc_coord *c, const coord_view *v, decide_mode mode, double *wait_until,
+                        int *acted) {
+  if (mode == DECIDE)
+    *wait_until = 0;
   tagc_planner_config pc = {.min_workers = c->cfg.min_workers, .max_workers = c->cfg.max_workers,
                             .suspect_window_s = c->cfg.suspect_window_s,
                             .default_micro_batch = (int)setting(c->cfg.micro_batch, v, "micro_batch"),
@@ -220,6 +229,11 @@ static outcome evaluate(tagc_coord *c, const coord_view *v, double *wait_until) 
     LOG_ERROR("coord", "planner: %s", tagc_last_error());
     return GO_ON;
   }
+  if (mode == DECIDE_EARLY && !(d.action == TAGC_PLANNER_NEW && d.settled)) {
+    tagc_planner_decision_free(&d);
+    return GO_ON;
+  }
+  *acted = 1;
   int news = strcmp(c->last_reason, d.reason) != 0;
   snprintf(c->last_reason, sizeof c->last_reason, "%s", d.reason);
   outcome out = GO_ON;
@@ -269,13 +283,15 @@ static void nap(tagc_coord *c, double until) {
   pthread_mutex_unlock(&c->lock);
 }
 
-/* One pass of the leader's loop: a read, the done check and, when due, a decision. */
-static outcome lead_step(tagc_coord *c, int decide, double *wait_until) {
+/* One pass of the leader's loop: a read, the done check and, unless READ_ONLY, a decision
+ * (*acted: one was carried out). */
+static outcome lead_step(tagc_coord *c, decide_mode mode, double *wait_until, int *acted) {
   coord_view v;
+  *acted = 0;
   if (coord_view_read(c->etcd, &c->keys, &c->seen, &v) != TAGC_OK) {
     coord_status_etcd_failed(&c->served, "reading the job's state");
     c->etcd_failed = 1;
-    if (decide)
+    if (mode == DECIDE)
       mark_dirty(c);
     return GO_ON;
   }
@@ -284,8 +300,8 @@ static outcome lead_step(tagc_coord *c, int decide, double *wait_until) {
     c->lost_grace_until = tagc_now() + c->cfg.lease_ttl_s;
   }
   outcome out = check_done(c, &v);
-  if (out == GO_ON && decide)
-    out = evaluate(c, &v, wait_until);
+  if (out == GO_ON && mode != READ_ONLY)
+    out = evaluate(c, &v, mode, wait_until, acted);
   coord_status_publish(&c->served, &v, out != DEPOSED, c->keys.job, c->advertise,
                        c->last_reason);
   coord_view_free(&v);
@@ -310,6 +326,8 @@ static outcome lead(tagc_coord *c) {
   }
   outcome out = GO_ON;
   double wait_until = 0, next_refresh = 0;
+  uint64_t probed = 0; /* events seen by the last early decision */
+  int acted;
   while (out == GO_ON) {
     if (atomic_load(&c->stop))
       out = STOPPED;
@@ -319,6 +337,8 @@ static outcome lead(tagc_coord *c) {
       break;
     pthread_mutex_lock(&c->lock);
     double due = c->dirty ? c->dirty_since + c->cfg.settle_s : 1e300;
+    uint64_t events = c->events;
+    int fresh = c->dirty && events != probed;
     pthread_mutex_unlock(&c->lock);
     if (wait_until > 0 && wait_until < due)
       due = wait_until;
@@ -327,12 +347,24 @@ static outcome lead(tagc_coord *c) {
       pthread_mutex_lock(&c->lock);
       c->dirty = 0;
       pthread_mutex_unlock(&c->lock);
-      out = lead_step(c, 1, &wait_until);
+      out = lead_step(c, DECIDE, &wait_until, &acted);
       next_refresh = 0; /* publish what the decision wrote */
+    } else if (fresh) {
+      /* Inside the settle window, a decision that accounts for every member (the last
+         awaited report came) is carried out at once: the window has nothing left to batch.
+         Events that came meanwhile keep the state dirty. */
+      probed = events;
+      out = lead_step(c, DECIDE_EARLY, &wait_until, &acted);
+      pthread_mutex_lock(&c->lock);
+      if (acted && c->events == events)
+        c->dirty = 0;
+      pthread_mutex_unlock(&c->lock);
+      if (acted) { /* a wait of the old generation is moot */
+        wait_until = 0;
+        next_refresh = 0;
+      }
     } else if (now >= next_refresh) {
-      double keep = wait_until;
-      out = lead_step(c, 0, &wait_until);
-      wait_until = keep;
+      out = lead_step(c, READ_ONLY, &wait_until, &acted);
       next_refresh = tagc_now() + REFRESH_S;
     } else {
       nap(c, due < next_refresh ? due : next_refresh);

@@ -4,8 +4,9 @@
  * Every coordinator is a candidate (coordinator/election.h) on its own lease. A standby waits
  * for its predecessor's key to go and meanwhile mirrors the job's state for /status. The
  * leader watches the job's keys; a change of workers/, a failure report, or no generation yet
- * starts a settle window (batching simultaneous events); then it reads the job's state at one
- * revision, asks the planner (coordinator/planner.h) and, for a new generation, writes
+ * starts a settle window (batching simultaneous events; a new generation that the planner
+ * calls settled, every member's report in, is written at once); then it reads the job's state
+ * at one revision, asks the planner (coordinator/planner.h) and, for a new generation, writes
  * gen/<g+1>/plan and gen = g+1 in one txn fenced by its election key and by the mod revision
  * of `gen` it read, deleting generation g-1's keys in the same txn. A leader whose write is
  * fenced, or whose lease is lost, steps down and campaigns again as a new candidate.

@@ -279,6 +279,40 @@ static const char *accused(const work *w, const tagc_planner_report *r) {
   return suspect;
 }
 
+/* Reports of this generation that accuse member id (one report per worker: distinct). */
+static int accusers(const work *w, const char *id) {
+  int n = 0;
+  for (size_t i = 0; i < w->in->n_reports; i++) {
+    const char *s = accused(w, &w->in->reports[i]);
+    n += s && !strcmp(s, id);
+  }
+  return n;
+}
+
+/* Whether member id went silent for all the others (hung, stopped or dead) rather than
+ * sitting on one side of a doubtful link: every other member still in the job (at least two)
+ * reported, each naming id, and id reported nothing. A member that is alive and blocked in a
+ * collective passes its deadline no later than the peers that wait on it, so its own report
+ * normally comes with theirs (then the mutual rule applies); should it come late, id is still
+ * one end of each failing link, the member the link rules would exclude a generation later. So
+ * the suspect window is not needed to tell it apart; with one accuser (two members) it is. */
+static int silenced(const work *w, const char *id) {
+  int named = 0;
+  if (report_of(w->in, id))
+    return 0;
+  for (size_t i = 0; i < json_array_size(w->members); i++) {
+    const char *m = member_at(w, (int)i);
+    if (!strcmp(m, id) || alive(w->in, m) < 0 || left(w, m))
+      continue;
+    const tagc_planner_report *r = report_of(w->in, m);
+    const char *s = r ? accused(w, r) : NULL;
+    if (!s || strcmp(s, id) != 0)
+      return 0;
+    named++;
+  }
+  return named >= 2;
+}
+
 /* One failure report: counts it, applies oom and suspicion rules. */
 static tagc_status apply_report(work *w, const tagc_planner_report *r) {
   TAGC_CHECK(bump(w->totals, r->kind));
@@ -294,6 +328,12 @@ static tagc_status apply_report(work *w, const tagc_planner_report *r) {
     return TAGC_OK;
   if (report_of(w->in, suspect))
     return mutual(w, r->worker, suspect);
+  if (silenced(w, suspect)) {
+    char why[200];
+    snprintf(why, sizeof why, "all %d other members reported it and it did not report",
+             accusers(w, suspect));
+    return exclude(w, suspect, why);
+  }
   double deadline = r->seen_at + w->cfg->suspect_window_s;
   if (w->in->now < deadline) {
     if (w->pending == 0 || deadline < w->pending)
@@ -315,16 +355,6 @@ static int failed_before_first_step(const work *w) {
       return 0;
   }
   return w->in->n_reports > 0;
-}
-
-/* Reports of this generation that accuse member id (one report per worker: distinct). */
-static int accusers(const work *w, const char *id) {
-  int n = 0;
-  for (size_t i = 0; i < w->in->n_reports; i++) {
-    const char *s = accused(w, &w->in->reports[i]);
-    n += s && !strcmp(s, id);
-  }
-  return n;
 }
 
 /* The accusation graph of a generation that failed before its first step — in practice in
@@ -415,6 +445,20 @@ static tagc_status fruitless(work *w) {
     json_object_clear(w->blame);
   }
   return TAGC_OK;
+}
+
+/* Whether the decision accounts for every member of the current plan: each one reported in
+ * this generation, is gone (lease, left) or is excluded by it. Then no report that a settle
+ * window would batch is still to come. */
+static int accounted(const work *w) {
+  if (!w->members || w->in->n_reports == 0)
+    return 0;
+  for (size_t i = 0; i < json_array_size(w->members); i++) {
+    const char *id = member_at(w, (int)i);
+    if (!report_of(w->in, id) && alive(w->in, id) >= 0 && !left(w, id) && !excluded(w, id))
+      return 0;
+  }
+  return 1;
 }
 
 static int by_id(const void *a, const void *b) {
@@ -584,6 +628,7 @@ static tagc_status decide(work *w) {
     if (!w->members)
       note(w, "first generation");
     w->out->action = TAGC_PLANNER_NEW;
+    w->out->settled = accounted(w);
     st = build_plan(w, members, &w->out->plan);
   }
   json_decref(members);

@@ -18,7 +18,11 @@
  *  - Suspicion (PFAIL -> FAIL): a report naming a peer rank suspects that member. A suspect
  *    that reports its own failure too is alive and stays; a suspect that has not reported
  *    suspect_window_s after the accusation was first seen is excluded; until then the
- *    decision is WAIT. A suspect whose lease is gone is dropped as lost.
+ *    decision is WAIT. A suspect whose lease is gone is dropped as lost. A suspect that every
+ *    other member still in the job (at least two) reported and named, while it reported
+ *    nothing itself, went silent for all of them (a hang, a stopped or dead process): it is excluded
+ *    at once, without the window. With two members (one accuser) the window decides, since a
+ *    link cut between them reads the same from each side until the other's report arrives.
  *  - Partitions, the accusation graph: in a generation that failed before completing a step
  *    (every report's step <= the plan's resume step; a worker whose communicator bootstrap
  *    failed reports step 0 and the rank it could not reach), a member named by at least two
@@ -130,6 +134,9 @@ typedef struct tagc_planner_decision {
   tagc_planner_action action;
   double wait_until;    /* WAIT */
   json_t *plan;         /* NEW: the new plan (owned by the decision) */
+  int settled;          /* NEW: every member of the current plan is accounted for (it
+                           reported, is gone or is excluded): no report of this generation is
+                           still to come, so the leader need not wait out its settle window */
   char reason[512];     /* why (every action), for logs and /status */
 } tagc_planner_decision;
 

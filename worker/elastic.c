@@ -102,14 +102,6 @@ static int mark_generation(int64_t gen, int world) {
   return go;
 }
 
-/* Whether generation gen, which just failed, is no longer the current one: then its failure
- * is most likely a peer that aborted on the newer generation a moment before our own watch saw
- * it, and the leader, which only reads the current generation's reports, needs no report. */
-static int superseded_meanwhile(tagc_member *m, int64_t gen) {
-  int64_t now = 0;
-  return tagc_member_read_gen(m, &now) == TAGC_OK && now > gen;
-}
-
 static int stop_requested(void) {
   pthread_mutex_lock(&S.lock);
   int stop = S.stop;
@@ -117,13 +109,16 @@ static int stop_requested(void) {
   return stop;
 }
 
-/* How long a suspected peer on this host may take to exit before it counts as alive. */
+/* How long a suspected peer on this host may take to exit before it counts as alive. A peer
+ * that a collective timed out on has been silent for the whole op timeout: a dying one is gone
+ * by then, so it is looked at once. */
 #define PEER_SETTLE_S 0.25
 
 /* The kind to report for a failed generation whose suspect is `suspect` (NULL: none), by the
  * rule of worker/failure_kind.h: its registration (workers/<id>) and, on this host, its pid. */
 static const char *report_kind(tagc_etcd *etcd, const json_t *info, const char *suspect,
                                const tagc_gen_result *res) {
+  double settle = res->kind && !strcmp(res->kind, "timeout") ? 0 : PEER_SETTLE_S;
   tagc_peer_state peer = TAGC_PEER_UNKNOWN;
   char key[512];
   char *text = NULL;
@@ -134,7 +129,7 @@ static const char *report_kind(tagc_etcd *etcd, const json_t *info, const char *
     json_t *peer_info = st == TAGC_OK ? json_loads(text, 0, NULL) : NULL;
     if (st == TAGC_ENOTFOUND || peer_info)
       peer = tagc_peer_check(peer_info, json_string_value(json_object_get(info, "host")),
-                             PEER_SETTLE_S);
+                             settle);
     json_decref(peer_info);
     free(text);
     tagc_error_restore(&why);
@@ -142,10 +137,39 @@ static const char *report_kind(tagc_etcd *etcd, const json_t *info, const char *
   return tagc_failure_kind(res->kind, peer);
 }
 
+/* What a failure report of one generation needs (tagc_gen_spec.on_failure). */
+typedef struct failure_report {
+  tagc_etcd *etcd;
+  tagc_member *m;
+  const json_t *info;
+  const tagc_plan *plan;
+} failure_report;
+
+/* tagc_gen_spec.on_failure: reports failures/<g>/<id> with the kind and the suspected rank,
+ * the moment the data path gave up (the generation is not superseded: tagc_run_generation
+ * just asked etcd), so that the leader need not wait for this worker's tear-down. */
+static void report_failure(void *arg, const tagc_gen_result *res) {
+  const failure_report *f = arg;
+  if (stop_requested()) /* our own leaving ended it: not a failure of the job */
+    return;
+  const char *suspect = res->suspected_rank >= 0 && res->suspected_rank < f->plan->world &&
+                                res->suspected_rank != f->plan->rank
+                            ? f->plan->members[res->suspected_rank]
+                            : NULL;
+  const char *kind = report_kind(f->etcd, f->info, suspect, res);
+  if (tagc_member_report_failure(f->m, f->plan->gen, kind, res->step, res->suspected_rank,
+                                 res->detail) != TAGC_OK)
+    LOG_WARN("elastic", "failure report not recorded: %s", tagc_last_error());
+}
+
 /* Trains the generations of a job until it is done or the worker leaves. */
 static tagc_status supervise(tagc_run *run, tagc_etcd *etcd, tagc_member *m, json_t *info) {
   int64_t gen = 0;
-  double rejoin_wait = 1.0; /* doubles after each exclusion: a lasting partition costs few generations */
+  /* The wait before asking back in after an exclusion: none after a generation in which this
+     worker trained (a hang or a stop it has woken from: only its own pause grows while it
+     waits), then 1 s, doubling with every exclusion in a row (a lasting partition costs few
+     generations). */
+  double rejoin_wait = 0;
   for (;;) {
     if (stop_requested())
       return TAGC_OK;
@@ -168,7 +192,7 @@ static tagc_status supervise(tagc_run *run, tagc_etcd *etcd, tagc_member *m, jso
       if (plan.excluded) { /* excluded as suspect: this process is alive again, ask back in */
         LOG_INFO("elastic", "excluded; asking to rejoin in %.0f s", rejoin_wait);
         tagc_sleep(rejoin_wait);
-        rejoin_wait = rejoin_wait * 2 > 120 ? 120 : rejoin_wait * 2;
+        rejoin_wait = rejoin_wait == 0 ? 1 : rejoin_wait * 2 > 120 ? 120 : rejoin_wait * 2;
         if (!stop_requested() && tagc_member_rejoin(m, info) != TAGC_OK)
           LOG_WARN("elastic", "rejoin failed: %s", tagc_last_error());
       }
@@ -184,21 +208,19 @@ static tagc_status supervise(tagc_run *run, tagc_etcd *etcd, tagc_member *m, jso
              plan.resume_path ? plan.resume_path : "from scratch", plan.reason);
     tagc_store *store = NULL;
     tagc_gen_result res;
+    failure_report report = {etcd, m, info, &plan};
     st = tagc_member_store(m, gen, &store);
     if (st == TAGC_OK) {
       tagc_gen_spec g = {.gen = gen, .rank = plan.rank, .world = plan.world, .store = store,
                          .micro_batch = plan.micro_batch, .resume_path = plan.resume_path,
                          .resume_step = plan.resume_step,
-                         .resume_manifest_crc = plan.resume_manifest_crc};
+                         .resume_manifest_crc = plan.resume_manifest_crc,
+                         .on_failure = report_failure, .failure_arg = &report};
       st = tagc_run_generation(run, &g, &res);
     }
     tagc_store_free(store);
     mark_generation(gen, 0);
     int rank = plan.rank;
-    char suspect[128] = "";
-    if (st == TAGC_OK && res.end == TAGC_GEN_FAILED && res.suspected_rank >= 0 &&
-        res.suspected_rank < plan.world && res.suspected_rank != rank)
-      snprintf(suspect, sizeof suspect, "%s", plan.members[res.suspected_rank]);
     tagc_plan_free(&plan);
     if (st != TAGC_OK)
       return st;
@@ -209,21 +231,12 @@ static tagc_status supervise(tagc_run *run, tagc_etcd *etcd, tagc_member *m, jso
       break;
     case TAGC_GEN_STOPPED:
       return TAGC_OK;
-    case TAGC_GEN_FAILED:
-      if (stop_requested()) /* our own leaving ended it: not a failure of the job */
-        break;
-      if (superseded_meanwhile(m, gen)) {
-        LOG_INFO("elastic", "generation %lld was superseded as it failed: not reported",
-                 (long long)gen);
-        break;
-      }
-      res.kind = report_kind(etcd, info, suspect[0] ? suspect : NULL, &res);
-      if (tagc_member_report_failure(m, gen, res.kind, res.step, res.suspected_rank, res.detail) != TAGC_OK)
-        LOG_WARN("elastic", "failure report not recorded: %s", tagc_last_error());
-      break;
+    case TAGC_GEN_FAILED: /* reported by report_failure */
     case TAGC_GEN_SUPERSEDED:
       break;
     }
+    if (res.step > res.start_step) /* it trained: a later exclusion is no lasting partition */
+      rejoin_wait = 0;
   }
 }
 

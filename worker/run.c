@@ -187,6 +187,8 @@ static tagc_status gen_begin(tagc_run *t, const tagc_gen_spec *g) {
   t->start_step = 0;
   t->boot_peer = -1;
   t->suspect = -1;
+  t->on_failure = g->on_failure;
+  t->failure_arg = g->failure_arg;
   TAGC_CHECK(connect(t, g));
   int64_t local = (cfg->batch * (g->rank + 1)) / g->world - (cfg->batch * g->rank) / g->world;
   int micro = g->micro_batch ? g->micro_batch : (int)cfg->micro_batch;
@@ -297,8 +299,7 @@ static tagc_status fire_fault(tagc_run *t, int64_t step, tagc_gen_result *res) {
   }
     res->kind = "hang";
     return tagc_errorf(TAGC_EABORTED, "injected hang at step %lld", (long long)step);
-  case TAGC_FAULT_DROP:
-    tagc_run_abort(t);
+  case TAGC_FAULT_DROP: /* the connections close once it is reported (fail_generation) */
     res->kind = "injected";
     return tagc_errorf(TAGC_EPEER, "injected connection drop at step %lld", (long long)step);
   case TAGC_FAULT_KINDS:
@@ -349,6 +350,14 @@ static void fail_generation(tagc_run *t, tagc_status st, int64_t step, tagc_gen_
   }
   LOG_WARN("train", "generation %lld ended at step %lld (%s): %s", (long long)t->gen,
            (long long)step, superseded ? "superseded" : res->kind, res->detail);
+  if (!superseded && t->on_failure) { /* now, not after the tear-down */
+    t->on_failure(t->failure_arg, res);
+    t->on_failure = NULL;
+  }
+  /* Reported: peers still waiting on this rank fail now, not at its tear-down. Only after the
+     report, so that the leader never sees their accusations without it (an oom or a drop
+     would otherwise look like a member that went silent). */
+  tagc_run_abort(t);
 }
 
 /* A completed step: the longest pause so far and, after a failure, the recovery is done. */
@@ -556,6 +565,7 @@ static tagc_status train(tagc_run *t, tagc_gen_result *res) {
 tagc_status tagc_run_generation(tagc_run *r, const tagc_gen_spec *g, tagc_gen_result *res) {
   memset(res, 0, sizeof *res);
   res->suspected_rank = -1;
+  r->on_failure = NULL; /* gen_begin sets it once the generation is this one */
   tagc_status st = gen_begin(r, g);
   if (st == TAGC_OK) {
     if (r->rank == 0 && r->gen <= 1 && r->rec.n.failures == 0) {
@@ -589,6 +599,7 @@ tagc_status tagc_run_generation(tagc_run *r, const tagc_gen_spec *g, tagc_gen_re
     fail_generation(r, st, r->start_step, res);
     st = TAGC_OK;
   }
+  res->start_step = r->start_step;
   tagc_error_saved first; /* the tear-down must not replace the detail of st */
   tagc_error_save(&first);
   gen_end(r);

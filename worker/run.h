@@ -19,6 +19,7 @@
 
 typedef struct tagc_run tagc_run;
 struct tagc_member; /* coordinator/member.h */
+struct tagc_gen_result;
 
 typedef struct tagc_gen_spec {
   int64_t gen;             /* generation number (0 in static mode) */
@@ -28,6 +29,11 @@ typedef struct tagc_gen_spec {
   const char *resume_path; /* checkpoint to resume from; NULL = newest valid one, if any */
   int64_t resume_step;     /* the plan's step of resume_path; 0 = not given */
   uint32_t resume_manifest_crc; /* the CRC32C of its manifest in the etcd record; 0 = not given */
+  /* Called once, on the calling thread, when the generation fails (not when it is superseded),
+   * as soon as the failure is known and before the tear-down, which may wait (e.g. for a
+   * pending checkpoint save): elastic mode reports the failure from it. NULL = none. */
+  void (*on_failure)(void *arg, const struct tagc_gen_result *res);
+  void *failure_arg;
 } tagc_gen_spec;
 
 typedef enum tagc_gen_end {
@@ -42,6 +48,7 @@ typedef struct tagc_gen_result {
   tagc_status status;     /* the failure (TAGC_GEN_FAILED) */
   const char *kind;       /* failure kind for the report: comm, timeout, oom, hang, injected */
   int64_t step;           /* steps completed when the generation ended */
+  int64_t start_step;     /* the step it resumed at (step > start_step: it trained) */
   int suspected_rank;     /* rank blamed by the data path, -1 when unknown */
   char detail[256];
 } tagc_gen_result;

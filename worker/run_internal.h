@@ -64,6 +64,8 @@ struct tagc_run {
   tagc_ckpt_saver *saver;
   int64_t start_step;
   int suspect; /* the rank blamed for a disagreement this rank detected, or -1 */
+  void (*on_failure)(void *arg, const struct tagc_gen_result *res); /* tagc_gen_spec's */
+  void *failure_arg;
 };
 
 /* The model's shape as the checkpoint manifest and the summary record it (new reference). */
