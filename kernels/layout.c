@@ -77,45 +77,61 @@ static tagc_status dedup_rows(tagc_layout *l) {
   return TAGC_OK;
 }
 
-tagc_status tagc_layout_rows(int64_t shard_numel, double rho, int64_t *rows) {
+int32_t tagc_layout_lanes(int64_t shard_numel) {
+  int64_t padded = shard_numel < 1 ? TAGC_PAD : (shard_numel + TAGC_PAD - 1) / TAGC_PAD * TAGC_PAD;
+  int32_t lanes = TAGC_LANES_MAX;
+  while (lanes > TAGC_LANES_MIN && padded / lanes < TAGC_LANE_BLOCKS)
+    lanes /= 2;
+  return lanes;
+}
+
+static int lanes_valid(int32_t lanes) {
+  return lanes >= TAGC_LANES_MIN && lanes <= TAGC_LANES_MAX && (lanes & (lanes - 1)) == 0;
+}
+
+tagc_status tagc_layout_rows(int64_t shard_numel, int32_t lanes, double rho, int64_t *rows) {
   if (!rows)
     return tagc_errorf(TAGC_EINVAL, "layout: NULL rows");
   if (shard_numel < 1 || shard_numel >= ((int64_t)1 << 32))
     return tagc_errorf(TAGC_EINVAL, "layout: shard_numel %lld out of range",
                        (long long)shard_numel);
+  if (!lanes_valid(lanes))
+    return tagc_errorf(TAGC_EINVAL, "layout: %d lanes is not a power of two in [%d, %d]",
+                       (int)lanes, TAGC_LANES_MIN, TAGC_LANES_MAX);
   if (!(rho >= 0.25 && rho <= 4096.0))
     return tagc_errorf(TAGC_EINVAL, "layout: rho %g outside [0.25, 4096]", rho);
-  int64_t g = (shard_numel + TAGC_BLOCK - 1) / TAGC_BLOCK;
+  int64_t g = (shard_numel + TAGC_PAD - 1) / TAGC_PAD * (TAGC_PAD / lanes);
   int64_t r = (int64_t)ceil((double)g / rho);
   if (r < 3)
     r = 3;
   while ((double)r * (double)(r - 1) * (double)(r - 2) / 6.0 < 4.0 * (double)g)
     r++;
   if (r >= TAGC_MAX_ROWS)
-    return tagc_errorf(TAGC_EINVAL, "layout: %lld sketch rows (shard %lld, rho %g) exceed %d",
-                       (long long)r, (long long)shard_numel, rho, TAGC_MAX_ROWS);
+    return tagc_errorf(TAGC_EINVAL, "layout: %lld sketch rows (shard %lld, %d lanes, rho %g) exceed %d",
+                       (long long)r, (long long)shard_numel, (int)lanes, rho, TAGC_MAX_ROWS);
   *rows = r;
   return TAGC_OK;
 }
 
-tagc_status tagc_layout_init(tagc_layout *l, int32_t world, int64_t shard_numel, double rho,
-                             uint32_t seed) {
+tagc_status tagc_layout_init_lanes(tagc_layout *l, int32_t world, int64_t shard_numel,
+                                   int32_t lanes, double rho, uint32_t seed) {
   if (!l)
     return tagc_errorf(TAGC_EINVAL, "layout: NULL layout");
   memset(l, 0, sizeof *l);
   if (world < 1)
     return tagc_errorf(TAGC_EINVAL, "layout: world %d < 1", (int)world);
   int64_t rows;
-  TAGC_CHECK(tagc_layout_rows(shard_numel, rho, &rows));
+  TAGC_CHECK(tagc_layout_rows(shard_numel, lanes, rho, &rows));
   l->world = world;
   l->seed = seed;
   l->rho = rho;
   l->shard_numel = shard_numel;
-  l->blocks = (shard_numel + TAGC_BLOCK - 1) / TAGC_BLOCK;
-  l->shard_padded = l->blocks * TAGC_BLOCK;
+  l->shard_padded = (shard_numel + TAGC_PAD - 1) / TAGC_PAD * TAGC_PAD;
+  l->lanes = lanes;
+  l->blocks = l->shard_padded / lanes;
   l->rows = rows;
   l->bitmap_words = l->shard_padded / 64;
-  l->sketch_cells = rows * TAGC_BLOCK;
+  l->sketch_cells = rows * lanes;
   l->block_rows = malloc((size_t)l->blocks * 3 * sizeof *l->block_rows);
   if (!l->block_rows)
     return tagc_errorf(TAGC_ENOMEM, "layout: no memory for %lld block rows",
@@ -126,6 +142,11 @@ tagc_status tagc_layout_init(tagc_layout *l, int32_t world, int64_t shard_numel,
   if (st != TAGC_OK)
     tagc_layout_free(l);
   return st;
+}
+
+tagc_status tagc_layout_init(tagc_layout *l, int32_t world, int64_t shard_numel, double rho,
+                             uint32_t seed) {
+  return tagc_layout_init_lanes(l, world, shard_numel, tagc_layout_lanes(shard_numel), rho, seed);
 }
 
 void tagc_layout_free(tagc_layout *l) {
