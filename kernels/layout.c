@@ -46,16 +46,156 @@ static int keyed_block_cmp(const void *pa, const void *pb) {
   return a->block < b->block ? -1 : (a->block > b->block);
 }
 
-/* Re-hashes every block whose row set equals that of a lower-numbered block, until all
- * sets differ. Terminates: C(rows,3) >= 4*blocks leaves most triples free. */
+/* Blocks of every row (CSR: the blocks holding row r are blocks[start[r] .. start[r+1])). */
+typedef struct row_index {
+  int64_t *start;
+  uint32_t *blocks;
+} row_index;
+
+static void row_index_build(const tagc_layout *l, row_index *ix) {
+  memset(ix->start, 0, (size_t)(l->rows + 1) * sizeof *ix->start);
+  for (int64_t i = 0; i < 3 * l->blocks; i++)
+    ix->start[(l->block_rows[i] & TAGC_ROW_MASK) + 1]++;
+  for (int64_t r = 0; r < l->rows; r++)
+    ix->start[r + 1] += ix->start[r];
+  int64_t *fill = ix->start; /* filled in place, then shifted back */
+  for (int64_t b = 0; b < l->blocks; b++)
+    for (int i = 0; i < 3; i++)
+      ix->blocks[fill[l->block_rows[3 * b + i] & TAGC_ROW_MASK]++] = (uint32_t)b;
+  for (int64_t r = l->rows; r > 0; r--)
+    ix->start[r] = ix->start[r - 1];
+  ix->start[0] = 0;
+}
+
+static uint32_t row_at(const tagc_layout *l, uint32_t b, int i) {
+  return l->block_rows[3 * (int64_t)b + i] & TAGC_ROW_MASK;
+}
+
+static int has_row(const tagc_layout *l, uint32_t b, uint32_t r) {
+  return row_at(l, b, 0) == r || row_at(l, b, 1) == r || row_at(l, b, 2) == r;
+}
+
+static uint32_t max_u32(uint32_t a, uint32_t b) { return a > b ? a : b; }
+
+/* Rows of a set of blocks with their multiplicity (at most 9 distinct for 3 blocks). */
+typedef struct row_count {
+  int n;
+  uint32_t row[12];
+  int count[12];
+} row_count;
+
+static void count_rows(const tagc_layout *l, row_count *rc, uint32_t b) {
+  for (int i = 0; i < 3; i++) {
+    uint32_t r = row_at(l, b, i);
+    int k = 0;
+    while (k < rc->n && rc->row[k] != r)
+      k++;
+    if (k == rc->n) {
+      rc->row[rc->n] = r;
+      rc->count[rc->n++] = 0;
+    }
+    rc->count[k]++;
+  }
+}
+
+/* A block d (> a, not b or c) that turns {a, b, c} into a stopping set: it holds every row
+ * that only one of a, b, c holds (`single`, n of them, 1..3), and its other rows are rows of
+ * {a, b, c}. Returns d or -1. */
+static int64_t completing_block(const tagc_layout *l, const row_index *ix, const row_count *rc,
+                                const uint32_t *single, int n, uint32_t a, uint32_t b,
+                                uint32_t c) {
+  for (int64_t u = ix->start[single[0]]; u < ix->start[single[0] + 1]; u++) {
+    uint32_t d = ix->blocks[u];
+    if (d <= a || d == b || d == c)
+      continue;
+    int ok = 1;
+    for (int k = 1; k < n && ok; k++)
+      ok = has_row(l, d, single[k]);
+    for (int i = 0; i < 3 && ok; i++) {
+      uint32_t r = row_at(l, d, i);
+      int in = 0;
+      for (int k = 0; k < rc->n && !in; k++)
+        in = rc->row[k] == r;
+      ok = in;
+    }
+    if (ok)
+      return d;
+  }
+  return -1;
+}
+
+/* Marks in `bad` the highest block of every stopping set of 3 or 4 blocks: blocks whose
+ * rows each hold at least two of them, so that no peel can start from them. All lanes share
+ * the rows, so in every lane where all of them hold an item they are left to the estimate.
+ * The expected number of such sets in a random layout grows like rho^k / R^(k/2) for k
+ * blocks, so the small ones are the likely ones (size 2, equal triples, is removed before).
+ * Sets are found from their lowest block a: b
+ * shares a row with a, c with a or b, and d must hold the rows only one of a, b, c holds.
+ * Returns the number of blocks marked. */
+static int64_t mark_stopping_sets(const tagc_layout *l, const row_index *ix, uint8_t *bad) {
+  int64_t marked = 0;
+  for (uint32_t a = 0; a < (uint32_t)l->blocks; a++)
+    for (int ia = 0; ia < 3; ia++) {
+      uint32_t ra = row_at(l, a, ia);
+      for (int64_t u = ix->start[ra]; u < ix->start[ra + 1]; u++) {
+        uint32_t b = ix->blocks[u];
+        if (b <= a)
+          continue;
+        uint32_t ab[2] = {a, b};
+        for (int x = 0; x < 2; x++)
+          for (int ic = 0; ic < 3; ic++) {
+            uint32_t rc_row = row_at(l, ab[x], ic);
+            for (int64_t v = ix->start[rc_row]; v < ix->start[rc_row + 1]; v++) {
+              uint32_t c = ix->blocks[v];
+              if (c <= a || c == b)
+                continue;
+              row_count rc = {0};
+              count_rows(l, &rc, a);
+              count_rows(l, &rc, b);
+              count_rows(l, &rc, c);
+              uint32_t single[9];
+              int n = 0;
+              for (int k = 0; k < rc.n; k++)
+                if (rc.count[k] == 1)
+                  single[n++] = rc.row[k];
+              uint32_t top = max_u32(b, c);
+              if (n == 0) {
+                marked += !bad[top];
+                bad[top] = 1;
+              } else if (n <= 3) {
+                int64_t d = completing_block(l, ix, &rc, single, n, a, b, c);
+                if (d >= 0) {
+                  top = max_u32(top, (uint32_t)d);
+                  marked += !bad[top];
+                  bad[top] = 1;
+                }
+              }
+            }
+          }
+      }
+    }
+  return marked;
+}
+
+/* Above this many rows small stopping sets are too rare to look for (expected count of
+ * 3-block sets about 36 rho^3 / R^2: 5e-4 at R = 2048, rho 4), and the search (about
+ * 100 (3G/R)^3 steps per block) would slow down a layout rebuild. */
+#define STOPPING_SET_MAX_ROWS 2048
+
+/* Re-hashes every block whose row set equals that of a lower-numbered block, and the
+ * highest block of every small stopping set (mark_stopping_sets), until there are none.
+ * Terminates: C(rows,3) >= 4*blocks leaves most triples free, and stopping sets are rare. */
 static tagc_status dedup_rows(tagc_layout *l) {
   int64_t g = l->blocks;
   keyed_block *keys = malloc((size_t)g * sizeof *keys);
   uint32_t *attempt = calloc((size_t)g, sizeof *attempt);
-  if (!keys || !attempt) {
-    free(keys);
-    free(attempt);
-    return tagc_errorf(TAGC_ENOMEM, "layout: no memory for %lld block keys", (long long)g);
+  uint8_t *bad = malloc((size_t)g);
+  row_index ix = {malloc((size_t)(l->rows + 1) * sizeof *ix.start),
+                  malloc((size_t)(3 * g) * sizeof *ix.blocks)};
+  tagc_status st = TAGC_OK;
+  if (!keys || !attempt || !bad || !ix.start || !ix.blocks) {
+    st = tagc_errorf(TAGC_ENOMEM, "layout: no memory for %lld block keys", (long long)g);
+    goto done;
   }
   int changed = 1;
   while (changed) {
@@ -63,18 +203,27 @@ static tagc_status dedup_rows(tagc_layout *l) {
     for (int64_t b = 0; b < g; b++)
       keys[b] = (keyed_block){row_set_key(&l->block_rows[3 * b]), (uint32_t)b};
     qsort(keys, (size_t)g, sizeof *keys, keyed_block_cmp);
-    for (int64_t i = 1; i < g; i++) {
-      if (keys[i].key != keys[i - 1].key)
-        continue;
-      uint32_t b = keys[i].block;
-      attempt[b]++;
-      block_rows_at(l->seed, b, attempt[b], (uint32_t)l->rows, &l->block_rows[3 * (int64_t)b]);
-      changed = 1;
+    memset(bad, 0, (size_t)g);
+    for (int64_t i = 1; i < g; i++)
+      if (keys[i].key == keys[i - 1].key)
+        bad[keys[i].block] = changed = 1;
+    if (!changed && l->rows <= STOPPING_SET_MAX_ROWS) {
+      row_index_build(l, &ix);
+      changed = mark_stopping_sets(l, &ix, bad) > 0;
     }
+    for (int64_t b = 0; changed && b < g; b++)
+      if (bad[b]) {
+        attempt[b]++;
+        block_rows_at(l->seed, (uint32_t)b, attempt[b], (uint32_t)l->rows, &l->block_rows[3 * b]);
+      }
   }
+done:
   free(keys);
   free(attempt);
-  return TAGC_OK;
+  free(bad);
+  free(ix.start);
+  free(ix.blocks);
+  return st;
 }
 
 int32_t tagc_layout_lanes(int64_t shard_numel) {
