@@ -48,7 +48,7 @@ extern "C" {
 #define TAGC_PAD 1024            /* shards are padded to a multiple of this many elements */
 #define TAGC_LANES_MIN 32        /* fewest lanes per sketch row: one warp reads a block */
 #define TAGC_LANES_MAX 1024      /* most lanes per sketch row (= TAGC_PAD, so K divides it) */
-#define TAGC_LANE_BLOCKS 512     /* tagc_layout_lanes keeps at least this many blocks per lane */
+#define TAGC_LANE_BLOCKS 1024    /* tagc_layout_lanes keeps at least this many blocks per lane */
 #define TAGC_MAX_ROWS (1 << 21)  /* sketch rows per shard (row ids pack in 21 bits) */
 #define TAGC_ROW_SIGN 0x80000000u /* bit of a block_rows entry meaning sign -1 */
 #define TAGC_ROW_MASK 0x001FFFFFu /* bits of a block_rows entry holding the row */

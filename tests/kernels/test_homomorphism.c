@@ -317,7 +317,7 @@ static void test_bad_decode_input(void) {
 
 int main(void) {
   const int worlds[] = {2, 3, 4, 8};
-  for (int i = 0; i < 4; i++) { /* 256 lanes of 590-600 blocks */
+  for (int i = 0; i < 4; i++) { /* 128 lanes of 1184 blocks */
     test_world(worlds[i], 150000 + 77 * worlds[i], 0, 0.05f);
     test_world(worlds[i], 150000 + 77 * worlds[i], 0, 0.10f);
   }

@@ -16,7 +16,7 @@ shards of S = roundup(ceil(len / W), 1024) elements:
   tagc: bitmap OR            (W-1) (S / 64) 8
         sketch               (W-1) R K 2         (bf16 wire), R = sketch rows at rho, K the
                                                   lanes (kernels/layout.h: the largest power
-                                                  of two <= 1024 leaving >= 512 blocks of K
+                                                  of two <= 1024 leaving >= 1024 blocks of K
                                                   elements per lane, at least 32)
   protocol overhead          (W-1) 8 (6 + segments)   (one all-gather of per-step scalars)
 """
@@ -33,7 +33,7 @@ C, L, V, T, NH = 64, 2, 256, 64, 4
 
 def lanes(shard):
     k = 1024
-    while k > 32 and shard // k < 512:
+    while k > 32 and shard // k < 1024:
         k //= 2
     return k
 
