@@ -177,14 +177,20 @@ static int64_t mark_stopping_sets(const tagc_layout *l, const row_index *ix, uin
   return marked;
 }
 
-/* Above this many rows small stopping sets are too rare to look for (expected count of
- * 3-block sets about 36 rho^3 / R^2: 5e-4 at R = 2048, rho 4), and the search (about
- * 100 (3G/R)^3 steps per block) would slow down a layout rebuild. */
+/* Where mark_stopping_sets looks. Above STOPPING_SET_MAX_ROWS rows small stopping sets are
+ * too rare to matter (expected count of 3-block sets about 36 rho^3 / R^2: 5e-4 at
+ * R = 2048, rho 4). Above STOPPING_SET_MAX_DEGREE blocks per row (3G/R, i.e. rho > 5.3) the
+ * search (about 100 (3G/R)^3 steps per block) gets slow and the sets too many to remove,
+ * while the density that gives such a rho leaves few items per lane. The passes are capped
+ * so that a layout where they cannot all go still terminates (deterministically). */
 #define STOPPING_SET_MAX_ROWS 2048
+#define STOPPING_SET_MAX_DEGREE 16
+#define STOPPING_SET_MAX_PASSES 16
 
 /* Re-hashes every block whose row set equals that of a lower-numbered block, and the
- * highest block of every small stopping set (mark_stopping_sets), until there are none.
- * Terminates: C(rows,3) >= 4*blocks leaves most triples free, and stopping sets are rare. */
+ * highest block of every small stopping set (mark_stopping_sets, within the limits above),
+ * until there are none. Terminates: C(rows,3) >= 4*blocks leaves most triples free, and the
+ * stopping-set passes are capped. */
 static tagc_status dedup_rows(tagc_layout *l) {
   int64_t g = l->blocks;
   keyed_block *keys = malloc((size_t)g * sizeof *keys);
@@ -197,8 +203,9 @@ static tagc_status dedup_rows(tagc_layout *l) {
     st = tagc_errorf(TAGC_ENOMEM, "layout: no memory for %lld block keys", (long long)g);
     goto done;
   }
-  int changed = 1;
-  while (changed) {
+  int changed = 1, search = l->rows <= STOPPING_SET_MAX_ROWS &&
+                            3 * g <= STOPPING_SET_MAX_DEGREE * l->rows;
+  for (int pass = 0; changed; pass++) {
     changed = 0;
     for (int64_t b = 0; b < g; b++)
       keys[b] = (keyed_block){row_set_key(&l->block_rows[3 * b]), (uint32_t)b};
@@ -207,7 +214,7 @@ static tagc_status dedup_rows(tagc_layout *l) {
     for (int64_t i = 1; i < g; i++)
       if (keys[i].key == keys[i - 1].key)
         bad[keys[i].block] = changed = 1;
-    if (!changed && l->rows <= STOPPING_SET_MAX_ROWS) {
+    if (!changed && search && pass < STOPPING_SET_MAX_PASSES) {
       row_index_build(l, &ix);
       changed = mark_stopping_sets(l, &ix, bad) > 0;
     }
