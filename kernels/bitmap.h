@@ -40,12 +40,13 @@ tagc_status tagc_bitmap_or_many_cpu(uint64_t *dst, const uint64_t *src, int32_t 
 tagc_status tagc_bitmap_popcount_cpu(const uint64_t *words, int64_t nwords, int64_t *bits);
 
 /* *max_items = the largest number of set bits in one sketch lane over a shard bitmap of
- * `blocks` blocks (lane t = bits 1024*b + ((t - rot(b)) mod 1024) for all b, rot the lane
- * rotation of sketch hash seed `seed`, kernels/hash.h): the load that decides whether the
- * sketch peels (kernels/rho.h; pass max_items / blocks to tagc_rho_advise). Errors:
- * TAGC_EINVAL. Blocking, OpenMP over lanes. */
-tagc_status tagc_bitmap_lane_max_cpu(const uint64_t *bitmap, int64_t blocks, uint32_t seed,
-                                     int64_t *max_items);
+ * `blocks` blocks of `lanes` elements (a power of two, 32..1024; lane t = bits
+ * lanes*b + ((t - rot(b)) mod lanes) for all b, rot the lane rotation of sketch hash seed
+ * `seed`, kernels/hash.h): the load that decides whether the sketch peels (kernels/rho.h;
+ * pass max_items / blocks to tagc_rho_advise). Errors: TAGC_EINVAL (also for a lane count
+ * that is not such a power of two). Blocking, OpenMP over lanes. */
+tagc_status tagc_bitmap_lane_max_cpu(const uint64_t *bitmap, int64_t blocks, int32_t lanes,
+                                     uint32_t seed, int64_t *max_items);
 
 /* CUDA versions: same contracts, device pointers (bits too: one int64 in device memory,
  * overwritten), enqueued on `stream`, no host synchronisation. */
@@ -55,8 +56,8 @@ tagc_status tagc_bitmap_or_many_cuda(uint64_t *dst, const uint64_t *src, int32_t
                                      int64_t words, tagc_stream stream);
 tagc_status tagc_bitmap_popcount_cuda(const uint64_t *words, int64_t nwords, int64_t *bits,
                                       tagc_stream stream);
-tagc_status tagc_bitmap_lane_max_cuda(const uint64_t *bitmap, int64_t blocks, uint32_t seed,
-                                      int64_t *max_items, tagc_stream stream);
+tagc_status tagc_bitmap_lane_max_cuda(const uint64_t *bitmap, int64_t blocks, int32_t lanes,
+                                      uint32_t seed, int64_t *max_items, tagc_stream stream);
 
 #ifdef __cplusplus
 }

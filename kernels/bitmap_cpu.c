@@ -4,8 +4,6 @@
 #include "kernels/hash.h"
 #include "kernels/layout.h"
 
-#define LANE_WORDS (TAGC_BLOCK / 64)
-
 tagc_status tagc_bitmap_or_into_cpu(uint64_t *dst, const uint64_t *src, int64_t words) {
   if (words < 0 || (words > 0 && (!dst || !src)))
     return tagc_errorf(TAGC_EINVAL, "bitmap_or_into: bad arguments (words %lld)",
@@ -43,23 +41,25 @@ tagc_status tagc_bitmap_popcount_cpu(const uint64_t *words, int64_t nwords, int6
   return TAGC_OK;
 }
 
-tagc_status tagc_bitmap_lane_max_cpu(const uint64_t *bitmap, int64_t blocks, uint32_t seed,
-                                     int64_t *max_items) {
-  if (!max_items || blocks < 0 || (blocks > 0 && !bitmap))
-    return tagc_errorf(TAGC_EINVAL, "bitmap_lane_max: bad arguments (blocks %lld)",
-                       (long long)blocks);
+tagc_status tagc_bitmap_lane_max_cpu(const uint64_t *bitmap, int64_t blocks, int32_t lanes,
+                                     uint32_t seed, int64_t *max_items) {
+  if (!max_items || blocks < 0 || (blocks > 0 && !bitmap) || lanes < TAGC_LANES_MIN ||
+      lanes > TAGC_LANES_MAX || (lanes & (lanes - 1)))
+    return tagc_errorf(TAGC_EINVAL, "bitmap_lane_max: bad arguments (blocks %lld, lanes %d)",
+                       (long long)blocks, (int)lanes);
+  int width = lanes < 64 ? lanes : 64, words = lanes / width;
   int64_t best = 0;
-  /* one 64-lane word column per iteration: lanes 64w..64w+63 over all blocks */
+  /* one lane word (up to 64 lanes) per iteration: lanes width*w.. over all blocks */
 #pragma omp parallel for schedule(static) reduction(max : best) if (blocks > 64)
-  for (int w = 0; w < LANE_WORDS; w++) {
+  for (int w = 0; w < words; w++) {
     int64_t count[64] = {0};
     for (int64_t b = 0; b < blocks; b++) {
-      uint32_t start = (uint32_t)(64 * w - tagc_block_rotation(seed, (uint32_t)b)) & 1023u;
-      uint64_t word = tagc_block_bits64(bitmap + b * LANE_WORDS, start);
-      for (int q = 0; q < 64; q++)
+      uint32_t rot = tagc_block_rotation(seed, (uint32_t)b, (uint32_t)lanes);
+      uint64_t word = tagc_lane_bits(bitmap, (uint32_t)lanes, (uint64_t)b, rot, (uint32_t)(width * w));
+      for (int q = 0; q < width; q++)
         count[q] += (word >> q) & 1u;
     }
-    for (int q = 0; q < 64; q++)
+    for (int q = 0; q < width; q++)
       best = count[q] > best ? count[q] : best;
   }
   *max_items = best;

@@ -28,19 +28,21 @@ __global__ void popcount_kernel(const uint64_t *words, int64_t nwords, unsigned 
     atomicAdd(bits, total);
 }
 
-/* One block of TAGC_BLOCK threads, thread t = lane t: counts lane t's bits over all blocks
- * (lane t of block b is element (t - rot(b)) mod 1024, kernels/hash.h; the threads of a warp
+/* One block of K = `lanes` threads, thread t = lane t: counts lane t's bits over all blocks
+ * (lane t of block b is element (t - rot(b)) mod K, kernels/hash.h; the threads of a warp
  * read one or two neighbouring words per block), then the block's maximum goes to
  * *max_items. No workspace, no atomics. */
-__global__ void __launch_bounds__(TAGC_BLOCK)
-    lane_max_kernel(const uint64_t *bitmap, int64_t blocks, uint32_t seed, int64_t *max_items) {
-  __shared__ unsigned long long warp_max[TAGC_BLOCK / 32];
+__global__ void __launch_bounds__(TAGC_LANES_MAX)
+    lane_max_kernel(const uint64_t *bitmap, int64_t blocks, uint32_t lanes, uint32_t seed,
+                    int64_t *max_items) {
+  __shared__ unsigned long long warp_max[TAGC_LANES_MAX / 32];
   int t = threadIdx.x;
   unsigned long long count = 0;
 #pragma unroll 8
   for (int64_t b = 0; b < blocks; b++) {
-    uint32_t e = ((uint32_t)t - tagc_block_rotation(seed, (uint32_t)b)) & (TAGC_BLOCK - 1);
-    count += (bitmap[b * (TAGC_BLOCK / 64) + (e >> 6)] >> (e & 63)) & 1u;
+    uint32_t e = ((uint32_t)t - tagc_block_rotation(seed, (uint32_t)b, lanes)) & (lanes - 1);
+    int64_t bit = b * lanes + e;
+    count += (bitmap[bit >> 6] >> (bit & 63)) & 1u;
   }
   for (int off = 16; off > 0; off >>= 1) {
     unsigned long long other = __shfl_down_sync(0xFFFFFFFFu, count, off);
@@ -51,7 +53,7 @@ __global__ void __launch_bounds__(TAGC_BLOCK)
   __syncthreads();
   if (t == 0) {
     unsigned long long best = 0;
-    for (int w = 0; w < TAGC_BLOCK / 32; w++)
+    for (int w = 0; w < (int)(blockDim.x >> 5); w++)
       best = warp_max[w] > best ? warp_max[w] : best;
     *max_items = (int64_t)best;
   }
@@ -98,11 +100,12 @@ extern "C" tagc_status tagc_bitmap_popcount_cuda(const uint64_t *words, int64_t 
 }
 
 extern "C" tagc_status tagc_bitmap_lane_max_cuda(const uint64_t *bitmap, int64_t blocks,
-                                                 uint32_t seed, int64_t *max_items,
-                                                 tagc_stream stream) {
-  if (!max_items || blocks < 0 || (blocks > 0 && !bitmap))
-    return tagc_errorf(TAGC_EINVAL, "bitmap_lane_max_cuda: bad arguments (blocks %lld)",
-                       (long long)blocks);
-  TAGC_LAUNCH(lane_max_kernel, 1, TAGC_BLOCK, stream)(bitmap, blocks, seed, max_items);
+                                                 int32_t lanes, uint32_t seed,
+                                                 int64_t *max_items, tagc_stream stream) {
+  if (!max_items || blocks < 0 || (blocks > 0 && !bitmap) || lanes < TAGC_LANES_MIN ||
+      lanes > TAGC_LANES_MAX || (lanes & (lanes - 1)))
+    return tagc_errorf(TAGC_EINVAL, "bitmap_lane_max_cuda: bad arguments (blocks %lld, lanes %d)",
+                       (long long)blocks, (int)lanes);
+  TAGC_LAUNCH(lane_max_kernel, 1, lanes, stream)(bitmap, blocks, (uint32_t)lanes, seed, max_items);
   return cuda_launched("bitmap_lane_max_cuda");
 }

@@ -4,7 +4,8 @@
 #include <omp.h>
 #include <string.h>
 
-/* Lanes are decoded in groups of 64 (one bitmap word column): the group's sketch columns
+/* Lanes are decoded in groups of min(lanes, 64) (one lane word of tagc_lane_bits, a bitmap
+ * word column when lanes >= 64): the group's sketch columns
  * are transposed into lane-major arrays and its items listed per lane in one pass over the
  * bitmap words, so the peel itself touches only contiguous per-lane memory. Each item's
  * value goes straight to its place in the group's values in output order; adjacent groups
@@ -12,27 +13,30 @@
  * output is written in order rather than in 64-element pieces 4 KiB apart (one such pass
  * per group made every write a cold line and a TLB miss). The float operations and their
  * order are those of the CUDA twin (decode_cuda.cu): only where values are kept changed. */
-#define GROUP 64
-#define GROUPS (TAGC_BLOCK / GROUP)
+#define GROUP 64                        /* most lanes per group */
+#define GROUPS (TAGC_LANES_MAX / GROUP) /* most groups per shard */
 
 /* Per-thread state, carved from the caller's workspace. */
 typedef struct group_state {
+  uint32_t lanes;  /* K of the layout */
+  int width;       /* lanes per group: min(K, GROUP) */
+  int groups;      /* groups per shard: K / width */
   int64_t stride;  /* lane stride of items and islot: blocks, padded so that the 64 lanes'
                     * lists start in different L1 sets (a 4 KiB multiple would alias) */
-  float *cell;     /* [GROUP][rows] sketch columns of the group, peeled items subtracted */
-  uint32_t *items; /* [GROUP][stride] block ids of each lane's items, ascending */
-  uint32_t *islot; /* [GROUP][stride] where each lane's k-th item goes in the group's values
+  float *cell;     /* [width][rows] sketch columns of the group, peeled items subtracted */
+  uint32_t *items; /* [width][stride] block ids of each lane's items, ascending */
+  uint32_t *islot; /* [width][stride] where each lane's k-th item goes in the group's values
                     * (output order: block by block, lanes ascending within a block) */
   uint32_t *slot;  /* [blocks] islot of the lane's item in block b, for the lane being decoded */
   uint32_t *rot;   /* [blocks] lane rotation of each block (kernels/hash.h) */
-  float *cvals;    /* [GROUP * stride] values of the pending groups, in output order */
+  float *cvals;    /* [width * stride] values of the pending groups, in output order */
   int64_t ncvals;  /* values in cvals */
   int w0, w1;      /* pending groups: decoded and compacted, not yet stored */
   int64_t goff[GROUPS]; /* offset in cvals of pending group w0 + g */
-  int64_t *nitems; /* [GROUP] */
+  int64_t *nitems; /* [width] */
   uint64_t *cell_ids; /* [rows] per cell of the lane being decoded: (items in the cell) << 32
                        * | XOR of their block ids, so one read-modify-write updates both */
-  uint32_t *stack; /* [rows + 3*blocks + 1] cells whose count became 1 */
+  uint32_t *queue; /* [rows + 3*blocks + 1] cells whose count became 1, FIFO */
   uint8_t *done;   /* [blocks] item peeled, indexed by block */
 } group_state;
 
@@ -51,6 +55,9 @@ static size_t group_state_bytes(const tagc_layout *l) {
 static group_state group_state_at(const tagc_layout *l, char *p) {
   size_t r = (size_t)l->rows, g = (size_t)l->blocks;
   group_state s;
+  s.lanes = (uint32_t)l->lanes;
+  s.width = l->lanes < GROUP ? l->lanes : GROUP;
+  s.groups = l->lanes / s.width;
   s.stride = lane_stride(l);
   s.cell = (float *)p;
   p += align64(GROUP * r * sizeof(float));
@@ -70,7 +77,7 @@ static group_state group_state_at(const tagc_layout *l, char *p) {
   p += align64(GROUP * sizeof(int64_t));
   s.cell_ids = (uint64_t *)p;
   p += align64(r * sizeof(uint64_t));
-  s.stack = (uint32_t *)p;
+  s.queue = (uint32_t *)p;
   p += align64((r + 3 * g + 1) * sizeof(uint32_t));
   s.done = (uint8_t *)p;
   return s;
@@ -89,9 +96,14 @@ static inline float row_sign(uint32_t entry) {
   return c.f;
 }
 
-/* Element of block b (0..1023) held by lane 64w (the group's first lane). */
+/* Element of block b (0..lanes-1) held by the first lane of group w. */
 static inline uint32_t lane_start(const group_state *s, int64_t b, int w) {
-  return (uint32_t)(GROUP * w - s->rot[b]) & (TAGC_BLOCK - 1);
+  return (uint32_t)(s->width * w - s->rot[b]) & (s->lanes - 1);
+}
+
+/* Lanes of group w of block b that hold an item (bit q = the group's lane q). */
+static inline uint64_t group_bits(const group_state *s, const uint64_t *bitmap, int64_t b, int w) {
+  return tagc_lane_bits(bitmap, s->lanes, (uint64_t)b, s->rot[b], (uint32_t)(s->width * w));
 }
 
 /* out[at .. at+n) = vals[0 .. n), clipped to elements below limit. */
@@ -106,28 +118,29 @@ static inline void store_run(float *out, int64_t limit, int64_t at, const float 
  * group's values. Returns the group's number of items. */
 static int64_t group_load(const tagc_layout *l, const float *sketch, const uint64_t *bitmap, int w,
                        group_state *s) {
-  int64_t rows = l->rows, stride = s->stride;
+  int64_t rows = l->rows, stride = s->stride, lanes = s->lanes;
+  int width = s->width;
   /* Tiles of 8 rows x 64 lanes: each row's 64 group cells are 4 contiguous cache lines, and
    * each lane gets 8 contiguous cells. (Reading down a column instead strides by 4 KiB, and
    * 16 such rows share one L1 set.) */
   int64_t r0 = 0;
   for (; r0 + 8 <= rows; r0 += 8) {
-    const float *src = sketch + r0 * TAGC_BLOCK + GROUP * w;
-    for (int q = 0; q < GROUP; q++) {
+    const float *src = sketch + r0 * lanes + width * w;
+    for (int q = 0; q < width; q++) {
       float *dst = s->cell + q * rows + r0;
       for (int j = 0; j < 8; j++)
-        dst[j] = src[j * TAGC_BLOCK + q];
+        dst[j] = src[j * lanes + q];
     }
   }
   for (; r0 < rows; r0++) {
-    const float *src = sketch + r0 * TAGC_BLOCK + GROUP * w;
-    for (int q = 0; q < GROUP; q++)
+    const float *src = sketch + r0 * lanes + width * w;
+    for (int q = 0; q < width; q++)
       s->cell[q * rows + r0] = src[q];
   }
-  memset(s->nitems, 0, GROUP * sizeof *s->nitems);
+  memset(s->nitems, 0, (size_t)width * sizeof *s->nitems);
   uint32_t n = 0;
   for (int64_t b = 0; b < l->blocks; b++) {
-    uint64_t m = tagc_block_bits64(bitmap + b * GROUPS, lane_start(s, b, w));
+    uint64_t m = group_bits(s, bitmap, b, w);
     while (m) {
       int q = __builtin_ctzll(m);
       m &= m - 1;
@@ -145,7 +158,7 @@ static int64_t group_load(const tagc_layout *l, const float *sketch, const uint6
  * left; vals[islot[k]] gets the value of items[k]. Returns the number of items peeled. */
 static int64_t lane_decode(const tagc_layout *l, float *cell, const uint32_t *items,
                            const uint32_t *islot, int64_t nitems, group_state *s, float *vals) {
-  int64_t top = 0, peeled = 0;
+  int64_t head = 0, tail = 0, peeled = 0;
   uint64_t *ci = s->cell_ids;
   memset(ci, 0, (size_t)l->rows * sizeof *ci);
   for (int64_t k = 0; k < nitems; k++) {
@@ -159,11 +172,11 @@ static int64_t lane_decode(const tagc_layout *l, float *cell, const uint32_t *it
     }
   }
   for (int64_t r = 0; r < l->rows; r++) { /* branch-free: most tests are unpredictable */
-    s->stack[top] = (uint32_t)r;
-    top += (ci[r] >> 32) == 1;
+    s->queue[tail] = (uint32_t)r;
+    tail += (ci[r] >> 32) == 1;
   }
-  while (top > 0) {
-    uint32_t r = s->stack[--top];
+  while (head < tail) {
+    uint32_t r = s->queue[head++];
     uint64_t c = ci[r];
     if ((c >> 32) != 1)
       continue;
@@ -181,8 +194,8 @@ static int64_t lane_decode(const tagc_layout *l, float *cell, const uint32_t *it
       cell[ri] -= row_sign(rows[i]) * x;
       uint64_t v = (ci[ri] ^ b) - ONE_ITEM;
       ci[ri] = v;
-      s->stack[top] = ri; /* pushed only if its count drops to 1 (branch-free) */
-      top += (v >> 32) == 1;
+      s->queue[tail] = ri; /* queued only if its count drops to 1 (branch-free) */
+      tail += (v >> 32) == 1;
     }
   }
   for (int64_t k = 0; peeled < nitems && k < nitems; k++) {
@@ -199,26 +212,26 @@ static int64_t lane_decode(const tagc_layout *l, float *cell, const uint32_t *it
 }
 
 /* Writes the pending groups' lanes (groups w0 .. w1-1, compacted in s->cvals) of every block
- * to out: decoded values where the bitmap is set, +0 elsewhere. Lane 64*w0 + j of block b is
- * element (start + j) mod 1024 of the block, so the pending lanes of a block are one
- * circular run of 64 * (w1 - w0) elements, written in one go (block by block, the writes
+ * to out: decoded values where the bitmap is set, +0 elsewhere. Lane width*w0 + j of block b
+ * is element (start + j) mod lanes of the block, so the pending lanes of a block are one
+ * circular run of width * (w1 - w0) elements, written in one go (block by block, the writes
  * walk the output in order). Nothing is written past shard_numel (padding bits are clear,
  * so those lanes hold +0). */
 static void pending_store(const tagc_layout *l, const uint64_t *bitmap, group_state *s,
                           float *out) {
-  int ng = s->w1 - s->w0, len = GROUP * ng;
-  int64_t limit = l->shard_numel, cursor[GROUPS];
-  float run[TAGC_BLOCK];
+  int ng = s->w1 - s->w0, len = s->width * ng;
+  int64_t limit = l->shard_numel, cursor[GROUPS], lanes = s->lanes;
+  float run[TAGC_LANES_MAX];
   for (int g = 0; g < ng; g++)
     cursor[g] = s->goff[g];
   for (int64_t b = 0; b < l->blocks; b++) {
-    int64_t base = b * TAGC_BLOCK;
+    int64_t base = b * lanes;
     uint32_t start = lane_start(s, b, s->w0);
     for (int j = 0; j < len; j++)
       run[j] = 0.0f;
     for (int g = 0; g < ng; g++) {
-      uint64_t m = tagc_block_bits64(bitmap + b * GROUPS, (start + GROUP * g) & (TAGC_BLOCK - 1));
-      float *dst = run + GROUP * g;
+      uint64_t m = group_bits(s, bitmap, b, s->w0 + g);
+      float *dst = run + s->width * g;
       int64_t c = cursor[g];
       while (m) {
         int q = __builtin_ctzll(m);
@@ -227,7 +240,7 @@ static void pending_store(const tagc_layout *l, const uint64_t *bitmap, group_st
       }
       cursor[g] = c;
     }
-    int64_t first = TAGC_BLOCK - (int64_t)start < len ? TAGC_BLOCK - (int64_t)start : len; /* before the wrap */
+    int64_t first = lanes - (int64_t)start < len ? lanes - (int64_t)start : len; /* before the wrap */
     store_run(out, limit, base + start, run, first);
     store_run(out, limit, base, run + first, len - first);
   }
@@ -262,20 +275,20 @@ tagc_status tagc_decode_cpu(const tagc_layout *l, const float *sketch, const uin
   {
     group_state s = group_state_at(l, (char *)ws + (size_t)omp_get_thread_num() * per_thread);
     for (int64_t b = 0; b < l->blocks; b++)
-      s.rot[b] = tagc_block_rotation(l->seed, (uint32_t)b);
+      s.rot[b] = tagc_block_rotation(l->seed, (uint32_t)b, s.lanes);
 #pragma omp for schedule(static)
-    for (int w = 0; w < GROUPS; w++) {
+    for (int w = 0; w < s.groups; w++) {
       int64_t total = group_load(l, sketch, bitmap, w, &s);
       /* Groups are stored in batches of adjacent groups whose values fit in cvals (one
-       * group always fits: at most 64 items per block); the batching only changes the order
-       * of the writes, never a value. */
-      if (s.w1 > s.w0 && (w != s.w1 || s.ncvals + total > GROUP * s.stride))
+       * group always fits: at most `width` items per block); the batching only changes the
+       * order of the writes, never a value. */
+      if (s.w1 > s.w0 && (w != s.w1 || s.ncvals + total > s.width * s.stride))
         pending_store(l, bitmap, &s, out);
       if (s.w1 == s.w0)
         s.w0 = s.w1 = w;
       s.goff[s.w1 - s.w0] = s.ncvals;
       s.w1++;
-      for (int q = 0; q < GROUP; q++) {
+      for (int q = 0; q < s.width; q++) {
         int64_t off = (int64_t)q * s.stride;
         peeled += lane_decode(l, s.cell + (int64_t)q * l->rows, s.items + off, s.islot + off,
                               s.nitems[q], &s, s.cvals + s.ncvals);

@@ -1,18 +1,19 @@
 /* CUDA owner decode (see decode.h): the CPU algorithm lane by lane, in four launches on the
  * caller's stream and without any host round trip.
  *
- *   init_kernel   cell state [R][1024] (value, count, XOR of block ids) <- sketch, zeros
+ *   init_kernel   cell state [R][K] (value, count, XOR of block ids) <- sketch, zeros
  *   count_kernel  one thread per element: a set bit adds 1 and its block id to the count
- *                 and XOR of its three cells (in lane (t + rot(b)) mod 1024, kernels/hash.h) (integer atomics: order-independent, exact)
- *   peel_kernel   one thread per lane (1024 threads), each peeling its own lane to the end:
- *                 LIFO stack seeded with the pure cells in row order, exactly the CPU's
+ *                 and XOR of its three cells (in lane (t + rot(b)) mod K, kernels/hash.h;
+ *                 integer atomics: order-independent, exact)
+ *   peel_kernel   one thread per lane (K = l->lanes threads), each peeling its own lane to the end:
+ *                 FIFO queue seeded with the pure cells in row order, exactly the CPU's
  *                 sequence of pops and fp32 subtractions; a lane only reads and writes its
- *                 own cells, stack slots and elements, so there is no race and no rounds
+ *                 own cells, queue slots and elements, so there is no race and no rounds
  *   finish_kernel one thread per element: clear bit -> +0, unpeeled -> tagc_median3 of the
  *                 residual cells (the CPU's helper), peeled -> left as written by peel_kernel
  * Peel flags are a byte per element in the workspace (out of band, never in the values).
  * Every cell is pushed at most once (seeded when its count is 1, else pushed when its count
- * drops from 2 to 1), so a lane's stack needs R slots. */
+ * drops from 2 to 1), so a lane's queue needs R slots. */
 #include "kernels/cuda_common.cuh"
 #include "kernels/decode.h"
 
@@ -26,11 +27,11 @@ typedef struct __align__(16) cell_state {
   uint32_t unused;
 } cell_state;
 
-/* Workspace layout: cells [R*1024], stack [R*1024] (slot k of lane t at k*1024+t), peeled
- * flags [shard_padded] bytes. */
+/* Workspace layout: cells [R*K], queue [R*K] (slot k of lane t at k*K+t), peeled flags
+ * [shard_padded] bytes. */
 typedef struct decode_ws {
   cell_state *cells;
-  uint32_t *stack;
+  uint32_t *queue;
   uint8_t *peeled;
   size_t bytes;
 } decode_ws;
@@ -41,7 +42,7 @@ static decode_ws ws_layout(const tagc_layout *l, void *base) {
   decode_ws ws;
   ws.cells = (cell_state *)(p + off);
   off += ws_align(cells * sizeof(cell_state));
-  ws.stack = (uint32_t *)(p + off);
+  ws.queue = (uint32_t *)(p + off);
   off += ws_align(cells * sizeof(uint32_t));
   ws.peeled = (uint8_t *)(p + off);
   off += ws_align((size_t)l->shard_padded);
@@ -70,7 +71,7 @@ __global__ void init_kernel(const float *sketch, cell_state *cells, int64_t ncel
  * (elements >= n) are ignored. */
 __global__ void count_kernel(const uint32_t *block_rows, const uint64_t *bitmap,
                              cell_state *cells, uint8_t *peeled, int64_t n, int64_t padded,
-                             uint32_t seed, tagc_decode_stats *stats) {
+                             uint32_t lanes, uint32_t seed, tagc_decode_stats *stats) {
   unsigned long long nonzero = 0;
   for (int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; e < padded;
        e += (int64_t)gridDim.x * blockDim.x) {
@@ -78,11 +79,11 @@ __global__ void count_kernel(const uint32_t *block_rows, const uint64_t *bitmap,
     if (e >= n || !bit_set(bitmap, e))
       continue;
     nonzero++;
-    uint32_t b = (uint32_t)(e / TAGC_BLOCK);
-    uint32_t lane = ((uint32_t)(e % TAGC_BLOCK) + tagc_block_rotation(seed, b)) & (TAGC_BLOCK - 1);
+    uint32_t b = (uint32_t)(e / lanes);
+    uint32_t lane = ((uint32_t)(e % lanes) + tagc_block_rotation(seed, b, lanes)) & (lanes - 1);
     for (int i = 0; i < 3; i++) {
       uint32_t row = block_rows[3 * (int64_t)b + i] & TAGC_ROW_MASK;
-      cell_state *c = &cells[(int64_t)row * TAGC_BLOCK + lane];
+      cell_state *c = &cells[(int64_t)row * lanes + lane];
       atomicAdd(&c->count, 1u);
       atomicXor(&c->ids, b);
     }
@@ -94,19 +95,20 @@ __global__ void count_kernel(const uint32_t *block_rows, const uint64_t *bitmap,
 
 /* Peels lane blockIdx.x * blockDim.x + threadIdx.x completely (see the file comment). */
 __global__ void __launch_bounds__(PEEL_THREADS)
-    peel_kernel(const uint32_t *block_rows, cell_state *cells, uint32_t *stack, uint8_t *peeled,
-                float *out, int64_t rows, uint32_t seed, tagc_decode_stats *stats) {
+    peel_kernel(const uint32_t *block_rows, cell_state *cells, uint32_t *queue, uint8_t *peeled,
+                float *out, int64_t rows, uint32_t lanes, uint32_t seed,
+                tagc_decode_stats *stats) {
   int64_t t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
   cell_state *lane_cells = cells + t;
-  uint32_t *lane_stack = stack + t;
-  int64_t sp = 0;
+  uint32_t *lane_queue = queue + t;
+  int64_t head = 0, tail = 0;
   for (int64_t r = 0; r < rows; r++)
-    if (lane_cells[r * TAGC_BLOCK].count == 1)
-      lane_stack[(sp++) * TAGC_BLOCK] = (uint32_t)r;
+    if (lane_cells[r * lanes].count == 1)
+      lane_queue[(tail++) * lanes] = (uint32_t)r;
   unsigned long long done = 0;
-  while (sp > 0) {
-    uint32_t r = lane_stack[(--sp) * TAGC_BLOCK];
-    cell_state pure = lane_cells[(int64_t)r * TAGC_BLOCK];
+  while (head < tail) {
+    uint32_t r = lane_queue[(head++) * lanes];
+    cell_state pure = lane_cells[(int64_t)r * lanes];
     if (pure.count != 1)
       continue;
     uint32_t b = pure.ids;
@@ -120,20 +122,20 @@ __global__ void __launch_bounds__(PEEL_THREADS)
     if (at < 0)
       continue;
     float v = signed_value(entry[at], pure.value);
-    int64_t e = (int64_t)b * TAGC_BLOCK + (((uint32_t)t - tagc_block_rotation(seed, b)) & (TAGC_BLOCK - 1));
+    int64_t e = (int64_t)b * lanes + (((uint32_t)t - tagc_block_rotation(seed, b, lanes)) & (lanes - 1));
     out[e] = v;
     peeled[e] = 1;
     done++;
     for (int i = 0; i < 3; i++) {
       uint32_t row = entry[i] & TAGC_ROW_MASK;
-      cell_state *c = &lane_cells[(int64_t)row * TAGC_BLOCK];
+      cell_state *c = &lane_cells[(int64_t)row * lanes];
       cell_state s = *c;
       s.count--;
       s.ids ^= b;
       if (i != at) {
         s.value = __fsub_rn(s.value, signed_value(entry[i], v));
         if (s.count == 1)
-          lane_stack[(sp++) * TAGC_BLOCK] = row;
+          lane_queue[(tail++) * lanes] = row;
       }
       *c = s;
     }
@@ -143,7 +145,8 @@ __global__ void __launch_bounds__(PEEL_THREADS)
 
 __global__ void finish_kernel(const uint32_t *block_rows, const uint64_t *bitmap,
                               const cell_state *cells, const uint8_t *peeled, float *out,
-                              int64_t n, uint32_t seed, tagc_decode_stats *stats) {
+                              int64_t n, uint32_t lanes, uint32_t seed,
+                              tagc_decode_stats *stats) {
   unsigned long long estimated = 0;
   for (int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; e < n;
        e += (int64_t)gridDim.x * blockDim.x) {
@@ -153,12 +156,12 @@ __global__ void finish_kernel(const uint32_t *block_rows, const uint64_t *bitmap
     }
     if (peeled[e])
       continue;
-    int64_t b = e / TAGC_BLOCK;
-    uint32_t t = ((uint32_t)(e % TAGC_BLOCK) + tagc_block_rotation(seed, (uint32_t)b)) & (TAGC_BLOCK - 1);
+    int64_t b = e / lanes;
+    uint32_t t = ((uint32_t)(e % lanes) + tagc_block_rotation(seed, (uint32_t)b, lanes)) & (lanes - 1);
     float est[3];
     for (int i = 0; i < 3; i++) {
       uint32_t entry = block_rows[3 * b + i];
-      est[i] = signed_value(entry, cells[(int64_t)(entry & TAGC_ROW_MASK) * TAGC_BLOCK + t].value);
+      est[i] = signed_value(entry, cells[(int64_t)(entry & TAGC_ROW_MASK) * lanes + t].value);
     }
     out[e] = tagc_median3(est[0], est[1], est[2]);
     estimated++;
@@ -190,10 +193,12 @@ extern "C" tagc_status tagc_decode_cuda(const tagc_layout *l, const uint32_t *bl
   TAGC_LAUNCH(init_kernel, grid_for(l->sketch_cells, 4 * CUDA_THREADS), CUDA_THREADS, stream)(
       sketch, w.cells, l->sketch_cells);
   TAGC_LAUNCH(count_kernel, grid_for(l->shard_padded, 4 * CUDA_THREADS), CUDA_THREADS, stream)(
-      block_rows_dev, bitmap, w.cells, w.peeled, l->shard_numel, l->shard_padded, l->seed, stats);
-  TAGC_LAUNCH(peel_kernel, TAGC_BLOCK / PEEL_THREADS, PEEL_THREADS, stream)(
-      block_rows_dev, w.cells, w.stack, w.peeled, out, l->rows, l->seed, stats);
+      block_rows_dev, bitmap, w.cells, w.peeled, l->shard_numel, l->shard_padded,
+      (uint32_t)l->lanes, l->seed, stats);
+  TAGC_LAUNCH(peel_kernel, (unsigned)(l->lanes / PEEL_THREADS), PEEL_THREADS, stream)(
+      block_rows_dev, w.cells, w.queue, w.peeled, out, l->rows, (uint32_t)l->lanes, l->seed, stats);
   TAGC_LAUNCH(finish_kernel, grid_for(l->shard_numel, 4 * CUDA_THREADS), CUDA_THREADS, stream)(
-      block_rows_dev, bitmap, w.cells, w.peeled, out, l->shard_numel, l->seed, stats);
+      block_rows_dev, bitmap, w.cells, w.peeled, out, l->shard_numel, (uint32_t)l->lanes,
+      l->seed, stats);
   return cuda_launched("decode_cuda");
 }

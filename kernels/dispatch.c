@@ -77,10 +77,12 @@ tagc_status tagc_kernels_popcount(const tagc_kernel_ctx *ctx, const uint64_t *wo
            tagc_bitmap_popcount_cuda(words, nwords, bits, ctx->stream));
 }
 
-tagc_status tagc_kernels_lane_max(const tagc_kernel_ctx *ctx, const uint64_t *bitmap,
-                                  int64_t blocks, uint32_t seed, int64_t *max_items) {
-  DISPATCH(ctx, tagc_bitmap_lane_max_cpu(bitmap, blocks, seed, max_items),
-           tagc_bitmap_lane_max_cuda(bitmap, blocks, seed, max_items, ctx->stream));
+tagc_status tagc_kernels_lane_max(const tagc_kernel_ctx *ctx, const tagc_layout *l,
+                                  const uint64_t *bitmap, int64_t *max_items) {
+  if (!l)
+    return tagc_errorf(TAGC_EINVAL, "kernels: NULL layout");
+  DISPATCH(ctx, tagc_bitmap_lane_max_cpu(bitmap, l->blocks, l->lanes, l->seed, max_items),
+           tagc_bitmap_lane_max_cuda(bitmap, l->blocks, l->lanes, l->seed, max_items, ctx->stream));
 }
 
 tagc_status tagc_kernels_bf16_encode(const tagc_kernel_ctx *ctx, const float *src,

@@ -52,25 +52,37 @@ TAGC_HD uint32_t tagc_block_hash(uint32_t seed, uint32_t block, uint32_t attempt
   return (uint32_t)(j == 1 ? k >> 32 : k);
 }
 
-/* Lane rotation of block `block` (0..1023): element t of the block (its t-th of TAGC_BLOCK =
- * 1024 elements) lands in sketch lane (t + rotation) mod 1024, and lane L holds element
- * (L - rotation) mod 1024. Lanes are otherwise element index mod 1024, i.e. matrix columns,
- * and real gradients have hot columns; rotating every block by its own hash spreads a hot
- * column over all lanes, so a lane's density tracks the shard's mean density. Within one
- * lane a block still contributes at most one element, so peeling is unchanged. */
-TAGC_HD uint32_t tagc_block_rotation(uint32_t seed, uint32_t block) {
-  return tagc_fmix32(tagc_fmix32(block ^ 0xA511E9B3u) ^ seed) & 1023u;
+/* Lane rotation of block `block` in a sketch of `lanes` lanes (a power of two, 32..1024):
+ * element t of the block (its t-th of `lanes` elements) lands in sketch lane
+ * (t + rotation) mod lanes, and lane L holds element (L - rotation) mod lanes. Without it
+ * lanes are element index mod lanes, i.e. matrix columns, and real gradients have hot
+ * columns; rotating every block by its own hash spreads a hot column over all lanes, so a
+ * lane's density tracks the shard's mean density. Within one lane a block still
+ * contributes at most one element, so peeling is unchanged. (For 1024 lanes this is the
+ * rotation of wire version 2.) */
+TAGC_HD uint32_t tagc_block_rotation(uint32_t seed, uint32_t block, uint32_t lanes) {
+  return tagc_fmix32(tagc_fmix32(block ^ 0xA511E9B3u) ^ seed) & (lanes - 1u);
 }
 
-/* Bits [start, start + 64) of one block's 1024-bit bitmap (16 words), read circularly:
- * bit q of the result is bit (start + q) mod 1024 of the block. With
- * start = (64 w - rotation) mod 1024 it is the set of lanes 64w..64w+63 of that block. */
-TAGC_HD uint64_t tagc_block_bits64(const uint64_t *block_words, uint32_t start) {
-  uint32_t w = (start >> 6) & 15u, s = start & 63u;
-  uint64_t lo = block_words[w];
+/* Which lanes of block `block` hold an item, from a shard bitmap (bit q of word w = element
+ * 64w + q) of blocks of `lanes` elements rotated by `rot` (tagc_block_rotation): bit q of the
+ * result is lane lane0 + q, for q < min(lanes, 64). lane0 is a multiple of 64 below lanes
+ * (0 when lanes < 64, then the result holds all `lanes` lanes of the block). Lanes
+ * 64w..64w+63 of a block of >= 64 lanes are its elements (64w - rot) mod lanes onward, read
+ * circularly within the block's lanes / 64 words. */
+TAGC_HD uint64_t tagc_lane_bits(const uint64_t *bitmap, uint32_t lanes, uint64_t block,
+                                uint32_t rot, uint32_t lane0) {
+  if (lanes < 64) { /* the block is a `lanes`-bit field of one word: rotate it left by rot */
+    uint64_t mask = (1ull << lanes) - 1u, first = block * lanes;
+    uint64_t e = (bitmap[first >> 6] >> (first & 63u)) & mask;
+    return ((e << rot) | (e >> (lanes - rot))) & mask;
+  }
+  const uint64_t *words = bitmap + block * (lanes >> 6);
+  uint32_t start = (lane0 - rot) & (lanes - 1u), w = start >> 6, s = start & 63u;
+  uint64_t lo = words[w];
   if (s == 0)
     return lo;
-  return (lo >> s) | (block_words[(w + 1) & 15u] << (64u - s));
+  return (lo >> s) | (words[(w + 1u) & ((lanes >> 6) - 1u)] << (64u - s));
 }
 
 /* Counter-based random 32 bits for (seed, step, index): the same triple always gives the

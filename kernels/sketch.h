@@ -1,9 +1,9 @@
 /* Count-sketch encode (ARCHITECTURE §7 step 3).
  *
- * For every destination shard j, every element e = 1024*b + t whose local bitmap bit is set
- * adds sign_i(b) * kept[e] to cell (row_i(b), lane (t + rot(b)) mod 1024) for i = 0, 1, 2
- * (rows and signs from l->block_rows, kernels/layout.h; rot(b) = tagc_block_rotation(seed, b),
- * kernels/hash.h). Elements whose bit is clear contribute nothing, and
+ * For every destination shard j, every element e = K*b + t (K = l->lanes) whose local
+ * bitmap bit is set adds sign_i(b) * kept[e] to cell (row_i(b), lane (t + rot(b)) mod K) for
+ * i = 0, 1, 2 (rows and signs from l->block_rows, kernels/layout.h; rot(b) =
+ * tagc_block_rotation(seed, b, K), kernels/hash.h). Elements whose bit is clear contribute nothing, and
  * blocks without any set bit are skipped. The encode is linear:
  * encode(a) + encode(b) == encode(a + b) up to fp32 rounding of the cell sums, which is what
  * lets a SUM reduce-scatter of the dest-major sketches deliver to rank j the sketch of the

@@ -71,8 +71,10 @@ tagc_status tagc_kernels_bitmap_or_many(const tagc_kernel_ctx *ctx, uint64_t *ds
                                         const uint64_t *src, int32_t count, int64_t words);
 tagc_status tagc_kernels_popcount(const tagc_kernel_ctx *ctx, const uint64_t *words,
                                   int64_t nwords, int64_t *bits);
-tagc_status tagc_kernels_lane_max(const tagc_kernel_ctx *ctx, const uint64_t *bitmap,
-                                  int64_t blocks, uint32_t seed, int64_t *max_items);
+/* The densest lane of a shard bitmap of layout l (tagc_bitmap_lane_max_cpu with l's blocks,
+ * lanes and seed). */
+tagc_status tagc_kernels_lane_max(const tagc_kernel_ctx *ctx, const tagc_layout *l,
+                                  const uint64_t *bitmap, int64_t *max_items);
 tagc_status tagc_kernels_bf16_encode(const tagc_kernel_ctx *ctx, const float *src,
                                      uint16_t *dst, int64_t n);
 tagc_status tagc_kernels_bf16_encode_stochastic(const tagc_kernel_ctx *ctx, const float *src,

@@ -46,14 +46,17 @@ static tagc_status section_bytes(const tagc_wire_header *h, uint64_t *sketch, ui
   if (h->shard_numel < 1 || h->shard_numel >= ((uint64_t)1 << 32))
     return tagc_errorf(TAGC_EINVAL, "wire: shard_numel %llu out of range",
                        (unsigned long long)h->shard_numel);
+  if (h->lanes > TAGC_LANES_MAX)
+    return tagc_errorf(TAGC_EINVAL, "wire: %u lanes", h->lanes);
   int64_t rows;
-  TAGC_CHECK(tagc_layout_rows((int64_t)h->shard_numel, h->rho, &rows));
+  TAGC_CHECK(tagc_layout_rows((int64_t)h->shard_numel, (int32_t)h->lanes, h->rho, &rows));
   if ((uint64_t)rows != h->rows)
-    return tagc_errorf(TAGC_EINVAL, "wire: rows %llu, layout of %llu elements at rho %g has %lld",
-                       (unsigned long long)h->rows, (unsigned long long)h->shard_numel, h->rho,
-                       (long long)rows);
-  uint64_t padded = (h->shard_numel + TAGC_BLOCK - 1) / TAGC_BLOCK * TAGC_BLOCK;
-  *sketch = (h->sections & TAGC_WIRE_SKETCH) ? h->rows * TAGC_BLOCK * esize : 0;
+    return tagc_errorf(TAGC_EINVAL,
+                       "wire: rows %llu, layout of %llu elements in %u lanes at rho %g has %lld",
+                       (unsigned long long)h->rows, (unsigned long long)h->shard_numel, h->lanes,
+                       h->rho, (long long)rows);
+  uint64_t padded = (h->shard_numel + TAGC_PAD - 1) / TAGC_PAD * TAGC_PAD;
+  *sketch = (h->sections & TAGC_WIRE_SKETCH) ? h->rows * h->lanes * esize : 0;
   *bitmap = (h->sections & TAGC_WIRE_BITMAP) ? padded / 8 : 0;
   if (*sketch + *bitmap > TAGC_WIRE_MAX_PAYLOAD)
     return tagc_errorf(TAGC_EINVAL, "wire: payload %llu bytes over the limit",
@@ -87,7 +90,8 @@ static void write_header(const tagc_wire_header *h, uint8_t *p) {
   put32(p + 60, h->sections);
   put64(p + 64, h->payload_bytes);
   put32(p + 72, h->payload_crc);
-  put32(p + 76, tagc_crc32c(0, p, 76));
+  put32(p + 76, h->lanes);
+  put32(p + TAGC_WIRE_HEADER_CRC_AT, tagc_crc32c(0, p, TAGC_WIRE_HEADER_CRC_AT));
 }
 
 static void read_header(const uint8_t *p, tagc_wire_header *h) {
@@ -105,7 +109,8 @@ static void read_header(const uint8_t *p, tagc_wire_header *h) {
   h->sections = get32(p + 60);
   h->payload_bytes = get64(p + 64);
   h->payload_crc = get32(p + 72);
-  h->header_crc = get32(p + 76);
+  h->lanes = get32(p + 76);
+  h->header_crc = get32(p + TAGC_WIRE_HEADER_CRC_AT);
 }
 
 tagc_status tagc_wire_encode(const tagc_wire_header *h, const void *sketch,
@@ -147,7 +152,7 @@ tagc_status tagc_wire_decode(const uint8_t *buf, size_t len, tagc_wire_header *h
     return tagc_errorf(TAGC_ECORRUPT, "wire: version %u, expected %d", get16(buf + 4),
                        TAGC_WIRE_VERSION);
   read_header(buf, h);
-  if (tagc_crc32c(0, buf, 76) != h->header_crc)
+  if (tagc_crc32c(0, buf, TAGC_WIRE_HEADER_CRC_AT) != h->header_crc)
     return tagc_errorf(TAGC_ECORRUPT, "wire: header CRC mismatch");
   uint64_t sk = 0, bm = 0;
   if (section_bytes(h, &sk, &bm) != TAGC_OK) {

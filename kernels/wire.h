@@ -1,7 +1,7 @@
 /* Wire format of a compressed unit sent outside a raw collective buffer (point-to-point
  * transfer, spill to disk, debugging dumps).
  *
- * Little-endian, fixed 80-byte header followed by the payload:
+ * Little-endian, fixed 84-byte header followed by the payload:
  *   off size field
  *     0    4 magic          "TAGC" = 0x43474154
  *     4    2 version        TAGC_WIRE_VERSION
@@ -11,14 +11,15 @@
  *    24    4 world          W >= 1
  *    28    4 shard          destination shard, < world
  *    32    8 shard_numel    n >= 1
- *    40    8 rows           R, must equal the layout's rows for (n, rho)
+ *    40    8 rows           R, must equal the layout's rows for (n, lanes, rho)
  *    48    8 rho            IEEE binary64
  *    56    4 seed           sketch hash seed
  *    60    4 sections       bit 0: sketch present, bit 1: bitmap present (others zero)
- *    64    8 payload_bytes  = sketch bytes (R*1024*dtype size) + bitmap bytes (words*8)
+ *    64    8 payload_bytes  = sketch bytes (R*lanes*dtype size) + bitmap bytes (words*8)
  *    72    4 payload_crc    CRC32C of the payload
- *    76    4 header_crc     CRC32C of bytes 0..75
- * Payload: the sketch (R*1024 values, fp32 or bf16) if present, then the bitmap
+ *    76    4 lanes          K, lanes per sketch row: a power of two in [32, 1024]
+ *    80    4 header_crc     CRC32C of bytes 0..79
+ * Payload: the sketch (R*lanes values, fp32 or bf16) if present, then the bitmap
  * (shard_padded/64 uint64 words) if present, both little-endian (tagc hosts are
  * little-endian, so the payload is the in-memory arrays byte for byte). */
 #ifndef TAGC_KERNELS_WIRE_H
@@ -34,8 +35,9 @@ extern "C" {
 #endif
 
 #define TAGC_WIRE_MAGIC 0x43474154u
-#define TAGC_WIRE_VERSION 2 /* 2: per-block lane rotation (kernels/hash.h) */
-#define TAGC_WIRE_HEADER_BYTES 80
+#define TAGC_WIRE_VERSION 3 /* 2: per-block lane rotation (kernels/hash.h); 3: lane count */
+#define TAGC_WIRE_HEADER_BYTES 84
+#define TAGC_WIRE_HEADER_CRC_AT 80 /* offset of header_crc = bytes it covers */
 #define TAGC_WIRE_SKETCH 1u
 #define TAGC_WIRE_BITMAP 2u
 #define TAGC_WIRE_MAX_PAYLOAD ((uint64_t)1 << 36) /* 64 GiB: larger is rejected */
@@ -57,6 +59,7 @@ typedef struct tagc_wire_header {
   uint32_t sections;
   uint64_t payload_bytes;
   uint32_t payload_crc;
+  uint32_t lanes;
   uint32_t header_crc;
 } tagc_wire_header;
 
@@ -75,7 +78,7 @@ typedef struct tagc_wire_view {
 tagc_status tagc_wire_payload_bytes(const tagc_wire_header *h, uint64_t *bytes);
 
 /* Serialises h (version forced to TAGC_WIRE_VERSION, payload_bytes and CRCs computed) and
- * the sections it names: sketch (R*1024 values of h->dtype) and bitmap (shard_padded/64
+ * the sections it names: sketch (R*lanes values of h->dtype) and bitmap (shard_padded/64
  * words), borrowed, into buf[cap]; *len = bytes written. Errors: TAGC_EINVAL (bad header,
  * missing section pointer, cap too small). Pure, thread-safe, non-blocking. */
 tagc_status tagc_wire_encode(const tagc_wire_header *h, const void *sketch,

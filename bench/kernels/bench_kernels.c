@@ -95,9 +95,9 @@ static void unit_init(unit *u, int64_t n_total, float density) {
   tagc_sparsify_cpu(&geo, density, u->grad, u->res, u->kept, u->bitmap, u->stats, w, ws);
   free(w);
   int64_t lane_max = 0;
-  tagc_bitmap_lane_max_cpu(u->bitmap, geo.blocks, 1, &lane_max);
+  tagc_bitmap_lane_max_cpu(u->bitmap, geo.blocks, geo.lanes, 1, &lane_max);
   double rho;
-  tagc_rho_advise((double)lane_max / (double)geo.blocks, shard, &rho);
+  tagc_rho_advise((double)lane_max / (double)geo.blocks, shard, geo.lanes, &rho);
   tagc_layout_free(&geo);
   tagc_layout_init(&u->l, 2, shard, rho, 1);
   u->sketch = xmalloc((size_t)(2 * u->l.sketch_cells) * 4);

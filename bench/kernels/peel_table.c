@@ -2,9 +2,11 @@
  *
  * For each (rho, density): a shard of --shard elements with i.i.d. non-zeros at that
  * density (the ORed global bitmap), Gaussian values, encoded and decoded with the real CPU
- * kernels; prints the fraction of non-zeros left to the estimate, averaged over --trials
- * seeds, and the rho the advisor would pick for that density.
- * Usage: tagc_peel_table [--shard N] [--trials T] [--rho a,b,...] [--density a,b,...] */
+ * kernels in --lanes lanes (default: the shard size's, tagc_layout_lanes); prints the
+ * fraction of non-zeros left to the estimate, averaged over --trials seeds, and the rho the
+ * advisor would pick for that density.
+ * Usage: tagc_peel_table [--shard N] [--lanes K] [--trials T] [--rho a,b,...]
+ *                        [--density a,b,...] */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -33,9 +35,9 @@ static uint64_t splitmix(uint64_t *s) {
 }
 
 /* Fraction of non-zeros estimated for one shard, or -1 on error. */
-static double unpeeled(int64_t n, double rho, double density, uint64_t seed) {
+static double unpeeled(int64_t n, int32_t lanes, double rho, double density, uint64_t seed) {
   tagc_layout l;
-  if (tagc_layout_init(&l, 1, n, rho, (uint32_t)seed) != TAGC_OK)
+  if (tagc_layout_init_lanes(&l, 1, n, lanes, rho, (uint32_t)seed) != TAGC_OK)
     return -1;
   float *kept = calloc((size_t)l.shard_padded, sizeof(float));
   uint64_t *bm = calloc((size_t)l.bitmap_words, sizeof(uint64_t));
@@ -66,12 +68,15 @@ static double unpeeled(int64_t n, double rho, double density, uint64_t seed) {
 
 int main(int argc, char **argv) {
   int64_t shard = 1 << 20;
+  int32_t lanes = 0;
   int trials = 3;
   double rhos[32] = {2, 4}, dens[64] = {0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.35, 0.38, 0.4, 0.45, 0.5};
   int nr = 2, nd = 11;
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "--shard") && i + 1 < argc)
       shard = atoll(argv[++i]);
+    else if (!strcmp(argv[i], "--lanes") && i + 1 < argc)
+      lanes = atoi(argv[++i]);
     else if (!strcmp(argv[i], "--trials") && i + 1 < argc)
       trials = atoi(argv[++i]);
     else if (!strcmp(argv[i], "--rho") && i + 1 < argc)
@@ -79,7 +84,8 @@ int main(int argc, char **argv) {
     else if (!strcmp(argv[i], "--density") && i + 1 < argc)
       nd = parse_list(argv[++i], dens, 64);
     else {
-      fprintf(stderr, "usage: %s [--shard N] [--trials T] [--rho a,b] [--density a,b]\n", argv[0]);
+      fprintf(stderr, "usage: %s [--shard N] [--lanes K] [--trials T] [--rho a,b] [--density a,b]\n",
+              argv[0]);
       return 2;
     }
   }
@@ -87,7 +93,10 @@ int main(int argc, char **argv) {
     fprintf(stderr, "bad arguments\n");
     return 2;
   }
-  printf("shard %lld elements, %d trials\n| density |", (long long)shard, trials);
+  if (!lanes)
+    lanes = tagc_layout_lanes(shard);
+  printf("shard %lld elements, %d lanes of %lld blocks, %d trials\n| density |", (long long)shard,
+         lanes, (long long)((shard + TAGC_PAD - 1) / TAGC_PAD * TAGC_PAD / lanes), trials);
   for (int r = 0; r < nr; r++)
     printf(" rho=%g: load, unpeeled |", rhos[r]);
   printf(" advised rho |\n|---|");
@@ -99,7 +108,7 @@ int main(int argc, char **argv) {
     for (int r = 0; r < nr; r++) {
       double sum = 0;
       for (int t = 0; t < trials; t++) {
-        double f = unpeeled(shard, rhos[r], dens[d], 1000u * (uint64_t)t + 17);
+        double f = unpeeled(shard, lanes, rhos[r], dens[d], 1000u * (uint64_t)t + 17);
         if (f < 0) {
           fprintf(stderr, "error: %s\n", tagc_last_error());
           return 1;
@@ -109,7 +118,7 @@ int main(int argc, char **argv) {
       printf(" %.3f, %.2e |", dens[d] * rhos[r], sum / trials);
     }
     double adv = 0;
-    tagc_rho_advise(dens[d], shard, &adv);
+    tagc_rho_advise(dens[d], shard, lanes, &adv);
     printf(" %.2f |\n", adv);
     fflush(stdout);
   }

@@ -4,7 +4,8 @@
  * Per unit of N = W*n elements (ring collectives, per rank):
  *   fp32 reduce-scatter baseline   (W-1)/W * 4N
  *   bitmap OR exchange             (W-1)/W * W * P/8       P = n padded to 1024
- *   sketch reduce-scatter          (W-1)/W * W * R*1024*s  s = 4 (fp32) or 2 (bf16 wire)
+ *   sketch reduce-scatter          (W-1)/W * W * R*K*s     s = 4 (fp32) or 2 (bf16 wire),
+ *                                                          K = tagc_layout_lanes(n) lanes
  * Global density of the union of W masks at local density d: d (masks identical, best
  * case) up to 1-(1-d)^W (independent masks, worst case). rho comes from tagc_rho_advise on
  * the expected densest lane: mean + 4 sigma of a Binomial(G, d_glob) lane count.
@@ -17,17 +18,19 @@
 #include "kernels/tagc_kernels.h"
 
 static void row(int w, double d, const char *masks, double dglob, int64_t n) {
-  double blocks = ceil((double)n / TAGC_BLOCK), padded = blocks * TAGC_BLOCK;
+  int32_t lanes = tagc_layout_lanes(n);
+  double padded = ceil((double)n / TAGC_PAD) * TAGC_PAD, blocks = padded / lanes;
   double lane = fmin(1.0, dglob + 4.0 * sqrt(dglob * (1.0 - dglob) / blocks));
   double rho;
   int64_t rows;
-  if (tagc_rho_advise(lane, n, &rho) != TAGC_OK || tagc_layout_rows(n, rho, &rows) != TAGC_OK) {
+  if (tagc_rho_advise(lane, n, lanes, &rho) != TAGC_OK ||
+      tagc_layout_rows(n, lanes, rho, &rows) != TAGC_OK) {
     fprintf(stderr, "error: %s\n", tagc_last_error());
     exit(1);
   }
   double share = (double)(w - 1) / w, base = share * 4.0 * w * (double)n;
   double bitmap = share * w * padded / 8.0;
-  double sk32 = share * w * (double)rows * TAGC_BLOCK * 4.0, sk16 = sk32 / 2.0;
+  double sk32 = share * w * (double)rows * lanes * 4.0, sk16 = sk32 / 2.0;
   printf("| %d | %.2f | %s | %.3f | %.2f | %.1f | %.2fx | %.2fx |\n", w, d, masks, dglob, rho,
          (bitmap + sk32) / base * 100.0, base / (bitmap + sk32), base / (bitmap + sk16));
 }

@@ -61,7 +61,7 @@ static void report(const char *shape, const char *op, int iters, double bytes) {
 
 static void bench_shape(const char *name, int32_t world, int64_t n, float density, int iters) {
   double rho;
-  TAGC_CALL(tagc_rho_advise(density * 1.5 > 1 ? 1 : density * 1.5, n, &rho));
+  TAGC_CALL(tagc_rho_advise(density * 1.5 > 1 ? 1 : density * 1.5, n, tagc_layout_lanes(n), &rho));
   tagc_layout l;
   TAGC_CALL(tagc_layout_init(&l, world, n, rho < TAGC_RHO_MIN ? TAGC_RHO_MIN : rho, 11));
   int64_t total = (int64_t)world * n, padded = (int64_t)world * l.shard_padded;
@@ -101,7 +101,7 @@ static void bench_shape(const char *name, int32_t world, int64_t n, float densit
   TIME(shape, "bitmap_popcount", iters, l.bitmap_words * 8.0,
        TAGC_CALL(tagc_bitmap_popcount_cuda(global, l.bitmap_words, bits, stream)));
   TIME(shape, "bitmap_lane_max", iters, l.bitmap_words * 8.0,
-       TAGC_CALL(tagc_bitmap_lane_max_cuda(bitmap, l.blocks, l.seed, bits, stream)));
+       TAGC_CALL(tagc_bitmap_lane_max_cuda(bitmap, l.blocks, l.lanes, l.seed, bits, stream)));
   TIME(shape, "bf16_encode(sketch)", iters, world * l.sketch_cells * 6.0,
        TAGC_CALL(tagc_bf16_encode_cuda(sketch, wire, world * l.sketch_cells, stream)));
   TIME(shape, "bf16_accumulate(sketch)", iters, world * l.sketch_cells * 10.0,

@@ -1,5 +1,5 @@
 /* Bitmap ops against bit-by-bit references: OR of W bitmaps (all-to-all fold and in-place),
- * popcount; argument errors. */
+ * popcount, the densest rotated lane at every lane count; argument errors. */
 #include "common/status.h"
 #include "kernels/bitmap.h"
 #include "kernels/hash.h"
@@ -39,40 +39,46 @@ int main(void) {
     free(dst);
     free(acc);
   }
-  /* lane maximum against a per-lane count */
-  {
-    const int64_t blocks = 300;
-    uint64_t *bm = malloc((size_t)(blocks * 16) * sizeof(uint64_t));
-    for (int64_t i = 0; i < blocks * 16; i++)
+  /* lane maximum against a per-lane count, at every lane count */
+  static const int32_t lanes_list[] = {32, 64, 128, 256, 512, 1024};
+  for (size_t k = 0; k < sizeof lanes_list / sizeof *lanes_list; k++) {
+    const int32_t lanes = lanes_list[k];
+    const uint32_t ul = (uint32_t)lanes, seed = 11;
+    const int64_t blocks = 300 * (1024 / lanes), words = blocks * lanes / 64;
+    uint64_t *bm = malloc((size_t)words * sizeof(uint64_t));
+    for (int64_t i = 0; i < words; i++)
       bm[i] = kgen_u64(&g) & kgen_u64(&g);
-    const uint32_t seed = 11;
-    for (int64_t b = 0; b < 200; b++) { /* sketch lane 9*64+5 set in 200+ blocks */
-      uint32_t e = (9u * 64 + 5 - tagc_block_rotation(seed, (uint32_t)b)) & 1023u;
-      bm[b * 16 + e / 64] |= 1ull << (e % 64);
+    const uint32_t hot = (9u * 64 + 5) & (ul - 1);
+    for (int64_t b = 0; b < 200; b++) { /* sketch lane `hot` set in 200+ blocks */
+      int64_t e = b * lanes + ((hot - tagc_block_rotation(seed, (uint32_t)b, ul)) & (ul - 1));
+      bm[e / 64] |= 1ull << (e % 64);
     }
     int64_t want = 0, got = -1;
-    for (int t = 0; t < 1024; t++) {
+    for (uint32_t t = 0; t < ul; t++) {
       int64_t c = 0;
       for (int64_t b = 0; b < blocks; b++)
-        c += bit(bm, b * 1024 + ((t - tagc_block_rotation(seed, (uint32_t)b)) & 1023u));
+        c += bit(bm, b * lanes + ((t - tagc_block_rotation(seed, (uint32_t)b, ul)) & (ul - 1)));
       want = c > want ? c : want;
     }
-    CHECK_OK(tagc_bitmap_lane_max_cpu(bm, blocks, seed, &got));
+    CHECK_OK(tagc_bitmap_lane_max_cpu(bm, blocks, lanes, seed, &got));
     CHECK_EQ_INT(got, want);
     CHECK(got >= 200);
-    CHECK_EQ_INT(tagc_bitmap_lane_max_cpu(NULL, 3, seed, &got), TAGC_EINVAL);
+    CHECK_EQ_INT(tagc_bitmap_lane_max_cpu(NULL, 3, lanes, seed, &got), TAGC_EINVAL);
+    CHECK_EQ_INT(tagc_bitmap_lane_max_cpu(bm, 3, lanes + 1, seed, &got), TAGC_EINVAL);
 
-    /* A hot matrix column (element 5 of every block, and of every 128-wide row: a C = 128
-     * weight's column 5) is spread over the lanes by the rotation: the densest lane stays
+    /* A hot matrix column (element 5 of every 128-wide row: a C = 128 weight's column 5, so
+     * 8 elements per 1024) is spread over the lanes by the rotation: the densest lane stays
      * near the mean instead of holding every block. */
-    memset(bm, 0, (size_t)(blocks * 16) * sizeof(uint64_t));
-    for (int64_t b = 0; b < blocks; b++)
-      for (int r = 0; r < 8; r++)
-        bm[b * 16 + (r * 128 + 5) / 64] |= 1ull << ((r * 128 + 5) % 64);
-    CHECK_OK(tagc_bitmap_lane_max_cpu(bm, blocks, seed, &got));
-    printf("hot column over %lld blocks: densest lane %lld items (mean %.2f)\n",
-           (long long)blocks, (long long)got, 8.0 * blocks / 1024);
-    CHECK(got >= 3 && got <= 12); /* mean 2.3; 300 items in one lane without the rotation */
+    memset(bm, 0, (size_t)words * sizeof(uint64_t));
+    for (int64_t e = 5; e < blocks * lanes; e += 128)
+      bm[e / 64] |= 1ull << (e % 64);
+    CHECK_OK(tagc_bitmap_lane_max_cpu(bm, blocks, lanes, seed, &got));
+    double mean = (double)blocks * lanes / 128.0 / lanes;
+    printf("K=%d: hot column over %lld blocks: densest lane %lld items (mean %.2f)\n", lanes,
+           (long long)blocks, (long long)got, mean);
+    /* without the rotation one lane would hold blocks * min(1, lanes / 128) items */
+    CHECK_MSG(got >= mean && got <= 2.5 * mean + 6, "K=%d: densest lane %lld, mean %.2f", lanes,
+              (long long)got, mean);
     free(bm);
   }
   uint64_t w = 1;

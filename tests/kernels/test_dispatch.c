@@ -44,7 +44,7 @@ int main(void) {
   int64_t bits = 0, lane = 0;
   CHECK_OK(tagc_kernels_popcount(&ctx, bm_a, l.bitmap_words, &bits));
   CHECK_EQ_INT(bits, st_a[0].kept);
-  CHECK_OK(tagc_kernels_lane_max(&ctx, bm_a, l.blocks, l.seed, &lane));
+  CHECK_OK(tagc_kernels_lane_max(&ctx, &l, bm_a, &lane));
   CHECK(lane > 0 && lane <= l.blocks);
   CHECK_OK(tagc_kernels_bitmap_or_many(&ctx, bm_b, bm_a, world, l.bitmap_words));
   CHECK_OK(tagc_kernels_bitmap_or_into(&ctx, bm_b, bm_a, l.bitmap_words));

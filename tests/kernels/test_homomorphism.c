@@ -1,6 +1,7 @@
 /* End to end over W simulated ranks: sparsify -> OR of bitmaps -> sum of sketches -> owner
- * decode == sum of the ranks' kept values (whenever rho follows the advisor), plus
- * error-feedback mass conservation, encode linearity and decode determinism. */
+ * decode == sum of the ranks' kept values (whenever rho follows the advisor), at the lane
+ * count the shard size gives and at 32, 64 and 1024 lanes, plus error-feedback mass
+ * conservation, encode linearity and decode determinism. */
 #include <float.h>
 #include <omp.h>
 
@@ -35,10 +36,11 @@ typedef struct sim {
   size_t ws_bytes;
 } sim;
 
-static void sim_init(sim *s, int world, int64_t n, float density, uint64_t seed) {
+/* lanes: the sketch's lane count (0: tagc_layout_lanes(n)). */
+static void sim_init(sim *s, int world, int64_t n, int32_t lanes, float density, uint64_t seed) {
   s->world = world;
   s->n = n;
-  CHECK_OK(tagc_layout_init(&s->geo, world, n, 2.0, 1));
+  CHECK_OK(tagc_layout_init_lanes(&s->geo, world, n, lanes ? lanes : tagc_layout_lanes(n), 2.0, 1));
   s->ws_bytes = tagc_sparsify_workspace_bytes(&s->geo, 0);
   s->ws = malloc(s->ws_bytes);
   s->rk = calloc((size_t)world, sizeof *s->rk);
@@ -112,7 +114,7 @@ static double measured_global_density(const sim *s, double *lane_density) {
     int64_t b, m;
     global_bitmap(s, j, recv, glob);
     CHECK_OK(tagc_bitmap_popcount_cpu(glob, s->geo.bitmap_words, &b));
-    CHECK_OK(tagc_bitmap_lane_max_cpu(glob, s->geo.blocks, s->geo.seed, &m));
+    CHECK_OK(tagc_bitmap_lane_max_cpu(glob, s->geo.blocks, s->geo.lanes, s->geo.seed, &m));
     bits += b;
     lane_max = m > lane_max ? m : lane_max;
   }
@@ -187,18 +189,20 @@ static int64_t sim_decode(sim *s, const tagc_layout *l, int bf16_wire, double *m
   return estimated;
 }
 
-static void test_world(int world, float density) {
+/* W ranks, shards of n elements in `lanes` lanes (0: the shard size's), rho advised. */
+static void test_world(int world, int64_t n, int32_t lanes, float density) {
   sim s;
-  sim_init(&s, world, 150000 + 77 * world, density, 1000 + (uint64_t)world);
+  sim_init(&s, world, n, lanes, density, 1000 + (uint64_t)world);
   check_mass(&s);
   double dlane, dglob = measured_global_density(&s, &dlane), rho, maxrel;
-  CHECK_OK(tagc_rho_advise(dlane, s.n, &rho));
+  CHECK_OK(tagc_rho_advise(dlane, s.n, s.geo.lanes, &rho));
   tagc_layout l;
-  CHECK_OK(tagc_layout_init(&l, world, s.n, rho, 12345));
+  CHECK_OK(tagc_layout_init_lanes(&l, world, s.n, s.geo.lanes, rho, 12345));
   int64_t est = sim_decode(&s, &l, 0, &maxrel);
-  printf("W=%d local density %.2f: global %.4f (densest lane %.4f), advised rho %.2f (R=%lld), estimated %lld, "
-         "max error / max|kept| %.2e\n",
-         world, (double)density, dglob, dlane, rho, (long long)l.rows, (long long)est, maxrel);
+  printf("W=%d n=%lld K=%d local density %.2f: global %.4f (densest lane %.4f), advised rho %.2f "
+         "(R=%lld), estimated %lld, max error / max|kept| %.2e\n",
+         world, (long long)n, l.lanes, (double)density, dglob, dlane, rho, (long long)l.rows,
+         (long long)est, maxrel);
   CHECK_EQ_INT(est, 0);
   est = sim_decode(&s, &l, 1, &maxrel);
   printf("    bf16 wire: estimated %lld, max error / max|kept| %.2e\n", (long long)est, maxrel);
@@ -209,9 +213,9 @@ static void test_world(int world, float density) {
 
 /* encode(a) + encode(b) == encode(a + b) up to fp32 rounding, and decode does not depend
  * on the thread count. */
-static void test_linearity_and_determinism(void) {
+static void test_linearity_and_determinism(int32_t lanes) {
   sim s;
-  sim_init(&s, 2, 40000, 0.1f, 77);
+  sim_init(&s, 2, 40000, lanes, 0.1f, 77);
   const tagc_layout *l = &s.geo;
   int64_t cells = l->sketch_cells, pad = l->shard_padded, words = l->bitmap_words;
   float *sum_kept = malloc((size_t)(2 * pad) * sizeof(float));
@@ -232,7 +236,8 @@ static void test_linearity_and_determinism(void) {
     maxabs = fabs(a) > maxabs ? fabs(a) : maxabs;
     maxerr = fabs(a - sks[c]) > maxerr ? fabs(a - sks[c]) : maxerr;
   }
-  printf("linearity: max |enc(a)+enc(b)-enc(a+b)| %.3g, max cell %.3g\n", maxerr, maxabs);
+  printf("linearity K=%d: max |enc(a)+enc(b)-enc(a+b)| %.3g, max cell %.3g\n", l->lanes, maxerr,
+         maxabs);
   CHECK(maxerr <= maxabs * 1e-5);
   size_t one = tagc_decode_workspace_bytes(l, 1), two = tagc_decode_workspace_bytes(l, 2);
   void *ws = malloc(two);
@@ -257,7 +262,7 @@ static void test_linearity_and_determinism(void) {
 /* Overloaded sketch: peeling stalls, the rest is estimated, and the counts add up. */
 static void test_overload(void) {
   sim s;
-  sim_init(&s, 2, 60000, 0.3f, 5);
+  sim_init(&s, 2, 60000, 0, 0.3f, 5);
   tagc_layout l;
   CHECK_OK(tagc_layout_init(&l, 2, s.n, 8.0, 3));
   double maxrel;
@@ -312,11 +317,22 @@ static void test_bad_decode_input(void) {
 
 int main(void) {
   const int worlds[] = {2, 3, 4, 8};
-  for (int i = 0; i < 4; i++) {
-    test_world(worlds[i], 0.05f);
-    test_world(worlds[i], 0.10f);
+  for (int i = 0; i < 4; i++) { /* 128 lanes of 1184 blocks */
+    test_world(worlds[i], 150000 + 77 * worlds[i], 0, 0.05f);
+    test_world(worlds[i], 150000 + 77 * worlds[i], 0, 0.10f);
   }
-  test_linearity_and_determinism();
+  /* the tiny default model's shards (W=2: 10, 17 and 8 blocks of 1024) in 32 lanes, and
+   * the other lane counts */
+  test_world(2, 17408, 32, 0.05f);
+  test_world(2, 10240, 32, 0.10f);
+  test_world(4, 8192, 32, 0.05f);
+  test_world(2, 20480, 64, 0.10f);
+  test_world(3, 70001, 128, 0.05f);
+  test_world(2, 150000, 1024, 0.10f);
+  test_world(4, 200000, 512, 0.05f);
+  test_linearity_and_determinism(32);
+  test_linearity_and_determinism(64);
+  test_linearity_and_determinism(1024);
   test_overload();
   test_median();
   test_bad_decode_input();

@@ -8,11 +8,12 @@
 #include "kgen.h"
 #include "test.h"
 
-static tagc_wire_header make_header(uint64_t numel, double rho, uint16_t dtype,
+static tagc_wire_header make_header(uint64_t numel, int32_t lanes, double rho, uint16_t dtype,
                                     uint32_t sections) {
   tagc_wire_header h = {0};
   int64_t rows = 0;
-  CHECK_OK(tagc_layout_rows((int64_t)numel, rho, &rows));
+  CHECK_OK(tagc_layout_rows((int64_t)numel, lanes, rho, &rows));
+  h.lanes = (uint32_t)lanes;
   h.dtype = dtype;
   h.unit_id = 0x1122334455667788ull;
   h.step = 42;
@@ -34,7 +35,7 @@ static uint8_t *encode_random(const tagc_wire_header *h, size_t *len, kgen *g) {
   uint8_t *data = malloc((size_t)payload + 8), *buf = malloc(cap);
   for (uint64_t i = 0; i < payload + 8; i++)
     data[i] = (uint8_t)kgen_u64(g);
-  uint64_t sk = (h->sections & TAGC_WIRE_SKETCH) ? h->rows * 1024 * (h->dtype ? 2 : 4) : 0;
+  uint64_t sk = (h->sections & TAGC_WIRE_SKETCH) ? h->rows * h->lanes * (h->dtype ? 2 : 4) : 0;
   uint64_t *bm = malloc((size_t)(payload - sk) + 8);
   memcpy(bm, data + sk, (size_t)(payload - sk));
   CHECK_OK(tagc_wire_encode(h, data, bm, buf, cap, len));
@@ -46,6 +47,7 @@ static uint8_t *encode_random(const tagc_wire_header *h, size_t *len, kgen *g) {
   CHECK_EQ_INT(d.step, h->step);
   CHECK_EQ_INT(d.shard, h->shard);
   CHECK_EQ_INT(d.rows, h->rows);
+  CHECK_EQ_INT(d.lanes, h->lanes);
   CHECK(d.rho == h->rho);
   CHECK_EQ_INT(v.sketch_bytes + v.bitmap_bytes, payload);
   CHECK(!v.sketch || memcmp(v.sketch, data, v.sketch_bytes) == 0);
@@ -62,13 +64,13 @@ static tagc_status decode(const uint8_t *buf, size_t len) {
 }
 
 static void refresh_header_crc(uint8_t *buf) {
-  uint32_t c = tagc_crc32c(0, buf, 76);
-  memcpy(buf + 76, &c, 4);
+  uint32_t c = tagc_crc32c(0, buf, TAGC_WIRE_HEADER_CRC_AT);
+  memcpy(buf + TAGC_WIRE_HEADER_CRC_AT, &c, 4);
 }
 
 static void test_rejections(void) {
   kgen g = {1};
-  tagc_wire_header h = make_header(5000, 2.0, TAGC_WIRE_DTYPE_FP32, TAGC_WIRE_SKETCH | TAGC_WIRE_BITMAP);
+  tagc_wire_header h = make_header(5000, 64, 2.0, TAGC_WIRE_DTYPE_FP32, TAGC_WIRE_SKETCH | TAGC_WIRE_BITMAP);
   size_t len;
   uint8_t *buf = encode_random(&h, &len, &g);
   uint8_t *big = malloc(len + 1);
@@ -83,7 +85,8 @@ static void test_rejections(void) {
   /* wrong magic, wrong version (header CRC made consistent), bad CRCs, bad geometry */
   struct { size_t at; uint8_t xor_with; int fix_crc; } cases[] = {
       {0, 0x01, 1}, {4, 0x02, 1}, {10, 0x40, 0}, {TAGC_WIRE_HEADER_BYTES + 5, 0x80, 0},
-      {40, 0x01, 1}, {6, 0x02, 1}, {28, 0x04, 1}, {64, 0x08, 1}, {60, 0x10, 1}, {55, 0x40, 1}};
+      {40, 0x01, 1}, {6, 0x02, 1}, {28, 0x04, 1}, {64, 0x08, 1}, {60, 0x10, 1}, {55, 0x40, 1},
+      {76, 0x40, 1} /* 64 -> 0 lanes */, {76, 0x20, 1} /* 96 lanes */, {77, 0x04, 1} /* 1088 */};
   for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
     memcpy(m, buf, len);
     m[cases[c].at] ^= cases[c].xor_with;
@@ -93,7 +96,7 @@ static void test_rejections(void) {
   }
   /* every single-bit flip of a small message is caught */
   free(buf);
-  h = make_header(100, 2.0, TAGC_WIRE_DTYPE_BF16, TAGC_WIRE_BITMAP);
+  h = make_header(100, 32, 2.0, TAGC_WIRE_DTYPE_BF16, TAGC_WIRE_BITMAP);
   buf = encode_random(&h, &len, &g);
   free(m);
   m = malloc(len);
@@ -114,7 +117,7 @@ static void test_encode_errors(void) {
   uint8_t buf[256];
   size_t len;
   uint64_t bitmap[16] = {0};
-  tagc_wire_header h = make_header(1000, 2.0, TAGC_WIRE_DTYPE_FP32, TAGC_WIRE_BITMAP);
+  tagc_wire_header h = make_header(1000, 1024, 2.0, TAGC_WIRE_DTYPE_FP32, TAGC_WIRE_BITMAP);
   CHECK_EQ_INT(tagc_wire_encode(&h, NULL, bitmap, buf, 100, &len), TAGC_EINVAL);
   CHECK_OK(tagc_wire_encode(&h, NULL, bitmap, buf, sizeof buf, &len));
   h.shard = 4;
@@ -128,17 +131,24 @@ static void test_encode_errors(void) {
   h.dtype = TAGC_WIRE_DTYPE_FP32;
   h.sections = TAGC_WIRE_SKETCH;
   CHECK_EQ_INT(tagc_wire_encode(&h, NULL, bitmap, buf, sizeof buf, &len), TAGC_EINVAL);
+  h.sections = TAGC_WIRE_BITMAP;
+  h.lanes = 512; /* rows no longer match the layout of 1000 elements in 512 lanes */
+  CHECK_EQ_INT(tagc_wire_encode(&h, NULL, bitmap, buf, sizeof buf, &len), TAGC_EINVAL);
+  h.lanes = 0;
+  CHECK_EQ_INT(tagc_wire_encode(&h, NULL, bitmap, buf, sizeof buf, &len), TAGC_EINVAL);
 }
 
 int main(void) {
   kgen g = {2};
   size_t len;
   const uint16_t dtypes[] = {TAGC_WIRE_DTYPE_FP32, TAGC_WIRE_DTYPE_BF16};
+  const int32_t lanes_list[] = {32, 64, 256, 1024};
   for (int d = 0; d < 2; d++)
-    for (uint32_t sec = 0; sec < 4; sec++) {
-      tagc_wire_header h = make_header(3000 + 17 * sec, 3.0, dtypes[d], sec);
-      free(encode_random(&h, &len, &g));
-    }
+    for (uint32_t sec = 0; sec < 4; sec++)
+      for (int k = 0; k < 4; k++) {
+        tagc_wire_header h = make_header(3000 + 17 * sec, lanes_list[k], 3.0, dtypes[d], sec);
+        free(encode_random(&h, &len, &g));
+      }
   test_rejections();
   test_encode_errors();
   return TEST_END();

@@ -320,8 +320,9 @@ static float *check_encode(const tagc_layout *l, const uint32_t *drows, const fl
   host_copy(s_gpu, ds, cells * 4);
   double maxd;
   int64_t bad = diff_f32(s_cpu, s_gpu, cells, &maxd);
-  printf("encode W=%d n=%lld R=%lld: mismatched cells %lld of %lld, max diff %g\n", l->world,
-         (long long)l->shard_numel, (long long)l->rows, (long long)bad, (long long)cells, maxd);
+  printf("encode W=%d n=%lld K=%d R=%lld: mismatched cells %lld of %lld, max diff %g\n", l->world,
+         (long long)l->shard_numel, l->lanes, (long long)l->rows, (long long)bad, (long long)cells,
+         maxd);
   CHECK_EQ_INT(bad, 0);
   if (timed) {
     timer_start();
@@ -355,9 +356,9 @@ static void check_decode(const tagc_layout *l, const uint32_t *drows, const floa
   host_copy(&st_gpu, dst, sizeof st_gpu);
   double maxd;
   int64_t bad = diff_f32(o_cpu, o_gpu, n, &maxd);
-  printf("decode n=%lld R=%lld: nonzero %lld peeled %lld estimated %lld (gpu %lld/%lld/%lld): "
+  printf("decode n=%lld K=%d R=%lld: nonzero %lld peeled %lld estimated %lld (gpu %lld/%lld/%lld): "
          "mismatches %lld, max diff %g\n",
-         (long long)n, (long long)l->rows, (long long)st_cpu.nonzero, (long long)st_cpu.peeled,
+         (long long)n, l->lanes, (long long)l->rows, (long long)st_cpu.nonzero, (long long)st_cpu.peeled,
          (long long)st_cpu.estimated, (long long)st_gpu.nonzero, (long long)st_gpu.peeled,
          (long long)st_gpu.estimated, (long long)bad, maxd);
   CHECK_EQ_INT(bad, 0);
@@ -384,19 +385,27 @@ static void check_decode(const tagc_layout *l, const uint32_t *drows, const floa
   free(o_cpu), free(o_gpu), free(cpu_ws);
 }
 
-/* Sparsify -> encode -> decode pipeline on several geometries; density x rho sets the peel
- * load (items per cell): below ~0.8 everything peels, above it a 2-core stays (estimated). */
+/* Sparsify -> encode -> decode pipeline on several geometries and lane counts (0: the one
+ * tagc_layout_lanes gives); density x rho sets the peel load (items per cell): below ~0.8
+ * everything peels, above it a 2-core stays (estimated). */
 static void test_sketch_pipeline(void) {
-  static const struct { int32_t w; int64_t n; double rho; float density; int integer; int timed; } cases[] = {
-      {1, 5000, 2.0, 0.2f, 1, 0},      {1, 300000, 1.0, 0.05f, 1, 0}, {2, 200000, 2.0, 0.1f, 1, 0},
-      {3, 300001, 8.0, 0.05f, 0, 0},   {1, 200000, 2.0, 0.6f, 0, 0},  {2, 131072, 8.0, 0.3f, 1, 0},
-      {4, TEST_BIG_SHARD, 8.0, 0.05f, 0, 1},
+  static const struct { int32_t w; int64_t n; int32_t lanes; double rho; float density; int integer; int timed; } cases[] = {
+      {1, 5000, 0, 2.0, 0.2f, 1, 0},     {1, 300000, 0, 1.0, 0.05f, 1, 0},
+      {2, 200000, 0, 2.0, 0.1f, 1, 0},   {3, 300001, 0, 8.0, 0.05f, 0, 0},
+      {1, 200000, 0, 2.0, 0.6f, 0, 0},   {2, 131072, 0, 8.0, 0.3f, 1, 0},
+      {2, 17408, 32, 2.5, 0.1f, 1, 0},   {2, 40000, 32, 2.0, 0.3f, 0, 0},
+      {2, 20480, 64, 2.0, 0.1f, 1, 0},   {1, 99999, 64, 1.5, 0.5f, 0, 0},
+      {2, 65536, 256, 3.0, 0.1f, 1, 0},  {3, 70001, 128, 2.0, 0.05f, 0, 0},
+      {1, 150000, 1024, 2.0, 0.2f, 1, 0}, {2, 100000, 512, 1.0, 0.05f, 0, 0},
+      {4, TEST_BIG_SHARD, 0, 8.0, 0.05f, 0, 1},
   };
   for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
     if (skipped_when_quick(cases[c].w, cases[c].n))
       continue;
     tagc_layout l;
-    CHECK_OK(tagc_layout_init(&l, cases[c].w, cases[c].n, cases[c].rho, 1234 + (uint32_t)c));
+    int32_t lanes = cases[c].lanes ? cases[c].lanes : tagc_layout_lanes(cases[c].n);
+    CHECK_OK(tagc_layout_init_lanes(&l, cases[c].w, cases[c].n, lanes, cases[c].rho,
+                                    1234 + (uint32_t)c));
     float *kept;
     uint64_t *bitmap;
     check_sparsify(&l, cases[c].density, IN_GAUSS, 0, &kept, &bitmap);
@@ -571,34 +580,43 @@ static void test_dispatch(void) {
   tagc_layout_free(&l);
 }
 
-/* Densest-lane count: random sparse bitmaps, plus one lane set in every block. */
+/* Densest-lane count at every lane count: random sparse bitmaps, plus one lane set in every
+ * block. */
 static void test_lane_max(void) {
   static const int64_t blocks_list[] = {0, 1, 37, 5000};
-  for (size_t c = 0; c < sizeof blocks_list / sizeof *blocks_list; c++)
-    for (int dense_lane = 0; dense_lane < 2; dense_lane++) {
-      int64_t blocks = blocks_list[c], words = blocks * (TAGC_BLOCK / 64);
-      uint64_t *bm = malloc((size_t)(words + 1) * 8);
-      for (int64_t i = 0; i < words; i++)
-        bm[i] = next_u64() & next_u64() & next_u64();
-      for (int64_t b = 0; dense_lane && b < blocks; b++) { /* sketch lane 777 of every block */
-        uint32_t e = (777u - tagc_block_rotation(7u, (uint32_t)b)) & (TAGC_BLOCK - 1);
-        bm[b * (TAGC_BLOCK / 64) + e / 64] |= 1ull << (e % 64);
+  static const int32_t lanes_list[] = {32, 64, 128, 256, 512, 1024};
+  for (size_t k = 0; k < sizeof lanes_list / sizeof *lanes_list; k++)
+    for (size_t c = 0; c < sizeof blocks_list / sizeof *blocks_list; c++)
+      for (int dense_lane = 0; dense_lane < 2; dense_lane++) {
+        int32_t lanes = lanes_list[k];
+        int64_t blocks = blocks_list[c], words = (blocks * lanes + 63) / 64;
+        uint64_t *bm = malloc((size_t)(words + 1) * 8);
+        for (int64_t i = 0; i < words; i++)
+          bm[i] = next_u64() & next_u64() & next_u64();
+        for (int64_t b = 0; dense_lane && b < blocks; b++) { /* one sketch lane of every block */
+          uint32_t lane = 777u & (uint32_t)(lanes - 1);
+          int64_t e = b * lanes + ((lane - tagc_block_rotation(7u, (uint32_t)b, (uint32_t)lanes)) &
+                                   (uint32_t)(lanes - 1));
+          bm[e / 64] |= 1ull << (e % 64);
+        }
+        int64_t cpu = -1, gpu = -2, *dmax = dev_alloc(8);
+        uint64_t *dbm = dev_copy(bm, (size_t)words * 8);
+        CHECK_OK(tagc_bitmap_lane_max_cpu(bm, blocks, lanes, 7u, &cpu));
+        CHECK_OK(tagc_bitmap_lane_max_cuda(dbm, blocks, lanes, 7u, dmax, stream));
+        CUDA_OK(cudaStreamSynchronize(stream));
+        host_copy(&gpu, dmax, 8);
+        printf("lane_max K=%d blocks=%lld dense=%d: cpu %lld gpu %lld\n", lanes, (long long)blocks,
+               dense_lane, (long long)cpu, (long long)gpu);
+        CHECK_EQ_INT(cpu, gpu);
+        if (dense_lane)
+          CHECK_EQ_INT(gpu, blocks);
+        cudaFree(dmax), cudaFree(dbm);
+        free(bm);
       }
-      int64_t cpu = -1, gpu = -2, *dmax = dev_alloc(8);
-      uint64_t *dbm = dev_copy(bm, (size_t)words * 8);
-      CHECK_OK(tagc_bitmap_lane_max_cpu(bm, blocks, 7u, &cpu));
-      CHECK_OK(tagc_bitmap_lane_max_cuda(dbm, blocks, 7u, dmax, stream));
-      CUDA_OK(cudaStreamSynchronize(stream));
-      host_copy(&gpu, dmax, 8);
-      printf("lane_max blocks=%lld dense=%d: cpu %lld gpu %lld\n", (long long)blocks, dense_lane,
-             (long long)cpu, (long long)gpu);
-      CHECK_EQ_INT(cpu, gpu);
-      if (dense_lane)
-        CHECK_EQ_INT(gpu, blocks);
-      cudaFree(dmax), cudaFree(dbm);
-      free(bm);
-    }
-  CHECK(tagc_bitmap_lane_max_cuda(NULL, 3, 0, NULL, stream) == TAGC_EINVAL);
+  CHECK(tagc_bitmap_lane_max_cuda(NULL, 3, 1024, 0, NULL, stream) == TAGC_EINVAL);
+  int64_t *dmax = dev_alloc(8);
+  CHECK(tagc_bitmap_lane_max_cuda((const uint64_t *)dmax, 1, 48, 0, dmax, stream) == TAGC_EINVAL);
+  cudaFree(dmax);
 }
 
 /* Blockwise int8 gather quantisation: the CUDA chunk bytes and decoded values equal the CPU

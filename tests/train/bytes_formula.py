@@ -17,7 +17,10 @@ shards of S = roundup(ceil(len / W), 1024) elements:
   reduce-scatter, none       (W-1) S 4
   reduce-scatter, bf16       (W-1) S 2
   tagc: bitmap OR            (W-1) (S / 64) 8
-        sketch               (W-1) R 1024 2      (bf16 wire), R = sketch rows at rho
+        sketch               (W-1) R K 2         (bf16 wire), R = sketch rows at rho, K the
+                                                  lanes (kernels/layout.h: the largest power
+                                                  of two <= 1024 leaving >= 1024 blocks of K
+                                                  elements per lane, at least 32)
   protocol overhead          (W-1) 8 (6 + segments)   (one all-gather of per-step scalars)
 """
 import json
@@ -31,8 +34,15 @@ tagctl = sys.argv[1]
 C, L, V, T, NH = 64, 2, 256, 64, 4
 
 
+def lanes(shard):
+    k = 1024
+    while k > 32 and shard // k < 1024:
+        k //= 2
+    return k
+
+
 def rows(shard, rho):
-    g = shard // 1024
+    g = shard // lanes(shard)
     r = max(math.ceil(g / rho), 3)
     while math.comb(r, 3) < 4 * g:
         r += 1
@@ -71,7 +81,7 @@ def expected(policy, W, M, rho, gather_bytes, reshard=True):
         elif kind == "bf16":
             total += (W - 1) * S * 2
         else:
-            total += (W - 1) * (S // 64) * 8 + (W - 1) * rows(S, rho) * 1024 * 2
+            total += (W - 1) * (S // 64) * 8 + (W - 1) * rows(S, rho) * lanes(S) * 2
     return total + (W - 1) * 8 * (6 + len(segs))
 
 
