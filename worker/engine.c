@@ -728,13 +728,13 @@ static void choose_wires(tagc_engine *e, int64_t step, double link_rate) {
   e->auto_decided = 1;
   for (int i = 0; i < e->n_segs; i++) {
     engine_segment *s = &e->segs[i];
-    if (!s->pol.adaptive || warm) /* adaptive wires stay dense (bf16) through the warm-up */
+    if (!s->pol.adaptive)
       continue;
     tagc_auto_input in = {(int64_t)s->len, e->world, link_rate,
                           tagc_grad_segment_advised_rho(s->codec), s->codec_s};
     tagc_wire_mode now = tagc_grad_segment_mode(s->codec);
     tagc_wire_mode next = tagc_auto_choose(&in, now, s->switches);
-    if (next == now)
+    if (next == now || (warm && next == TAGC_MODE_SKETCH)) /* dense through the warm-up */
       continue;
     double cost[TAGC_MODE_COUNT];
     tagc_auto_costs(&in, cost);

@@ -113,7 +113,7 @@ with tempfile.TemporaryDirectory() as tmp:
                             "--dim", str(C), "--heads", str(NH), "--ctx", str(T), "--batch",
                             str(batch), "--micro-batch", str(math.ceil(batch / W / M)),
                             "--compress", spec, "--gather", gather, "--reshard-after-forward",
-                            reshard, "--ckpt-every", "0",
+                            reshard, "--ckpt-every", "0", "--compress-warmup", "0",
                             "--eval-every", "0",
                             "--eval-windows", "6", "--log", "warn", "--out", out],
                            check=True, stdout=subprocess.DEVNULL)

@@ -9,12 +9,13 @@
 #    checkpoint after it (step-4) holds the state of the one before it (step-3) on every
 #    rank's shard: parameters and AdamW moments bit for bit, residuals value for value (and,
 #    for tagc, non-zero residuals), while a normal step (step-2 -> step-3) changes them —
-#    so every rank skipped the same step and nothing moved.
+#    so every rank skipped the same step and nothing moved. (No compression warm-up: the
+#    sketch and its residual from step 1.)
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
 tagctl=$1
 . "$here/lib.sh"
-args="$TINY --workers 2 --steps 6 --log warn --fault nan@3 --fault-rank 1"
+args="$TINY --workers 2 --steps 6 --log warn --fault nan@3 --fault-rank 1 --compress-warmup 0"
 field() { python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))[sys.argv[2]])' "$@"; }
 for c in none bf16 tagc,mlp=tagc:0.1:4 auto; do
   name=${c%%,*}
