@@ -15,7 +15,7 @@ from harness import Checks, Cluster, job_args, metrics, wait_for  # noqa: E402
 
 bindir = sys.argv[1]
 tagctl = os.path.join(bindir, "tagctl")
-STEPS = 200
+STEPS = 600  # long enough that the job is still running at the last injection on a loaded machine (200 finished first under stress-ng)
 common = job_args(STEPS, 10, 12, "none")
 check = Checks()
 
