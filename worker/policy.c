@@ -5,6 +5,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+int64_t tagc_compress_warmup_auto(int64_t lr_warmup, int64_t steps) {
+  int64_t fifth = steps > 0 ? steps / 5 : 0;
+  return lr_warmup > fifth ? lr_warmup : fifth;
+}
+
 double tagc_policy_rank_density(double union_density, int world) {
   if (world <= 1 || union_density >= 1)
     return union_density;

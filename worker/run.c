@@ -218,7 +218,8 @@ static tagc_status gen_begin(tagc_run *t, const tagc_gen_spec *g) {
   ec.reshard_after_forward = strcmp(cfg->reshard_after_forward, "false") != 0;
   ec.reshard_auto = strcmp(cfg->reshard_after_forward, "auto") == 0;
   ec.max_gather_bytes = cfg->max_gather_mem * 1048576.0;
-  ec.compress_warmup = cfg->compress_warmup >= 0 ? cfg->compress_warmup : cfg->warmup;
+  ec.compress_warmup = cfg->compress_warmup >= 0 ? cfg->compress_warmup /* -1: the rule below */
+                                                : tagc_compress_warmup_auto(cfg->warmup, cfg->steps);
   ec.op_delay_s = t->faults.slow_s;
   TAGC_CHECK(tagc_engine_new(&ec, &t->engine));
   TAGC_CHECK(run_resume(t, g));

@@ -57,7 +57,7 @@ static const tagc_opt train_opts[] = {
      "(auto: each MLP/embedding segment's wire, fp32, bf16 or the sketch, from the measured link)"},
     {"compress-warmup", TAGC_OPT_INT, OFF(compress_warmup), "-1", -1, 1e9, NULL,
      "steps at the start of training whose tagc segments are sent dense (bf16) before the sketch "
-     "starts (-1 = the --warmup steps; 0 = sketch from step 1)"},
+     "starts (-1 = the larger of --warmup and a fifth of --steps; 0 = sketch from step 1)"},
     {"rank", TAGC_OPT_INT, OFF(rank), "0", 0, 4095, NULL, "rank of this worker"},
     {"world", TAGC_OPT_INT, OFF(world), "1", 1, 4096, NULL, "number of workers"},
     {"rendezvous", TAGC_OPT_STRING, OFF(rendezvous), "", 0, -1, NULL,

@@ -38,7 +38,7 @@ typedef struct tagc_train_config {
   int64_t threads;
   char *log;
   char *compress;
-  int64_t compress_warmup; /* steps sent dense before the sketch starts; -1: warmup */
+  int64_t compress_warmup; /* steps sent dense before the sketch starts; -1: see below */
   int64_t rank;       /* this process's rank */
   int64_t world;      /* number of ranks */
   char *rendezvous;   /* directory of the static rendezvous store (world > 1) */

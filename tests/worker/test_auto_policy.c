@@ -88,6 +88,11 @@ static void test_policy_spec(void) {
   CHECK_NEAR(tagc_policy_rank_density(0.2, 1), 0.2, 1e-12);
   CHECK_NEAR(1 - pow(1 - tagc_policy_rank_density(0.2, 4), 4), 0.2, 1e-12);
   CHECK(tagc_policy_rank_density(0.2, 8) < tagc_policy_rank_density(0.2, 2));
+  /* --compress-warmup -1: the larger of the lr warm-up and a fifth of the run */
+  CHECK_EQ_INT(tagc_compress_warmup_auto(20, 1000), 200);
+  CHECK_EQ_INT(tagc_compress_warmup_auto(20, 60), 20);
+  CHECK_EQ_INT(tagc_compress_warmup_auto(2000, 600000), 120000);
+  CHECK_EQ_INT(tagc_compress_warmup_auto(0, 4), 0);
 }
 
 static void test_reshard_budget(void) {
