@@ -6,6 +6,8 @@
 # by a bridge in a hub namespace; both directions of every worker's link are shaped. Addresses
 # (10.231.0.0/24) exist only inside these namespaces, which are removed at the end.
 #   usage: bench/netns_bench.sh BUILD_DIR [STEPS] [WORLDS] [LINKS] [POLICIES]
+# The runs sketch from step 1 (--compress-warmup 0): the bench times the steady compressed
+# step, not a training run's dense warm-up; its short-run val loss is not a quality figure.
 # TAGC_BENCH_KEEP=DIR keeps every run's summary.json and metrics.jsonl under DIR/W-POLICY-LINK.
 set -euo pipefail
 build=${1:?usage: bench/netns_bench.sh BUILD_DIR [STEPS] [WORLDS] [LINKS] [POLICIES]}
@@ -78,7 +80,7 @@ run() { # run W POLICY LINK -> prints one result line
     ip netns exec "$pfx-$r" "$worker" $model --steps "$steps" $(spec_of "$policy") \
       --rank "$r" --world "$w" --rendezvous "$out/rdzv" --host "10.231.0.$((r + 1))" \
       --threads "$threads" --ckpt-every 0 --eval-every 0 --eval-windows 16 --log warn \
-      --op-timeout 120 --out "$out" > "$out/rank$r.log" 2>&1 &
+      --op-timeout 120 --compress-warmup 0 --out "$out" > "$out/rank$r.log" 2>&1 &
     pids+=($!)
   done
   local rc=0
