@@ -764,7 +764,11 @@ static void choose_wires(tagc_engine *e, int64_t step, double link_rate) {
 
 /* The compression warm-up (cfg.compress_warmup): a fixed tagc segment sends dense bf16 (its
  * residual stays zero) before it ends and the sketch from then on, decided by the step alone
- * (a resumed run does the same). Adaptive segments are held dense by choose_wires. */
+ * (a resumed run does the same). Adaptive segments are held dense by choose_wires. At the
+ * first step after the warm-up every sketching segment forgets the density its last probe saw
+ * (up to 16 steps old, of gradients without residual), so that step is a lossless probe and
+ * the next ones are sized from it (with the stale figure, 300 steps of train_tagc's C=256
+ * model left 9 elements to the estimate just after a 60-step warm-up). */
 static void warmup_wires(tagc_engine *e, int64_t step) {
   if (e->world < 2)
     return;
@@ -772,11 +776,15 @@ static void warmup_wires(tagc_engine *e, int64_t step) {
   int started = 0;
   for (int i = 0; i < e->n_segs; i++) {
     engine_segment *s = &e->segs[i];
-    if (s->pol.kind != TAGC_POLICY_TAGC || s->pol.adaptive ||
-        tagc_grad_segment_mode(s->codec) == want)
+    if (s->pol.kind != TAGC_POLICY_TAGC)
       continue;
-    tagc_grad_segment_set_mode(s->codec, want);
-    started += want == TAGC_MODE_SKETCH;
+    if (!s->pol.adaptive && tagc_grad_segment_mode(s->codec) != want) {
+      tagc_grad_segment_set_mode(s->codec, want);
+      started += want == TAGC_MODE_SKETCH;
+    }
+    if (step == e->cfg.compress_warmup && step > 0 &&
+        tagc_grad_segment_mode(s->codec) == TAGC_MODE_SKETCH)
+      tagc_grad_segment_set_density_seen(s->codec, 0);
   }
   if (started && step > 0 && e->rank == 0)
     LOG_INFO("engine", "step %lld: the compression warm-up (%lld steps) is over: %d tagc "
