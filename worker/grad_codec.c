@@ -192,7 +192,8 @@ static tagc_status choose_rho(const tagc_grad_segment *s, int64_t step, double *
   }
   /* the densest lane decides whether the sketch peels (kernels/rho.h) */
   double d = fmin(1.0, DENSITY_HEADROOM * s->lane_density_seen);
-  if (d <= 0) /* nothing measured yet: assume the worst, full lanes (a lossless probe) */
+  int unmeasured = d <= 0;
+  if (unmeasured) /* nothing measured yet (or forgotten): assume the worst, full lanes */
     d = 1.0;
   double advised;
   TAGC_CHECK(tagc_rho_advise(d, (int64_t)s->S, tagc_layout_lanes((int64_t)s->S), &advised));
@@ -200,9 +201,9 @@ static tagc_status choose_rho(const tagc_grad_segment *s, int64_t step, double *
   double safe = exp2(floor(4 * log2(fmax(advised, TAGC_RHO_MIN))) / 4);
   if (advised >= MIN_RHO)
     *rho = safe;
-  else /* too dense for the sketch to pay: dense, but every PROBE_EVERY steps a (lossless,
-          larger) sketch at the advised rho measures the density again */
-    *rho = step % PROBE_EVERY == 0 ? safe : 0;
+  else /* too dense for the sketch to pay: dense, but every PROBE_EVERY steps, or at once when
+          nothing is measured, a (lossless, larger) sketch at the advised rho measures it */
+    *rho = step % PROBE_EVERY == 0 || unmeasured ? safe : 0;
   return TAGC_OK;
 }
 
