@@ -782,7 +782,7 @@ static void warmup_wires(tagc_engine *e, int64_t step) {
       tagc_grad_segment_set_mode(s->codec, want);
       started += want == TAGC_MODE_SKETCH;
     }
-    if (step == e->cfg.compress_warmup && step > 0 &&
+    if (step > 0 && (step == e->cfg.compress_warmup || step == e->cfg.compress_warmup + 1) &&
         tagc_grad_segment_mode(s->codec) == TAGC_MODE_SKETCH)
       tagc_grad_segment_set_density_seen(s->codec, 0);
   }
