@@ -24,7 +24,7 @@ static const char *const known_columns[] = {
     "step", "time", "elapsed_s", "generation", "world_size", "loss", "val_loss", "grad_norm",
     "lr", "step_s", "tokens_per_s", "bytes_sent", "comm_s", "exposed_comm_s", "global_density",
     "rho", "unpeeled", "sketch_coverage", "paths.sketch", "paths.bf16", "paths.fp32",
-    "feedback_error", "batch_crc32c"};
+    "paths.int8", "feedback_error", "batch_crc32c"};
 #define N_KNOWN (sizeof known_columns / sizeof known_columns[0])
 
 typedef struct columns {

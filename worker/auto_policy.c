@@ -8,6 +8,7 @@ void tagc_auto_costs(const tagc_auto_input *in, double cost[TAGC_MODE_COUNT]) {
   double rate = in->link_bytes_per_s;
   cost[TAGC_MODE_FP32] = 4.0 * n * share / rate;
   cost[TAGC_MODE_BF16] = 2.0 * n * share / rate + TAGC_AUTO_BF16_S_PER_ELEMENT * n;
+  cost[TAGC_MODE_INT8] = (1.0 + 4.0 / 256.0) * n * share / rate + TAGC_AUTO_Q8_GRAD_S_PER_ELEMENT * n;
   if (!(in->rho >= TAGC_AUTO_MIN_RHO)) {
     cost[TAGC_MODE_SKETCH] = HUGE_VAL;
     return;
@@ -34,6 +35,7 @@ const char *tagc_wire_mode_name(tagc_wire_mode m) {
   case TAGC_MODE_SKETCH: return "sketch";
   case TAGC_MODE_BF16: return "bf16";
   case TAGC_MODE_FP32: return "fp32";
+  case TAGC_MODE_INT8: return "int8";
   default: return "?";
   }
 }

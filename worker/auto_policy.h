@@ -4,6 +4,9 @@
  * Per segment of n elements on W ranks and per step, the predicted cost of each wire is
  *   fp32    4 n (W-1)/W bytes / link rate
  *   bf16    2 n (W-1)/W bytes / link rate + TAGC_AUTO_BF16_S_PER_ELEMENT * n (conversions)
+ *   int8    (1 + 4/256) n (W-1)/W bytes / link rate + TAGC_AUTO_Q8_GRAD_S_PER_ELEMENT * n
+ *           (blockwise int8 of kernels/q8.h, all-to-all; error feedback keeps what rounding
+ *           lost)
  *   sketch  (n/8 + 2 n / rho) (W-1)/W bytes / link rate + the codec's measured seconds
  *           (sparsify + encode + decode; until measured, TAGC_AUTO_CODEC_S_PER_ELEMENT * n)
  * with the slowest rank's link rate (comm/deadline.c measures it) and the largest codec time
@@ -22,6 +25,8 @@ typedef enum tagc_wire_mode {
   TAGC_MODE_SKETCH = 0, /* TAGC-2: sparsify + OR index + count sketch */
   TAGC_MODE_BF16,       /* dense, bf16 on the wire, residual folded in */
   TAGC_MODE_FP32,       /* dense fp32 reduce-scatter, residual folded in */
+  TAGC_MODE_INT8,       /* dense blockwise int8 (kernels/q8.h) by all-to-all, summed by the
+                           owner; the rounding error stays in the residual (error feedback) */
   TAGC_MODE_COUNT
 } tagc_wire_mode;
 
@@ -29,6 +34,8 @@ typedef enum tagc_wire_mode {
 #define TAGC_AUTO_BF16_S_PER_ELEMENT 1e-9  /* bf16 encode + accumulate, measured ~8 GB/s each */
 #define TAGC_AUTO_MAX_SWITCHES 4         /* then changes need twice the gain */
 #define TAGC_AUTO_CODEC_S_PER_ELEMENT 1e-8 /* codec estimate before a measurement (1 thread) */
+#define TAGC_AUTO_Q8_GRAD_S_PER_ELEMENT 2e-9 /* int8 wire: encode, two decodes, residual and sum
+                                                (bench_kernels q8 ~5 and ~15 GB/s, 1 thread) */
 #define TAGC_AUTO_MIN_RHO 1.25           /* below this the sketch is no candidate */
 
 typedef struct tagc_auto_input {
@@ -47,7 +54,7 @@ void tagc_auto_costs(const tagc_auto_input *in, double cost[TAGC_MODE_COUNT]);
  * already; `current` when the link rate is unknown. Pure. */
 tagc_wire_mode tagc_auto_choose(const tagc_auto_input *in, tagc_wire_mode current, int switches);
 
-/* "sketch", "bf16" or "fp32". */
+/* "sketch", "bf16", "fp32" or "int8". */
 const char *tagc_wire_mode_name(tagc_wire_mode m);
 
 /* `--gather auto` with `--compress auto`: the precision of the parameter all-gathers, bf16 or

@@ -731,10 +731,11 @@ static void choose_wires(tagc_engine *e, int64_t step, double link_rate) {
     if (!s->pol.adaptive)
       continue;
     tagc_auto_input in = {(int64_t)s->len, e->world, link_rate,
-                          tagc_grad_segment_advised_rho(s->codec), s->codec_s};
+                          s->pol.dense_only ? 0 : tagc_grad_segment_advised_rho(s->codec), s->codec_s};
     tagc_wire_mode now = tagc_grad_segment_mode(s->codec);
     tagc_wire_mode next = tagc_auto_choose(&in, now, s->switches);
-    if (next == now || (warm && next == TAGC_MODE_SKETCH)) /* dense through the warm-up */
+    /* through the warm-up only the wires without error feedback: fp32 and bf16 */
+    if (next == now || (warm && (next == TAGC_MODE_SKETCH || next == TAGC_MODE_INT8)))
       continue;
     double cost[TAGC_MODE_COUNT];
     tagc_auto_costs(&in, cost);

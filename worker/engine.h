@@ -40,6 +40,7 @@
 #include "comm/comm.h"
 #include "common/status.h"
 #include "worker/adamw.h"
+#include "worker/auto_policy.h"
 #include "worker/data.h"
 #include "worker/device.h"
 #include "worker/model.h"
@@ -100,7 +101,8 @@ typedef struct tagc_step_stats {
                              (0 when none was) */
   double sketch_coverage; /* fraction of the tagc segments' elements sent as sketches (the rest
                              went dense: the sketch would not have paid) */
-  double path_fraction[3]; /* of all gradient elements: sent as sketches, dense bf16, dense fp32
+  double path_fraction[TAGC_MODE_COUNT]; /* of all gradient elements: sent as sketches, dense
+                              bf16, dense fp32, dense int8
                               (indexed by tagc_wire_mode, worker/auto_policy.h) */
   const char *gather;     /* precision of this step's compute all-gathers: "fp32", "bf16", "int8" */
   int reshard;            /* 1: this step gathered units again for backward (ZeRO-3) */

@@ -23,7 +23,9 @@ typedef struct reduce_scratch {
   float *sketch, *my_sketch;
   void *ws;
   void *stats; /* sparsify stats [W], then decode stats, then the lane maximum */
+  void *q8_send, *q8_recv; /* int8 wire: W chunks of kernels/q8.h each */
   size_t kept_cap, bitmap_cap, global_cap, sketch_cap, my_sketch_cap, ws_cap, stats_cap; /* bytes */
+  size_t q8_send_cap, q8_recv_cap;
 } reduce_scratch;
 
 struct tagc_grad_codec {
@@ -80,7 +82,8 @@ void tagc_grad_codec_free(tagc_grad_codec *c) {
   if (!c)
     return;
   reduce_scratch *sc = &c->scratch;
-  void *bufs[] = {sc->kept, sc->bitmap, sc->global_bitmap, sc->sketch, sc->my_sketch, sc->ws, sc->stats};
+  void *bufs[] = {sc->kept, sc->bitmap, sc->global_bitmap, sc->sketch, sc->my_sketch, sc->ws, sc->stats,
+                  sc->q8_send, sc->q8_recv};
   for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
     tagc_device_free(c->dev, bufs[i]);
   free(c->host_ss);
@@ -270,6 +273,42 @@ static tagc_status reduce_tagc_dense(tagc_grad_codec *c, tagc_grad_segment *s, t
   return reduce_dense(c, s, lane, work, shard, wire);
 }
 
+/* Sends v = grad + residual (grad already padded) as blockwise int8 (kernels/q8.h): chunk j
+ * (elements [j*S, (j+1)*S)) to rank j by one all-to-all; the owner decodes the W chunks of its
+ * shard and sums them in rank order (deterministic). What the rounding lost, v - q(v), is
+ * staged as the new residual (error feedback), so no gradient mass is dropped. A non-finite
+ * value makes its 256-element block NaN (kernels/q8.h), which reaches the owner's shard as on
+ * the other dense wires. */
+static tagc_status reduce_tagc_int8(tagc_grad_codec *c, tagc_grad_segment *s, tagc_lane lane,
+                                    const float *grad, float *shard, float *work) {
+  size_t W = (size_t)c->world, S = s->S, n = S * W;
+  size_t chunk = (size_t)tagc_q8_chunk_bytes((int64_t)S);
+  reduce_scratch *sc = &c->scratch;
+  TAGC_CHECK(grow(c, &sc->q8_send, &sc->q8_send_cap, W * chunk));
+  TAGC_CHECK(grow(c, &sc->q8_recv, &sc->q8_recv_cap, W * chunk));
+  if (!s->pending)
+    TAGC_CHECK(tagc_device_alloc(c->dev, n * sizeof(float), (void **)&s->pending));
+  tagc_kernel_ctx ctx = tagc_device_kernel_ctx(c->dev, lane, NULL, NULL, 0);
+  unsigned char *send = sc->q8_send;
+  if (grad != work)
+    TAGC_CHECK(tagc_device_copy(c->dev, lane, work, grad, n * sizeof(float), TAGC_COPY_D2D));
+  TAGC_CHECK(tagc_device_add(c->dev, lane, work, s->residual, n)); /* v */
+  for (size_t j = 0; j < W; j++)
+    TAGC_CHECK(tagc_kernels_q8_encode(&ctx, work + j * S, (int64_t)S, send + j * chunk));
+  TAGC_CHECK(tagc_device_copy(c->dev, lane, s->pending, work, n * sizeof(float), TAGC_COPY_D2D));
+  TAGC_CHECK(tagc_kernels_q8_decode(&ctx, send, (int64_t)S, (int32_t)W, (int64_t)n, work));
+  TAGC_CHECK(tagc_device_sub(c->dev, lane, s->pending, work, n)); /* v - q(v) */
+  s->staged = STAGE_PENDING;
+  TAGC_CHECK(tagc_device_sync(c->dev, lane));
+  TAGC_CHECK(tagc_comm_alltoall(c->cfg.comm, send, sc->q8_recv, chunk, c->cfg.op_timeout_s));
+  /* chunk j of recv: rank j's q(v) of this rank's shard */
+  TAGC_CHECK(tagc_kernels_q8_decode(&ctx, sc->q8_recv, (int64_t)S, (int32_t)W, (int64_t)n, work));
+  TAGC_CHECK(tagc_device_copy(c->dev, lane, shard, work, S * sizeof(float), TAGC_COPY_D2D));
+  for (size_t j = 1; j < W; j++)
+    TAGC_CHECK(tagc_device_add(c->dev, lane, shard, work + j * S, S));
+  return TAGC_OK;
+}
+
 /* One tagc segment: sparsify with error feedback, OR the bitmaps to their owners, encode the
  * W destination sketches, reduce-scatter them, decode this rank's shard. */
 static tagc_status reduce_tagc(tagc_grad_codec *c, tagc_grad_segment *s, tagc_lane lane, int64_t step,
@@ -278,13 +317,15 @@ static tagc_status reduce_tagc(tagc_grad_codec *c, tagc_grad_segment *s, tagc_la
   reduce_scratch *sc = &c->scratch;
   TAGC_CHECK(padded(c, s, lane, grad, work, &grad)); /* the kernels read grad as [W][S] */
   double rho = 0;
-  if (s->mode == TAGC_MODE_SKETCH || step % PROBE_EVERY == 0) /* dense wires still probe */
-    TAGC_CHECK(choose_rho(s, step, &rho));
+  if (!s->pol.dense_only && (s->mode == TAGC_MODE_SKETCH || step % PROBE_EVERY == 0))
+    TAGC_CHECK(choose_rho(s, step, &rho)); /* dense wires still probe */
   stats->tagc = 1;
   stats->dense = rho == 0;
   if (stats->dense) {
     stats->global_bits = -1; /* not measured */
-    stats->wire = s->mode == TAGC_MODE_FP32 ? TAGC_MODE_FP32 : TAGC_MODE_BF16;
+    stats->wire = s->mode == TAGC_MODE_SKETCH ? TAGC_MODE_BF16 : s->mode;
+    if (s->mode == TAGC_MODE_INT8)
+      return reduce_tagc_int8(c, s, lane, grad, shard, work);
     return reduce_tagc_dense(c, s, lane, grad, shard, work,
                              s->mode == TAGC_MODE_SKETCH ? wire_of(c->cfg.sketch_bf16)
                                                          : wire_of(s->mode == TAGC_MODE_BF16));

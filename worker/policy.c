@@ -45,14 +45,14 @@ const char *tagc_policy_kind_name(tagc_policy_kind kind) {
 }
 
 int tagc_role_policy_equal(const tagc_role_policy *a, const tagc_role_policy *b) {
-  if (a->kind != b->kind || a->adaptive != b->adaptive)
+  if (a->kind != b->kind || a->adaptive != b->adaptive || a->dense_only != b->dense_only)
     return 0;
   return a->kind != TAGC_POLICY_TAGC || (a->density == b->density && a->rho == b->rho);
 }
 
 static void preset(tagc_compress_policy *p, tagc_policy_kind all) {
   for (int r = 0; r < TAGC_ROLE_COUNT; r++)
-    p->role[r] = (tagc_role_policy){all, TAGC_DEFAULT_DENSITY, 0, 0};
+    p->role[r] = (tagc_role_policy){all, TAGC_DEFAULT_DENSITY, 0, 0, 0};
   p->sketch_bf16 = 1;
   if (all != TAGC_POLICY_TAGC)
     return;
@@ -80,8 +80,9 @@ static tagc_status parse_rule_value(const char *s, size_t n, tagc_role_policy *r
   memcpy(buf, s, n);
   buf[n] = '\0';
   rp->adaptive = 0;
+  rp->dense_only = 0;
   if (!strcmp(buf, "auto")) {
-    *rp = (tagc_role_policy){TAGC_POLICY_TAGC, TAGC_AUTO_DENSITY, 0, 1};
+    *rp = (tagc_role_policy){TAGC_POLICY_TAGC, TAGC_AUTO_DENSITY, 0, 1, 0};
     return TAGC_OK;
   }
   char *colon = strchr(buf, ':');
@@ -133,9 +134,11 @@ tagc_status tagc_policy_parse(const char *spec, tagc_compress_policy *out) {
       if (!adaptive)
         TAGC_CHECK(parse_kind(s, len, &k));
       preset(&p, adaptive ? TAGC_POLICY_TAGC : k);
-      for (int r = 0; adaptive && r < TAGC_ROLE_COUNT; r++)
-        if (p.role[r].kind == TAGC_POLICY_TAGC)
-          p.role[r] = (tagc_role_policy){TAGC_POLICY_TAGC, TAGC_AUTO_DENSITY, 0, 1};
+      for (int r = 0; adaptive && r < TAGC_ROLE_COUNT; r++) /* the preset's bf16 roles
+                                                                (attention) stay dense */
+        if (p.role[r].kind != TAGC_POLICY_NONE)
+          p.role[r] = (tagc_role_policy){TAGC_POLICY_TAGC, TAGC_AUTO_DENSITY, 0, 1,
+                                         p.role[r].kind == TAGC_POLICY_BF16};
     } else {
       int matched = 0;
       size_t nlen = (size_t)(eq - s);

@@ -3,10 +3,11 @@
  * A spec is either a preset or a comma-separated list of role=kind rules:
  *   "tagc"  the paper's best setting: tagc for the MLP matrices, embeddings and head, bf16 for
  *           attention, none for norms
- *   "auto"  the tagc preset, but every tagc role's wire (fp32, bf16 or the sketch) is chosen
- *           at run time from the measured link rate and codec cost (worker/auto_policy.h),
- *           its sketch at density TAGC_AUTO_DENSITY; a rule "role=auto" makes one role
- *           adaptive
+ *   "auto"  the tagc preset, but every tagc role's wire (fp32, bf16, int8 or the sketch) is
+ *           chosen at run time from the measured link rate and codec cost
+ *           (worker/auto_policy.h), its sketch at density TAGC_AUTO_DENSITY; the preset's bf16
+ *           attention roles choose among the dense wires (fp32, bf16, int8) only; a rule
+ *           "role=auto" makes one role adaptive (sketch included)
  *   "bf16"  bf16 wire for every role;  "none"  fp32 reduce-scatter for every role (the FSDP
  *           baseline)
  *   "tagc,attn_qkv=none,mlp_fc=tagc:0.05:4"  a preset followed by per-role overrides; a tagc
@@ -25,8 +26,10 @@ typedef struct tagc_role_policy {
   double density; /* tagc: target density of the union of all ranks' kept elements (0 < d <= 1);
                      each rank keeps tagc_policy_rank_density(density, W) */
   double rho;     /* tagc: sketch compression ratio; 0 = auto */
-  int adaptive;   /* tagc role under `auto`: the engine picks its wire (fp32, bf16 or the
+  int adaptive;   /* tagc role under `auto`: the engine picks its wire (fp32, bf16, int8 or the
                      sketch) from the measured link rate and codec cost (worker/auto_policy.h) */
+  int dense_only; /* adaptive: never the sketch (nor its density probes), only fp32, bf16 or
+                     int8 (the attention roles of `auto`, bf16 in the tagc preset) */
 } tagc_role_policy;
 
 typedef struct tagc_compress_policy {

@@ -375,7 +375,7 @@ static int codec_rank(int rank, const char *dir) {
   tagc_grad_codec_config gc = {dev, comm, 600, 0, 0};
   tagc_grad_codec *c = NULL;
   tagc_grad_segment *seg = NULL;
-  tagc_role_policy pol = {TAGC_POLICY_TAGC, 0.1, 4, 0};
+  tagc_role_policy pol = {TAGC_POLICY_TAGC, 0.1, 4, 0, 0};
   size_t n = 2 * CODEC_S;
   CHECK_OK(tagc_grad_codec_new(&gc, &c));
   if (c)

@@ -1,5 +1,6 @@
 /* `--compress auto` (worker/auto_policy.h, worker/policy.h): the cost model picks fp32 on a
- * fast link, the sketch on a slow one when it compresses, bf16 in between; unknown rates change
+ * fast link, int8 on a 1 Gbit/s one, the sketch on a slow one when it compresses well (else
+ * int8), bf16 when conversions cost more than the bytes they save; unknown rates change
  * nothing; hysteresis and the switch budget stop oscillation; the spec parser makes tagc roles
  * adaptive and --gather auto follows the policy; --reshard-after-forward auto keeps gathered
  * units exactly when they fit the memory budget. */
@@ -15,15 +16,23 @@ static tagc_auto_input seg(double rate, double rho, double codec_s) {
 }
 
 static void test_choices(void) {
-  tagc_auto_input fast = seg(3e9, 2.0, 4e-3), gbit = seg(125e6, 2.0, 4e-3), slow = seg(12.5e6, 2.0, 4e-3);
+  tagc_auto_input fast = seg(3e9, 2.0, 4e-3), gbit = seg(125e6, 2.0, 4e-3), slow = seg(12.5e6, 4.0, 4e-3);
   CHECK_EQ_INT(tagc_auto_choose(&fast, TAGC_MODE_BF16, 0), TAGC_MODE_FP32);
   CHECK_EQ_INT(tagc_auto_choose(&fast, TAGC_MODE_SKETCH, 0), TAGC_MODE_FP32);
-  CHECK_EQ_INT(tagc_auto_choose(&gbit, TAGC_MODE_FP32, 0), TAGC_MODE_BF16);
+  CHECK_EQ_INT(tagc_auto_choose(&fast, TAGC_MODE_INT8, 0), TAGC_MODE_FP32);
+  CHECK_EQ_INT(tagc_auto_choose(&gbit, TAGC_MODE_FP32, 0), TAGC_MODE_INT8);
   CHECK_EQ_INT(tagc_auto_choose(&slow, TAGC_MODE_BF16, 0), TAGC_MODE_SKETCH);
   CHECK_EQ_INT(tagc_auto_choose(&slow, TAGC_MODE_FP32, 0), TAGC_MODE_SKETCH);
+  CHECK_EQ_INT(tagc_auto_choose(&slow, TAGC_MODE_INT8, 0), TAGC_MODE_SKETCH);
+  /* at rho 2 the sketch sends more bytes than int8 (1.125 vs 1.016 per element) */
+  tagc_auto_input slow2 = seg(12.5e6, 2.0, 4e-3);
+  CHECK_EQ_INT(tagc_auto_choose(&slow2, TAGC_MODE_BF16, 0), TAGC_MODE_INT8);
+  /* between fast and 1 Gbit/s: int8's conversions cost more than its bytes save over bf16 */
+  tagc_auto_input mid = seg(500e6, 0, 0);
+  CHECK_EQ_INT(tagc_auto_choose(&mid, TAGC_MODE_FP32, 0), TAGC_MODE_BF16);
   /* a sketch that does not compress is no candidate, however slow the link */
   tagc_auto_input dense = seg(12.5e6, 0, 1e-3);
-  CHECK_EQ_INT(tagc_auto_choose(&dense, TAGC_MODE_SKETCH, 0), TAGC_MODE_BF16);
+  CHECK_EQ_INT(tagc_auto_choose(&dense, TAGC_MODE_SKETCH, 0), TAGC_MODE_INT8);
   double cost[TAGC_MODE_COUNT];
   tagc_auto_costs(&dense, cost);
   CHECK(isinf(cost[TAGC_MODE_SKETCH]));
@@ -35,27 +44,30 @@ static void test_choices(void) {
   double n = 524288, share = 0.5;
   CHECK_NEAR(cost[TAGC_MODE_FP32], 4 * n * share / 12.5e6, 1e-12);
   CHECK_NEAR(cost[TAGC_MODE_BF16], 2 * n * share / 12.5e6 + TAGC_AUTO_BF16_S_PER_ELEMENT * n, 1e-12);
-  CHECK_NEAR(cost[TAGC_MODE_SKETCH], (n / 8 + n) * share / 12.5e6 + 4e-3, 1e-12);
+  CHECK_NEAR(cost[TAGC_MODE_INT8], (1 + 4.0 / 256) * n * share / 12.5e6 + TAGC_AUTO_Q8_GRAD_S_PER_ELEMENT * n,
+             1e-12);
+  CHECK_NEAR(cost[TAGC_MODE_SKETCH], (n / 8 + n / 2) * share / 12.5e6 + 4e-3, 1e-12);
+  CHECK_EQ_STR(tagc_wire_mode_name(TAGC_MODE_INT8), "int8");
 }
 
 static void test_hysteresis(void) {
-  /* sketch vs bf16 within the gain: no change in either direction */
+  /* sketch vs int8 within the gain: no change in either direction */
   double n = 524288, share = 0.5, rate = 12.5e6;
-  double bf16 = 2 * n * share / rate + TAGC_AUTO_BF16_S_PER_ELEMENT * n;
-  double wire_sketch = (n / 8 + 2 * n / 1.6) * share / rate;
-  double codec = 0.95 * bf16 - wire_sketch; /* sketch 5% cheaper: below the 10% gain */
-  tagc_auto_input close = seg(rate, 1.6, codec);
-  CHECK_EQ_INT(tagc_auto_choose(&close, TAGC_MODE_BF16, 0), TAGC_MODE_BF16);
+  double int8 = (1 + 4.0 / 256) * n * share / rate + TAGC_AUTO_Q8_GRAD_S_PER_ELEMENT * n;
+  double wire_sketch = (n / 8 + 2 * n / 4.0) * share / rate;
+  double codec = 0.95 * int8 - wire_sketch; /* sketch 5% cheaper: below the 10% gain */
+  tagc_auto_input close = seg(rate, 4.0, codec);
+  CHECK_EQ_INT(tagc_auto_choose(&close, TAGC_MODE_INT8, 0), TAGC_MODE_INT8);
   CHECK_EQ_INT(tagc_auto_choose(&close, TAGC_MODE_SKETCH, 0), TAGC_MODE_SKETCH);
   /* 15% cheaper: changes while the switch budget lasts, not after it (needs 20%) */
-  close.codec_s = 0.85 * bf16 - wire_sketch;
-  CHECK_EQ_INT(tagc_auto_choose(&close, TAGC_MODE_BF16, 0), TAGC_MODE_SKETCH);
-  CHECK_EQ_INT(tagc_auto_choose(&close, TAGC_MODE_BF16, TAGC_AUTO_MAX_SWITCHES), TAGC_MODE_BF16);
+  close.codec_s = 0.85 * int8 - wire_sketch;
+  CHECK_EQ_INT(tagc_auto_choose(&close, TAGC_MODE_INT8, 0), TAGC_MODE_SKETCH);
+  CHECK_EQ_INT(tagc_auto_choose(&close, TAGC_MODE_INT8, TAGC_AUTO_MAX_SWITCHES), TAGC_MODE_INT8);
   /* a rate flapping between two links cannot flip a segment more than the budget allows */
   tagc_wire_mode m = TAGC_MODE_BF16;
   int switches = 0;
   for (int k = 0; k < 40; k++) {
-    tagc_auto_input in = seg(k % 2 ? 12.5e6 : 25e6, 1.6, 4e-3);
+    tagc_auto_input in = seg(k % 2 ? 12.5e6 : 60e6, 4.0, 4e-3); /* sketch 23%, int8 18% cheaper */
     tagc_wire_mode next = tagc_auto_choose(&in, m, switches);
     switches += next != m;
     m = next;
@@ -69,7 +81,14 @@ static void test_policy_spec(void) {
   CHECK(p.role[TAGC_ROLE_MLP_FC].kind == TAGC_POLICY_TAGC && p.role[TAGC_ROLE_MLP_FC].adaptive);
   CHECK_NEAR(p.role[TAGC_ROLE_MLP_FC].density, TAGC_AUTO_DENSITY, 0);
   CHECK(p.role[TAGC_ROLE_NORM].kind == TAGC_POLICY_NONE && !p.role[TAGC_ROLE_NORM].adaptive);
-  CHECK(p.role[TAGC_ROLE_ATTN_QKV].kind == TAGC_POLICY_BF16 && !p.role[TAGC_ROLE_ATTN_QKV].adaptive);
+  CHECK(!p.role[TAGC_ROLE_MLP_FC].dense_only);
+  /* the preset's bf16 attention roles choose among the dense wires only */
+  CHECK(p.role[TAGC_ROLE_ATTN_QKV].kind == TAGC_POLICY_TAGC && p.role[TAGC_ROLE_ATTN_QKV].adaptive &&
+        p.role[TAGC_ROLE_ATTN_QKV].dense_only);
+  CHECK(p.role[TAGC_ROLE_ATTN_PROJ].adaptive && p.role[TAGC_ROLE_ATTN_PROJ].dense_only);
+  CHECK(!tagc_role_policy_equal(&p.role[TAGC_ROLE_ATTN_PROJ], &p.role[TAGC_ROLE_MLP_PROJ]));
+  CHECK_OK(tagc_policy_parse("auto,attn=auto", &p));
+  CHECK(p.role[TAGC_ROLE_ATTN_QKV].adaptive && !p.role[TAGC_ROLE_ATTN_QKV].dense_only);
   CHECK_OK(tagc_policy_parse("tagc,mlp=auto", &p));
   CHECK(p.role[TAGC_ROLE_MLP_PROJ].adaptive && !p.role[TAGC_ROLE_TOK_EMB].adaptive);
   CHECK_NEAR(p.role[TAGC_ROLE_MLP_PROJ].density, TAGC_AUTO_DENSITY, 0);
