@@ -104,6 +104,7 @@ print(json.dumps({"w": w, "policy": policy, "link": link, "step_s": s["step_s_me
                   "exposed_s": s["exposed_comm_s_per_step"], "val_loss": s["final_val_loss"],
                   "unpeeled": s["unpeeled_fraction"],
                   "sketch": s.get("paths", {}).get("sketch", 0.0),
+                  "int8": s.get("paths", {}).get("int8", 0.0),
                   "gather": last.get("gather", "fp32"), "reshard": last.get("reshard", True),
                   "fixed": not policy.startswith("auto")}))
 PY
@@ -127,9 +128,9 @@ rows = [json.loads(l) for l in open(sys.argv[1])]
 groups = {}
 for r in rows:
     groups.setdefault((r["w"], r["link"]), []).append(r)
-print("%-3s %-9s %-16s %9s %7s %7s %8s %8s %8s %9s %7s %-5s %-7s" % (
+print("%-3s %-9s %-16s %9s %7s %7s %8s %8s %8s %9s %7s %5s %-5s %-7s" % (
     "W", "link", "policy", "step_ms", "x_zero3", "x_same", "MB/step", "bytes_x", "exposed%",
-    "val_loss", "sketch%", "gathr", "reshard"))
+    "val_loss", "sketch%", "int8%", "gathr", "reshard"))
 for (w, link), g in groups.items():
     base = g[0]  # the first policy: fp32 ZeRO-3 (none/fp32)
     best = min((r for r in g if r["fixed"]), key=lambda r: r["step_s"])
@@ -137,11 +138,11 @@ for (w, link), g in groups.items():
         same = [n for n in g if n["policy"].startswith("none") and n["gather"] == r["gather"]
                 and n["reshard"] == r["reshard"]]
         x_same = "%7.2f" % (same[0]["step_s"] / r["step_s"]) if same else "%7s" % "-"
-        print("%-3s %-9s %-16s %9.1f %7.2f %s %8.2f %8.2f %8.0f %9.4f %7.0f %-5s %-7s" % (
+        print("%-3s %-9s %-16s %9.1f %7.2f %s %8.2f %8.2f %8.0f %9.4f %7.0f %5.0f %-5s %-7s" % (
             w, link, r["policy"], 1e3 * r["step_s"], base["step_s"] / r["step_s"], x_same,
             r["bytes"] / 1e6, base["bytes"] / r["bytes"],
             100 * r["exposed_s"] / r["comm_s"] if r["comm_s"] else 0, r["val_loss"],
-            100 * r["sketch"], r["gather"], str(r["reshard"]).lower()))
+            100 * r["sketch"], 100 * r["int8"], r["gather"], str(r["reshard"]).lower()))
     for r in g:
         if not r["fixed"]:
             print("    %s at W=%s %s: %.2fx the best fixed policy (%s)" % (
@@ -149,5 +150,6 @@ for (w, link), g in groups.items():
 print("x_zero3 = step time of fp32 ZeRO-3 (none/fp32, the first policy) / this one's; x_same = "
       "of `none` with the same gathers (precision, reshard; '-' when not run); MB/step = median "
       "bytes sent per step and rank (bytes_x against fp32 ZeRO-3); gathr/reshard = in effect at "
-      "the last step; sketch% = gradient elements sent as sketches (mean over steps)")
+      "the last step; sketch%, int8% = gradient elements sent as sketches, as int8 (means over "
+      "steps)")
 PY
