@@ -325,17 +325,23 @@ static tagc_status register_worker(tagc_member *m) {
   }
   int64_t lease, granted;
   TAGC_CHECK(tagc_etcd_lease_grant(m->c, (int64_t)(m->ttl_s + 0.5), &lease, &granted));
+  /* The keeper renews the new lease from now on: the wait below for a previous process's key
+   * can last longer than the lease lives unrenewed (a restarted worker's predecessor holds the
+   * key up to its TTL; the keeper used to start after the wait, and a wait of over 2/3 of the
+   * TTL let the new lease expire before its first renewal). Patient: an unreachable etcd is
+   * no reason to give the lease up (docs/operations.md). */
+  tagc_status st = tagc_etcd_keeper_start_patient(m->c, lease, granted, on_lease_lost, m, &m->keeper);
   /* A previous process with our id holds the key for at most its TTL (twice on an etcd
    * leader change, orchestration-anchors §4). */
   char *value = NULL;
-  tagc_status st = worker_value(m, &value);
+  if (st == TAGC_OK)
+    st = worker_value(m, &value);
   if (st == TAGC_OK)
     st = put_if_absent(m, lease, value, tagc_now() + 2 * m->ttl_s + 1);
   free(value);
-  /* patient: an unreachable etcd is no reason to give the lease up (docs/operations.md) */
-  if (st == TAGC_OK)
-    st = tagc_etcd_keeper_start_patient(m->c, lease, granted, on_lease_lost, m, &m->keeper);
   if (st != TAGC_OK) {
+    tagc_etcd_keeper_stop(m->keeper);
+    m->keeper = NULL;
     tagc_etcd_lease_revoke(m->c, lease);
     return st;
   }
@@ -624,12 +630,26 @@ tagc_status tagc_member_store(tagc_member *m, int64_t gen, tagc_store **out) {
 tagc_status tagc_member_ready(tagc_member *m, int64_t gen, int rank) {
   char key[TAGC_KEY_MAX];
   TAGC_CHECK(tagc_key_gen_ready(m->job, gen, rank, key, sizeof key));
-  return put_json(m, key, json_pack("{s:s, s:f}", "id", m->id, "time", tagc_wall_time()),
-                  atomic_load(&m->lease));
+  int64_t lease = atomic_load(&m->lease);
+  tagc_status st = put_json(m, key, json_pack("{s:s, s:f}", "id", m->id, "time", tagc_wall_time()),
+                            lease);
+  /* etcd refuses a put under a lease it no longer has (ENOTFOUND): the keeper reports the loss
+   * at its next renewal and the supervisor registers again; the key then goes under the new
+   * lease. A lost lease is no reason for the worker to die here. */
+  for (double until = tagc_now() + 2 * m->ttl_s + 1; st == TAGC_ENOTFOUND && tagc_now() < until;) {
+    tagc_sleep(0.05);
+    int64_t now = atomic_load(&m->lease);
+    if (now == lease || now == 0)
+      continue;
+    lease = now;
+    st = put_json(m, key, json_pack("{s:s, s:f}", "id", m->id, "time", tagc_wall_time()), lease);
+  }
+  return st;
 }
 
 static int known_kind(const char *kind) {
-  static const char *const kinds[] = {"comm", "timeout", "oom", "crash", "hang", "injected"};
+  static const char *const kinds[] = {"comm", "timeout", "oom", "crash", "hang", "partition",
+                                      "injected"}; /* docs/etcd-schema.md failures/<g>/<id> */
   for (size_t i = 0; kind && i < sizeof kinds / sizeof kinds[0]; i++) {
     if (strcmp(kind, kinds[i]) == 0)
       return 1;
@@ -641,7 +661,8 @@ tagc_status tagc_member_report_failure(tagc_member *m, int64_t gen, const char *
                                        int64_t step, int suspected_rank, const char *detail) {
   if (!known_kind(kind))
     return tagc_errorf(TAGC_EINVAL,
-                       "failure kind '%s' is not one of comm, timeout, oom, crash, hang, injected",
+                       "failure kind '%s' is not one of comm, timeout, oom, crash, hang, partition, "
+                       "injected",
                        kind ? kind : "(null)");
   char key[TAGC_KEY_MAX];
   TAGC_CHECK(tagc_key_failure(m->job, gen, m->id, key, sizeof key));

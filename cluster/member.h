@@ -151,7 +151,8 @@ tagc_status tagc_member_store(tagc_member *m, int64_t gen, tagc_store **out);
 tagc_status tagc_member_ready(tagc_member *m, int64_t gen, int rank);
 
 /* Reports a failure seen in generation gen: failures/<gen>/<id> = {"kind","step","peer",
- * "detail","time"}. kind is one of comm, timeout, oom, crash, hang, injected; suspected_rank
+ * "detail","time"}. kind is one of comm, timeout, oom, crash, hang, partition, injected
+ * (worker/failure_kind.h); suspected_rank
  * is the rank blamed (-1 when unknown); detail may be NULL. The leader then makes a new
  * generation (rules: docs/etcd-schema.md, coordinator/planner.h). TAGC_EINVAL for an unknown
  * kind or negative gen. */

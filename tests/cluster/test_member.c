@@ -259,6 +259,50 @@ static void test_restarted_id(tagc_etcd *c) {
   tagc_member_leave(m);
 }
 
+/* A restarted worker whose predecessor's key (under a lease nobody renews: the predecessor was
+ * SIGKILLed) still exists waits for it to expire, about a TTL, then registers; its own lease,
+ * granted before that wait, must be renewed through it. Before the fix the keeper started
+ * after the wait, so the new lease expired before its first renewal: the join failed or the
+ * lease was lost a moment later (chaos_recovery_determinism under stress-ng: the restarted
+ * worker then died on a put under the expired lease). */
+static void test_predecessor_wait(tagc_etcd *c) {
+  const double ttl = 3;
+  int64_t old = 0, granted = 0;
+  CHECK_OK(tagc_etcd_lease_grant(c, (int64_t)ttl, &old, &granted));
+  static const char pred[] = "{\"id\":\"w1\",\"host\":\"127.0.0.1\",\"pid\":1}";
+  CHECK_OK(tagc_etcd_put(c, "/tagc/job3/workers/w1", pred, strlen(pred), old, NULL));
+  json_t *info = json_pack("{s:s}", "host", "127.0.0.1");
+  tagc_member *m = NULL;
+  double t0 = tagc_now();
+  CHECK_OK(tagc_member_join(c, "job3", "w1", info, ttl, &m));
+  json_decref(info);
+  double waited = tagc_now() - t0;
+  CHECK_MSG(waited >= ttl / 2, "join waited %.2f s for the predecessor's key (TTL %.0f s)", waited, ttl);
+  if (!m)
+    return;
+  /* two TTLs later the registration still stands under the member's one lease */
+  for (double until = tagc_now() + 2 * ttl; tagc_now() < until;)
+    tagc_sleep(0.1);
+  CHECK_MSG(tagc_member_lease_losses(m) == 0 && !tagc_member_lease_lost(m),
+            "the new lease was lost %d time(s) after a %.2f s wait", tagc_member_lease_losses(m), waited);
+  tagc_etcd_range_result r;
+  CHECK_OK(tagc_etcd_range(c, "/tagc/job3/workers/w1", NULL, &r));
+  CHECK_MSG(r.n == 1 && r.kvs[0].lease != old, "workers/w1: %zu keys", (size_t)r.n);
+  int64_t mine = r.n == 1 ? r.kvs[0].lease : 0;
+  tagc_etcd_range_result_free(&r);
+  /* the lease lost just before the ready put (revoked here): the put waits for the new
+   * registration and goes under the new lease instead of failing (the worker died of it) */
+  CHECK_OK(tagc_etcd_lease_revoke(c, mine));
+  CHECK_OK(tagc_member_ready(m, 1, 0));
+  CHECK_OK(tagc_etcd_range(c, "/tagc/job3/gen/1/ready/0", NULL, &r));
+  CHECK_MSG(r.n == 1 && r.kvs[0].lease != mine && r.kvs[0].lease != 0,
+            "ready/0 after a lost lease: %zu keys", (size_t)r.n);
+  tagc_etcd_range_result_free(&r);
+  CHECK(tagc_member_lease_losses(m) == 1);
+  tagc_member_leave(m);
+  printf("  restarted id: waited %.2f s for the predecessor's key, lease kept for 2 TTLs\n", waited);
+}
+
 static void test_join_and_plans(tagc_etcd *c) {
   json_t *info = json_pack("{s:s, s:i}", "host", "127.0.0.1", "pid", 1);
   tagc_member *m = NULL;
@@ -312,6 +356,12 @@ static void test_join_and_plans(tagc_etcd *c) {
   CHECK_EQ_INT(tagc_member_ready(m, 2, -1), TAGC_EINVAL);
 
   CHECK_EQ_INT(tagc_member_report_failure(m, 2, "bogus", 5, 0, NULL), TAGC_EINVAL);
+  /* every kind worker/failure_kind.c reports is recorded (partition was refused, so such
+   * reports never reached the coordinator) */
+  CHECK_OK(tagc_member_report_failure(m, 2, "partition", 56, 0, "reset, peer alive"));
+  json_t *fp = get_json(c, "/tagc/job/failures/2/w1");
+  CHECK_EQ_STR(json_string_value(json_object_get(fp, "kind")), "partition");
+  json_decref(fp);
   CHECK_OK(tagc_member_report_failure(m, 2, "timeout", 57, 0, "allreduce deadline"));
   json_t *f = get_json(c, "/tagc/job/failures/2/w1");
   CHECK_EQ_STR(json_string_value(json_object_get(f, "kind")), "timeout");
@@ -416,6 +466,7 @@ int main(void) {
     test_gloo_bootstrap_cancel(c);
     test_join_and_plans(c);
     test_restarted_id(c);
+    test_predecessor_wait(c);
     test_done_before_join(c);
     tagc_etcd_destroy(c);
   }
