@@ -3,6 +3,9 @@
 
 #include <omp.h>
 #include <string.h>
+#ifdef __AVX512F__
+#include <immintrin.h>
+#endif
 
 /* Lanes are decoded in groups of min(lanes, 64) (one lane word of tagc_lane_bits, a bitmap
  * word column when lanes >= 64): the group's sketch columns are transposed into lane-major
@@ -225,38 +228,55 @@ static int64_t lane_decode(const tagc_layout *l, float *cell, uint32_t *items,
   return peeled;
 }
 
+/* dst[0 .. width) = vals[0], vals[1], ... at the set bits of m (ascending), +0 at the clear
+ * ones (width: 32 or 64). Returns the number of values used (popcount of m). */
+static inline int expand_lanes(float *dst, uint64_t m, const float *vals, int width) {
+#ifdef __AVX512F__
+  int used = 0;
+  for (int i = 0; i < width; i += 16) {
+    __mmask16 part = (__mmask16)(m >> i);
+    _mm512_storeu_ps(dst + i, _mm512_maskz_expandloadu_ps(part, vals + used));
+    used += __builtin_popcount(part);
+  }
+  return used;
+#else
+  int used = 0;
+  for (int q = 0; q < width; q++)
+    dst[q] = 0.0f;
+  for (; m; m &= m - 1)
+    dst[__builtin_ctzll(m)] = vals[used++];
+  return used;
+#endif
+}
+
 /* Writes the pending groups' lanes (groups w0 .. w1-1, compacted in s->cvals) of every block
- * to out: decoded values where the bitmap is set, +0 elsewhere. Lane width*w0 + j of block b
- * is element (start + j) mod lanes of the block, so the pending lanes of a block are one
- * circular run of width * (w1 - w0) elements, written in one go (block by block, the writes
- * walk the output in order). Nothing is written past shard_numel (padding bits are clear,
- * so those lanes hold +0). */
+ * to out: decoded values where the bitmap is set, +0 elsewhere. Lane width*w + j of block b
+ * is element (lane_start + j) mod lanes of the block, so each group's lanes are one circular
+ * run of `width` elements, expanded straight into out unless it wraps or crosses
+ * shard_numel (then through a buffer, clipped: padding bits are clear, so those lanes hold
+ * +0). Block by block, the writes walk the output in order. */
 static void pending_store(const tagc_layout *l, const uint64_t *bitmap, group_state *s,
                           float *out) {
-  int ng = s->w1 - s->w0, len = s->width * ng;
+  int ng = s->w1 - s->w0, width = s->width;
   int64_t limit = l->shard_numel, cursor[GROUPS], lanes = s->lanes;
-  float run[TAGC_LANES_MAX];
   for (int g = 0; g < ng; g++)
     cursor[g] = s->goff[g];
   for (int64_t b = 0; b < l->blocks; b++) {
     int64_t base = b * lanes;
-    uint32_t start = lane_start(s, b, s->w0);
-    for (int j = 0; j < len; j++)
-      run[j] = 0.0f;
     for (int g = 0; g < ng; g++) {
+      int64_t start = lane_start(s, b, s->w0 + g);
       uint64_t m = group_bits(s, bitmap, b, s->w0 + g);
-      float *dst = run + s->width * g;
-      int64_t c = cursor[g];
-      while (m) {
-        int q = __builtin_ctzll(m);
-        m &= m - 1;
-        dst[q] = s->cvals[c++];
+      const float *vals = s->cvals + cursor[g];
+      if (start + width <= lanes && base + start + width <= limit) {
+        cursor[g] += expand_lanes(out + base + start, m, vals, width);
+        continue;
       }
-      cursor[g] = c;
+      float run[GROUP];
+      cursor[g] += expand_lanes(run, m, vals, width);
+      int64_t first = lanes - start < width ? lanes - start : width; /* before the wrap */
+      store_run(out, limit, base + start, run, first);
+      store_run(out, limit, base, run + first, width - first);
     }
-    int64_t first = lanes - (int64_t)start < len ? lanes - (int64_t)start : len; /* before the wrap */
-    store_run(out, limit, base + start, run, first);
-    store_run(out, limit, base, run + first, len - first);
   }
   s->w0 = s->w1 = 0;
   s->ncvals = 0;
