@@ -34,8 +34,7 @@ typedef struct group_state {
   int64_t stride;  /* lane stride of items and islot: blocks, padded so that the 64 lanes'
                     * lists start in different L1 sets (a 4 KiB multiple would alias) */
   float *cell;     /* [width][rows] sketch columns of the group, peeled items subtracted */
-  uint32_t *items; /* [width][stride] block ids of each lane's items, ascending; ITEM_DONE
-                    * is or-ed in once an item is peeled */
+  uint32_t *items; /* [width][stride] block ids of each lane's items, ascending */
   uint32_t *islot; /* [width][stride] where each lane's k-th item goes in the group's values
                     * (output order: block by block, lanes ascending within a block) */
   uint32_t *rot;   /* [blocks] lane rotation of each block (kernels/hash.h) */
@@ -171,13 +170,15 @@ static int64_t group_load(const tagc_layout *l, const float *sketch, const uint6
 
 #define ONE_ITEM (1ull << 32)    /* one item in the count half of a cell_ids word */
 #define EMPTY_CELL (~0ull << 32) /* cell_ids word of a cell with no items (count - 1 = -1) */
-#define ITEM_DONE 0x80000000u    /* or-ed into items[k] once the item is peeled */
 
 /* Peels one lane of the group (cells in `cell`, items in `items`), then estimates what is
  * left; vals[islot[k]] gets the value of items[k]. Returns the number of items peeled.
  * A peeled item's own cell (the pure one it was read from) is left as it is: no item is
- * left in it, so nothing reads it again and it is never queued again. */
-static int64_t lane_decode(const tagc_layout *l, float *cell, uint32_t *items,
+ * left in it, so its value is never read again and it is never queued again, and its word
+ * still names the item. So once the queue is empty an item is peeled iff one of its cells
+ * is pure (the cells of an item left in the 2-core hold at least two items each: a cell
+ * whose count reached 1 was queued and peeled). */
+static int64_t lane_decode(const tagc_layout *l, float *cell, const uint32_t *items,
                            const uint32_t *islot, int64_t nitems, group_state *s, float *vals) {
   int64_t rows = l->rows, head = 0, tail = 0, peeled = 0;
   uint64_t *ci = s->cell_ids;
@@ -191,6 +192,7 @@ static int64_t lane_decode(const tagc_layout *l, float *cell, uint32_t *items,
     for (uint32_t j = 0; j < 3; j++)
       ci[e->row[j]] = (ci[e->row[j]] ^ ((uint32_t)k << 2 | j)) + ONE_ITEM;
   }
+#pragma GCC unroll 4
   for (int64_t r = 0; r < rows; r++) { /* branch-free: most tests are unpredictable */
     queue[tail] = (uint32_t)r;
     tail += ci[r] < ONE_ITEM;
@@ -203,7 +205,6 @@ static int64_t lane_decode(const tagc_layout *l, float *cell, uint32_t *items,
     const block_entry *e = &lane[k];
     float x = e->sign[own] * cell[e->row[own]];
     vals[islot[k]] = x;
-    items[k] |= ITEM_DONE;
     peeled++;
     uint32_t ja = own == 0, jb = own == 2 ? 1 : 2; /* the other two rows, ascending */
     uint32_t ra = e->row[ja], rb = e->row[jb];
@@ -219,9 +220,9 @@ static int64_t lane_decode(const tagc_layout *l, float *cell, uint32_t *items,
     tail += vb < ONE_ITEM;
   }
   for (int64_t k = 0; peeled < nitems && k < nitems; k++) {
-    if (items[k] & ITEM_DONE)
-      continue;
     const block_entry *e = &lane[k];
+    if (ci[e->row[0]] < ONE_ITEM || ci[e->row[1]] < ONE_ITEM || ci[e->row[2]] < ONE_ITEM)
+      continue; /* peeled */
     vals[islot[k]] = tagc_median3(e->sign[0] * cell[e->row[0]], e->sign[1] * cell[e->row[1]],
                                   e->sign[2] * cell[e->row[2]]);
   }
