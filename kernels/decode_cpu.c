@@ -3,18 +3,28 @@
 
 #include <omp.h>
 #include <string.h>
+#ifdef __AVX512F__
+#include <immintrin.h>
+#endif
 
 /* Lanes are decoded in groups of min(lanes, 64) (one lane word of tagc_lane_bits, a bitmap
- * word column when lanes >= 64): the group's sketch columns
- * are transposed into lane-major arrays and its items listed per lane in one pass over the
- * bitmap words, so the peel itself touches only contiguous per-lane memory. Each item's
- * value goes straight to its place in the group's values in output order; adjacent groups
- * whose values fit in one buffer are then written out together, block by block, so the
- * output is written in order rather than in 64-element pieces 4 KiB apart (one such pass
- * per group made every write a cold line and a TLB miss). The float operations and their
- * order are those of the CUDA twin (decode_cuda.cu): only where values are kept changed. */
+ * word column when lanes >= 64): the group's sketch columns are transposed into lane-major
+ * arrays and its items listed per lane in one pass over the bitmap words, so the peel
+ * itself touches only contiguous per-lane memory. Each item's value goes straight to its
+ * place in the group's values in output order; adjacent groups whose values fit in one
+ * buffer are then written out together, block by block, so the output is written in order
+ * rather than in 64-element pieces 4 KiB apart (one such pass per group made every write a
+ * cold line and a TLB miss). The float operations and their order are those of the CUDA
+ * twin (decode_cuda.cu): only where values are kept changed. */
 #define GROUP 64                        /* most lanes per group */
 #define GROUPS (TAGC_LANES_MAX / GROUP) /* most groups per shard */
+
+/* Block b's rows and signs, unpacked from l->block_rows once per call (no masking or sign
+ * decoding in the peel). */
+typedef struct block_entry {
+  uint32_t row[3];
+  float sign[3]; /* +1.0f or -1.0f */
+} block_entry;
 
 /* Per-thread state, carved from the caller's workspace. */
 typedef struct group_state {
@@ -27,17 +37,22 @@ typedef struct group_state {
   uint32_t *items; /* [width][stride] block ids of each lane's items, ascending */
   uint32_t *islot; /* [width][stride] where each lane's k-th item goes in the group's values
                     * (output order: block by block, lanes ascending within a block) */
-  uint32_t *slot;  /* [blocks] islot of the lane's item in block b, for the lane being decoded */
   uint32_t *rot;   /* [blocks] lane rotation of each block (kernels/hash.h) */
+  block_entry *entry; /* [blocks] */
+  block_entry *lane;  /* [stride] entries of the items of the lane being peeled, in item
+                       * order */
   float *cvals;    /* [width * stride] values of the pending groups, in output order */
   int64_t ncvals;  /* values in cvals */
   int w0, w1;      /* pending groups: decoded and compacted, not yet stored */
   int64_t goff[GROUPS]; /* offset in cvals of pending group w0 + g */
   int64_t *nitems; /* [width] */
-  uint64_t *cell_ids; /* [rows] per cell of the lane being decoded: (items in the cell) << 32
-                       * | XOR of their block ids, so one read-modify-write updates both */
-  uint32_t *queue; /* [rows + 3*blocks + 1] cells whose count became 1, FIFO */
-  uint8_t *done;   /* [blocks] item peeled, indexed by block */
+  uint64_t *cell_ids; /* [rows] per cell of the lane being peeled: (items in the cell - 1)
+                       * << 32 | XOR of their keys (k << 2 | j for the lane's k-th item in its
+                       * row j), so one read-modify-write updates both, a cell is pure when
+                       * the word is below ONE_ITEM, and a pure cell names its item and which
+                       * of the item's rows it is */
+  uint32_t *queue; /* [rows + 1] cells whose count became 1, FIFO (each at most once; one
+                    * slot more for the branch-free push) */
 } group_state;
 
 static size_t align64(size_t x) { return (x + 63) & ~(size_t)63; }
@@ -47,9 +62,10 @@ static int64_t lane_stride(const tagc_layout *l) { return ((l->blocks + 15) & ~(
 
 static size_t group_state_bytes(const tagc_layout *l) {
   size_t r = (size_t)l->rows, g = (size_t)l->blocks, st = (size_t)lane_stride(l);
-  return 3 * align64(GROUP * st * sizeof(uint32_t)) + 2 * align64(g * sizeof(uint32_t)) + align64(GROUP * r * sizeof(float)) +
-         align64(GROUP * sizeof(int64_t)) + align64(r * sizeof(uint64_t)) +
-         align64((r + 3 * g + 1) * sizeof(uint32_t)) + align64(g);
+  return 3 * align64(GROUP * st * sizeof(uint32_t)) + align64(g * sizeof(uint32_t)) +
+         align64(g * sizeof(block_entry)) + align64(st * sizeof(block_entry)) +
+         align64(GROUP * r * sizeof(float)) + align64(GROUP * sizeof(int64_t)) +
+         align64(r * sizeof(uint64_t)) + align64((r + 1) * sizeof(uint32_t));
 }
 
 static group_state group_state_at(const tagc_layout *l, char *p) {
@@ -67,8 +83,10 @@ static group_state group_state_at(const tagc_layout *l, char *p) {
   p += align64(GROUP * (size_t)s.stride * sizeof(uint32_t));
   s.rot = (uint32_t *)p;
   p += align64(g * sizeof(uint32_t));
-  s.slot = (uint32_t *)p;
-  p += align64(g * sizeof(uint32_t));
+  s.entry = (block_entry *)p;
+  p += align64(g * sizeof(block_entry));
+  s.lane = (block_entry *)p;
+  p += align64((size_t)s.stride * sizeof(block_entry));
   s.cvals = (float *)p;
   p += align64(GROUP * (size_t)s.stride * sizeof(float));
   s.ncvals = 0;
@@ -78,8 +96,6 @@ static group_state group_state_at(const tagc_layout *l, char *p) {
   s.cell_ids = (uint64_t *)p;
   p += align64(r * sizeof(uint64_t));
   s.queue = (uint32_t *)p;
-  p += align64((r + 3 * g + 1) * sizeof(uint32_t));
-  s.done = (uint8_t *)p;
   return s;
 }
 
@@ -152,97 +168,116 @@ static int64_t group_load(const tagc_layout *l, const float *sketch, const uint6
   return n;
 }
 
-#define ONE_ITEM (1ull << 32) /* one item in the count half of a cell_ids word */
+#define ONE_ITEM (1ull << 32)    /* one item in the count half of a cell_ids word */
+#define EMPTY_CELL (~0ull << 32) /* cell_ids word of a cell with no items (count - 1 = -1) */
 
 /* Peels one lane of the group (cells in `cell`, items in `items`), then estimates what is
- * left; vals[islot[k]] gets the value of items[k]. Returns the number of items peeled. */
+ * left; vals[islot[k]] gets the value of items[k]. Returns the number of items peeled.
+ * A peeled item's own cell (the pure one it was read from) is left as it is: no item is
+ * left in it, so its value is never read again and it is never queued again, and its word
+ * still names the item. So once the queue is empty an item is peeled iff one of its cells
+ * is pure (the cells of an item left in the 2-core hold at least two items each: a cell
+ * whose count reached 1 was queued and peeled). */
 static int64_t lane_decode(const tagc_layout *l, float *cell, const uint32_t *items,
                            const uint32_t *islot, int64_t nitems, group_state *s, float *vals) {
-  int64_t head = 0, tail = 0, peeled = 0;
+  int64_t rows = l->rows, head = 0, tail = 0, peeled = 0;
   uint64_t *ci = s->cell_ids;
-  memset(ci, 0, (size_t)l->rows * sizeof *ci);
+  uint32_t *queue = s->queue;
+  block_entry *lane = s->lane;
+  for (int64_t r = 0; r < rows; r++)
+    ci[r] = EMPTY_CELL;
   for (int64_t k = 0; k < nitems; k++) {
-    uint32_t b = items[k];
-    const uint32_t *rows = &l->block_rows[3 * (int64_t)b];
-    s->done[b] = 0;
-    s->slot[b] = islot[k];
-    for (int i = 0; i < 3; i++) {
-      uint32_t ri = rows[i] & TAGC_ROW_MASK;
-      ci[ri] = (ci[ri] ^ b) + ONE_ITEM;
-    }
+    const block_entry *e = &s->entry[items[k]];
+    lane[k] = *e;
+    for (uint32_t j = 0; j < 3; j++)
+      ci[e->row[j]] = (ci[e->row[j]] ^ ((uint32_t)k << 2 | j)) + ONE_ITEM;
   }
-  for (int64_t r = 0; r < l->rows; r++) { /* branch-free: most tests are unpredictable */
-    s->queue[tail] = (uint32_t)r;
-    tail += (ci[r] >> 32) == 1;
+#pragma GCC unroll 4
+  for (int64_t r = 0; r < rows; r++) { /* branch-free: most tests are unpredictable */
+    queue[tail] = (uint32_t)r;
+    tail += ci[r] < ONE_ITEM;
   }
   while (head < tail) {
-    uint32_t r = s->queue[head++];
-    uint64_t c = ci[r];
-    if ((c >> 32) != 1)
+    uint64_t c = ci[queue[head++]];
+    if (c >= ONE_ITEM) /* queued when pure, emptied since */
       continue;
-    uint32_t b = (uint32_t)c;
-    const uint32_t *rows = &l->block_rows[3 * (int64_t)b];
-    uint32_t e0 = rows[0], e1 = rows[1], e2 = rows[2]; /* which of them is r is unpredictable: */
-    uint32_t own = (e1 & TAGC_ROW_MASK) == r ? e1 : e2; /* selects, not branches */
-    own = (e0 & TAGC_ROW_MASK) == r ? e0 : own;
-    float x = row_sign(own) * cell[r];
-    vals[s->slot[b]] = x;
-    s->done[b] = 1;
+    uint32_t k = (uint32_t)c >> 2, own = (uint32_t)c & 3;
+    const block_entry *e = &lane[k];
+    float x = e->sign[own] * cell[e->row[own]];
+    vals[islot[k]] = x;
     peeled++;
-    for (int i = 0; i < 3; i++) {
-      uint32_t ri = rows[i] & TAGC_ROW_MASK;
-      cell[ri] -= row_sign(rows[i]) * x;
-      uint64_t v = (ci[ri] ^ b) - ONE_ITEM;
-      ci[ri] = v;
-      s->queue[tail] = ri; /* queued only if its count drops to 1 (branch-free) */
-      tail += (v >> 32) == 1;
-    }
+    uint32_t ja = own == 0, jb = own == 2 ? 1 : 2; /* the other two rows, ascending */
+    uint32_t ra = e->row[ja], rb = e->row[jb];
+    cell[ra] -= e->sign[ja] * x;
+    uint64_t va = (ci[ra] ^ (k << 2 | ja)) - ONE_ITEM;
+    ci[ra] = va;
+    queue[tail] = ra; /* queued only if its count drops to 1 (branch-free) */
+    tail += va < ONE_ITEM;
+    cell[rb] -= e->sign[jb] * x;
+    uint64_t vb = (ci[rb] ^ (k << 2 | jb)) - ONE_ITEM;
+    ci[rb] = vb;
+    queue[tail] = rb;
+    tail += vb < ONE_ITEM;
   }
   for (int64_t k = 0; peeled < nitems && k < nitems; k++) {
-    uint32_t b = items[k];
-    if (s->done[b])
-      continue;
-    const uint32_t *rows = &l->block_rows[3 * (int64_t)b];
-    float a[3];
-    for (int i = 0; i < 3; i++)
-      a[i] = row_sign(rows[i]) * cell[rows[i] & TAGC_ROW_MASK];
-    vals[islot[k]] = tagc_median3(a[0], a[1], a[2]);
+    const block_entry *e = &lane[k];
+    if (ci[e->row[0]] < ONE_ITEM || ci[e->row[1]] < ONE_ITEM || ci[e->row[2]] < ONE_ITEM)
+      continue; /* peeled */
+    vals[islot[k]] = tagc_median3(e->sign[0] * cell[e->row[0]], e->sign[1] * cell[e->row[1]],
+                                  e->sign[2] * cell[e->row[2]]);
   }
   return peeled;
 }
 
+/* dst[0 .. width) = vals[0], vals[1], ... at the set bits of m (ascending), +0 at the clear
+ * ones (width: 32 or 64). Returns the number of values used (popcount of m). */
+static inline int expand_lanes(float *dst, uint64_t m, const float *vals, int width) {
+#ifdef __AVX512F__
+  int used = 0;
+  for (int i = 0; i < width; i += 16) {
+    __mmask16 part = (__mmask16)(m >> i);
+    _mm512_storeu_ps(dst + i, _mm512_maskz_expandloadu_ps(part, vals + used));
+    used += __builtin_popcount(part);
+  }
+  return used;
+#else
+  int used = 0;
+  for (int q = 0; q < width; q++)
+    dst[q] = 0.0f;
+  for (; m; m &= m - 1)
+    dst[__builtin_ctzll(m)] = vals[used++];
+  return used;
+#endif
+}
+
 /* Writes the pending groups' lanes (groups w0 .. w1-1, compacted in s->cvals) of every block
- * to out: decoded values where the bitmap is set, +0 elsewhere. Lane width*w0 + j of block b
- * is element (start + j) mod lanes of the block, so the pending lanes of a block are one
- * circular run of width * (w1 - w0) elements, written in one go (block by block, the writes
- * walk the output in order). Nothing is written past shard_numel (padding bits are clear,
- * so those lanes hold +0). */
+ * to out: decoded values where the bitmap is set, +0 elsewhere. Lane width*w + j of block b
+ * is element (lane_start + j) mod lanes of the block, so each group's lanes are one circular
+ * run of `width` elements, expanded straight into out unless it wraps or crosses
+ * shard_numel (then through a buffer, clipped: padding bits are clear, so those lanes hold
+ * +0). Block by block, the writes walk the output in order. */
 static void pending_store(const tagc_layout *l, const uint64_t *bitmap, group_state *s,
                           float *out) {
-  int ng = s->w1 - s->w0, len = s->width * ng;
+  int ng = s->w1 - s->w0, width = s->width;
   int64_t limit = l->shard_numel, cursor[GROUPS], lanes = s->lanes;
-  float run[TAGC_LANES_MAX];
   for (int g = 0; g < ng; g++)
     cursor[g] = s->goff[g];
   for (int64_t b = 0; b < l->blocks; b++) {
     int64_t base = b * lanes;
-    uint32_t start = lane_start(s, b, s->w0);
-    for (int j = 0; j < len; j++)
-      run[j] = 0.0f;
     for (int g = 0; g < ng; g++) {
+      int64_t start = lane_start(s, b, s->w0 + g);
       uint64_t m = group_bits(s, bitmap, b, s->w0 + g);
-      float *dst = run + s->width * g;
-      int64_t c = cursor[g];
-      while (m) {
-        int q = __builtin_ctzll(m);
-        m &= m - 1;
-        dst[q] = s->cvals[c++];
+      const float *vals = s->cvals + cursor[g];
+      if (start + width <= lanes && base + start + width <= limit) {
+        cursor[g] += expand_lanes(out + base + start, m, vals, width);
+        continue;
       }
-      cursor[g] = c;
+      float run[GROUP];
+      cursor[g] += expand_lanes(run, m, vals, width);
+      int64_t first = lanes - start < width ? lanes - start : width; /* before the wrap */
+      store_run(out, limit, base + start, run, first);
+      store_run(out, limit, base, run + first, width - first);
     }
-    int64_t first = lanes - (int64_t)start < len ? lanes - (int64_t)start : len; /* before the wrap */
-    store_run(out, limit, base + start, run, first);
-    store_run(out, limit, base, run + first, len - first);
   }
   s->w0 = s->w1 = 0;
   s->ncvals = 0;
@@ -274,8 +309,14 @@ tagc_status tagc_decode_cpu(const tagc_layout *l, const float *sketch, const uin
 #pragma omp parallel num_threads(nthreads) reduction(+ : nonzero, peeled)
   {
     group_state s = group_state_at(l, (char *)ws + (size_t)omp_get_thread_num() * per_thread);
-    for (int64_t b = 0; b < l->blocks; b++)
+    for (int64_t b = 0; b < l->blocks; b++) {
       s.rot[b] = tagc_block_rotation(l->seed, (uint32_t)b, s.lanes);
+      for (int j = 0; j < 3; j++) {
+        uint32_t e = l->block_rows[3 * b + j];
+        s.entry[b].row[j] = e & TAGC_ROW_MASK;
+        s.entry[b].sign[j] = row_sign(e);
+      }
+    }
 #pragma omp for schedule(static)
     for (int w = 0; w < s.groups; w++) {
       int64_t total = group_load(l, sketch, bitmap, w, &s);
