@@ -85,7 +85,7 @@ run() { # run W POLICY LINK -> prints one result line
   done
   local rc=0
   for p in "${pids[@]}"; do wait "$p" || rc=1; done
-  if [ $rc -ne 0 ]; then echo "run $w $policy $link failed:"; tail -3 "$out"/rank*.log; return 1; fi
+  if [ $rc -ne 0 ]; then echo "run $w $policy $link failed:"; tail -n 3 "$out"/rank*.log; return 1; fi
   if [ -n "${TAGC_BENCH_KEEP:-}" ]; then # keep each run's summary and metrics (comparisons)
     mkdir -p "$TAGC_BENCH_KEEP/$w-${policy//\//-}-$link"
     cp "$out/summary.json" "$out/metrics.jsonl" "$TAGC_BENCH_KEEP/$w-${policy//\//-}-$link/"
