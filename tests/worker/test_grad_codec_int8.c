@@ -16,11 +16,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include "comm/comm.h"
-#include "comm/store.h"
+#include "harness.h" /* tests/comm: forked ranks over a file store */
 #include "kernels/q8.h"
 #include "test.h"
 #include "worker/device.h"
@@ -51,21 +49,13 @@ static void quantised(const float *v, float *q) {
   free(buf);
 }
 
-static int rank_main(int rank, const char *dir) {
+/* One rank (tests/comm/harness.h): returns its failed checks. */
+static int rank_main(int rank, int world, const char *dir, void *arg) {
+  (void)world;
+  (void)arg;
   int failed_before = test_failed_;
-  tagc_store *store = NULL;
-  CHECK_OK(tagc_store_file_new(dir, &store));
-  tagc_comm_config cc;
-  tagc_comm_config_init(&cc);
-  cc.rank = rank;
-  cc.world_size = W;
-  cc.store = store;
-  cc.prefix = "int8";
-  cc.timeout_s = 120;
-  tagc_comm *comm = NULL;
+  tagc_comm *comm = harness_comm(rank, W, dir, "int8", 120);
   tagc_device *dev = NULL;
-  if (store)
-    CHECK_OK(tagc_comm_create(&cc, &comm));
   CHECK_OK(tagc_device_open("cpu", TAGC_DEVICE_FP32, &dev));
   if (!comm || !dev)
     return 1;
@@ -175,32 +165,12 @@ static int rank_main(int rank, const char *dir) {
   tagc_grad_codec_free(c);
   tagc_comm_destroy(comm);
   tagc_device_close(dev);
-  tagc_store_free(store);
   return test_failed_ - failed_before;
 }
 
 int main(void) {
-  char dir[] = "/tmp/tagc-int8-XXXXXX";
-  if (!mkdtemp(dir)) {
-    perror("mkdtemp");
-    return 1;
-  }
   fflush(stdout);
-  pid_t kids[W - 1];
-  for (int r = 1; r < W; r++) {
-    kids[r - 1] = fork();
-    if (kids[r - 1] == 0)
-      _exit(rank_main(r, dir) ? 1 : 0);
-  }
-  int mine = rank_main(0, dir);
-  for (int r = 1; r < W; r++) {
-    int status = -1;
-    CHECK(kids[r - 1] > 0 && waitpid(kids[r - 1], &status, 0) == kids[r - 1]);
-    CHECK_MSG(WIFEXITED(status) && WEXITSTATUS(status) == 0, "rank %d exited with status %d", r, status);
-  }
-  CHECK_MSG(mine == 0, "rank 0: %d failures", mine);
-  char cmd[300];
-  snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-  CHECK(system(cmd) == 0);
+  int bad = harness_run(W, rank_main, NULL, 90);
+  CHECK_MSG(bad == 0, "%d of %d ranks failed (their checks above)", bad, W);
   return TEST_END();
 }
