@@ -630,21 +630,24 @@ tagc_status tagc_member_store(tagc_member *m, int64_t gen, tagc_store **out) {
 tagc_status tagc_member_ready(tagc_member *m, int64_t gen, int rank) {
   char key[TAGC_KEY_MAX];
   TAGC_CHECK(tagc_key_gen_ready(m->job, gen, rank, key, sizeof key));
-  int64_t lease = atomic_load(&m->lease);
-  tagc_status st = put_json(m, key, json_pack("{s:s, s:f}", "id", m->id, "time", tagc_wall_time()),
-                            lease);
   /* etcd refuses a put under a lease it no longer has (ENOTFOUND): the keeper reports the loss
    * at its next renewal and the supervisor registers again; the key then goes under the new
    * lease. A lost lease is no reason for the worker to die here. */
-  for (double until = tagc_now() + 2 * m->ttl_s + 1; st == TAGC_ENOTFOUND && tagc_now() < until;) {
+  double until = tagc_now() + 2 * m->ttl_s + 1;
+  for (int64_t tried = -1;;) {
+    int64_t lease = atomic_load(&m->lease);
+    if (lease != tried && lease != 0) {
+      tagc_status st = put_json(m, key, json_pack("{s:s, s:f}", "id", m->id, "time",
+                                                  tagc_wall_time()), lease);
+      if (st != TAGC_ENOTFOUND || tagc_now() >= until)
+        return st;
+      tried = lease;
+    } else if (tagc_now() >= until) {
+      return tagc_errorf(TAGC_ENOTFOUND, "member %s: lease lost and not registered again in "
+                         "%.0f s", m->id, 2 * m->ttl_s + 1);
+    }
     tagc_sleep(0.05);
-    int64_t now = atomic_load(&m->lease);
-    if (now == lease || now == 0)
-      continue;
-    lease = now;
-    st = put_json(m, key, json_pack("{s:s, s:f}", "id", m->id, "time", tagc_wall_time()), lease);
   }
-  return st;
 }
 
 static int known_kind(const char *kind) {

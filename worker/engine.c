@@ -731,7 +731,7 @@ static void choose_wires(tagc_engine *e, int64_t step, double link_rate) {
     if (!s->pol.adaptive)
       continue;
     tagc_auto_input in = {(int64_t)s->len, e->world, link_rate,
-                          s->pol.dense_only ? 0 : tagc_grad_segment_advised_rho(s->codec), s->codec_s};
+                          tagc_grad_segment_advised_rho(s->codec), s->codec_s};
     tagc_wire_mode now = tagc_grad_segment_mode(s->codec);
     tagc_wire_mode next = tagc_auto_choose(&in, now, s->switches);
     /* through the warm-up only the wires without error feedback: fp32 and bf16 */

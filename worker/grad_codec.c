@@ -131,6 +131,8 @@ double tagc_grad_segment_density_seen(const tagc_grad_segment *s) { return s->la
 double tagc_grad_segment_rho(const tagc_grad_segment *s) { return s->rho_used; }
 
 double tagc_grad_segment_advised_rho(const tagc_grad_segment *s) {
+  if (s->pol.dense_only)
+    return 0; /* never a sketch candidate */
   double rho;
   double d = fmin(1.0, DENSITY_HEADROOM * s->lane_density_seen);
   if (!(d > 0) || tagc_rho_advise(d, (int64_t)s->S, tagc_layout_lanes((int64_t)s->S), &rho) != TAGC_OK)

@@ -113,8 +113,8 @@ double tagc_grad_segment_density_seen(const tagc_grad_segment *s);
 /* rho of the segment's current sketch layout (0 = none built yet). */
 double tagc_grad_segment_rho(const tagc_grad_segment *s);
 
-/* The rho the advisor gives for the density seen last (0 when nothing was measured yet or the
- * sketch would not pay). */
+/* The rho the advisor gives for the density seen last (0 when nothing was measured yet, the
+ * sketch would not pay, or the segment is dense_only). */
 double tagc_grad_segment_advised_rho(const tagc_grad_segment *s);
 
 /* A tagc segment's wire: the sketch (the default), or dense bf16 / fp32 with the residual
