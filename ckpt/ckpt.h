@@ -214,4 +214,11 @@ tagc_status tagc_ckpt_fault_configure(const char *spec);
  * generation or a lost lease does (it aborts its communicator). Else 0; one compare when off. */
 int tagc_ckpt_fault_abort_snapshot(int rank);
 
+/* For tests of the commit rule: fn(arg, step, rank) runs in tagc_ckpt_write_shard right after
+ * the shard got its final name, i.e. when a rank 0 waiting for the files may commit the
+ * directory (rename it) concurrently; the writer must not fail for that. NULL removes it.
+ * Not for production use; set it before saving, not concurrently with it. */
+typedef void (*tagc_ckpt_shard_named_fn)(void *arg, int64_t step, int rank);
+void tagc_ckpt_fault_on_shard_named(tagc_ckpt_shard_named_fn fn, void *arg);
+
 #endif

@@ -120,5 +120,7 @@ typedef enum ckpt_fault_stage {
 
 /* SIGKILLs this process if `stage` is armed (for this rank). One load and compare when off. */
 void ckpt_fault_point(ckpt_fault_stage stage, int rank);
+/* Runs the tagc_ckpt_fault_on_shard_named hook, if any. */
+void ckpt_shard_named(int64_t step, int rank);
 
 #endif

@@ -91,3 +91,16 @@ int tagc_ckpt_fault_abort_snapshot(int rank) {
   armed_stage = CKPT_FAULT_NONE;
   return 1;
 }
+
+static tagc_ckpt_shard_named_fn shard_named_fn;
+static void *shard_named_arg;
+
+void tagc_ckpt_fault_on_shard_named(tagc_ckpt_shard_named_fn fn, void *arg) {
+  shard_named_fn = fn;
+  shard_named_arg = arg;
+}
+
+void ckpt_shard_named(int64_t step, int rank) {
+  if (shard_named_fn)
+    shard_named_fn(shard_named_arg, step, rank);
+}

@@ -259,6 +259,7 @@ tagc_status tagc_ckpt_write_shard(const char *dir, int64_t step, int rank, int w
   ckpt_shard_header_encode(&h, stored, hdr);
 
   tagc_status st = TAGC_OK;
+  int dfd = -1;
   int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) {
     st = tagc_errorf(TAGC_EIO, "create %s: %s", tmp, strerror(errno));
@@ -278,16 +279,30 @@ tagc_status tagc_ckpt_write_shard(const char *dir, int64_t step, int rank, int w
     goto done;
   }
   close(fd);
+  /* Once the shard has its final name, rank 0 may commit: rename step-<s>.tmp away. So the
+   * directory is opened before the rename and fsynced through that descriptor, never by
+   * name afterwards (it may be step-<s> by then, which is just as durable). */
   fd = -1;
+  dfd = open(tmpdir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dfd < 0) {
+    st = tagc_errorf(TAGC_EIO, "open %s: %s", tmpdir, strerror(errno));
+    goto done;
+  }
   if (rename(tmp, final) != 0) {
     st = tagc_errorf(TAGC_EIO, "rename %s: %s", tmp, strerror(errno));
     goto done;
   }
-  TAGC_CHECK_GOTO(ckpt_fsync_path(tmpdir), st, done);
+  ckpt_shard_named(step, rank);
+  if (fsync(dfd) != 0) {
+    st = tagc_errorf(TAGC_EIO, "fsync %s: %s", tmpdir, strerror(errno));
+    goto done;
+  }
   ckpt_fault_point(CKPT_FAULT_AFTER_SHARD, rank);
 done:
   if (fd >= 0)
     close(fd);
+  if (dfd >= 0)
+    close(dfd);
   if (st != TAGC_OK) { /* e.g. a full disk: leave no partial file, nor an empty directory */
     unlink(tmp);
     rmdir(tmpdir);

@@ -1,7 +1,8 @@
 /* Asynchronous saver: submit returns after the copy, a second submit waits for the running
  * save (backpressure), the saved data is the data at submit time, two ranks commit through
  * their background threads, a failing barrier is reported (with its detail, on the caller's
- * thread) without a commit, and an abandoned save writes nothing. */
+ * thread) without a commit, an abandoned save writes nothing, and a rank whose shard is
+ * committed (its directory renamed) right after it got its final name still succeeds. */
 #include <sys/stat.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -258,11 +259,61 @@ static void test_abandon(void) {
   free(dir);
 }
 
+/* Rank 0 of the worker waits only for the shard files, then commits: the directory may be
+ * renamed the instant rank 1's shard has its final name. The hook does exactly that, inside
+ * rank 1's write: rank 0 writes its shard and commits there. */
+typedef struct race_job {
+  const char *dir;
+  int commits;
+  tagc_status st;
+} race_job;
+
+static void commit_now(void *arg, int64_t step, int rank) {
+  race_job *job = arg;
+  if (rank != 1)
+    return;
+  tagc_ckpt_range r0[FX_UNITS];
+  float *d0[FX_UNITS * FX_STREAMS];
+  fx_ranges(2, 0, r0);
+  fx_shard_alloc(2, 0, 5, d0);
+  job->st = tagc_ckpt_write_shard(job->dir, step, 0, 2, &fx_layout, r0, (const float *const *)d0);
+  if (job->st == TAGC_OK)
+    job->st = tagc_ckpt_commit(job->dir, step, 2, &fx_layout, NULL, NULL);
+  job->commits += job->st == TAGC_OK;
+  fx_shard_free(d0);
+}
+
+static void test_commit_while_naming(void) {
+  char *dir = fx_tempdir("saver-race");
+  race_job job = {.dir = dir};
+  tagc_ckpt_fault_on_shard_named(commit_now, &job);
+  tagc_ckpt_range r1[FX_UNITS];
+  float *d1[FX_UNITS * FX_STREAMS];
+  fx_ranges(2, 1, r1);
+  fx_shard_alloc(2, 1, 5, d1);
+  tagc_status st = tagc_ckpt_write_shard(dir, 40, 1, 2, &fx_layout, r1, (const float *const *)d1);
+  tagc_ckpt_fault_on_shard_named(NULL, NULL);
+  fx_shard_free(d1);
+  CHECK_OK(job.st);
+  CHECK_EQ_INT(job.commits, 1);
+  CHECK_MSG(st == TAGC_OK, "rank 1's write failed after rank 0 committed its shard: %s", tagc_last_error());
+  tagc_ckpt_reader *rd;
+  char path[4200];
+  snprintf(path, sizeof path, "%s/step-40", dir);
+  CHECK_OK(tagc_ckpt_open(path, TAGC_CKPT_VERIFY_FULL, &rd));
+  if (rd)
+    CHECK_MSG(fx_check_load(rd, 2, 5) == 0, "step 40 does not hold both shards");
+  tagc_ckpt_close(rd);
+  fx_rmtree(dir);
+  free(dir);
+}
+
 int main(void) {
   tagc_log_configure("error", TAGC_LOG_TEXT);
   test_abandon();
   test_backpressure();
   test_failed_barrier();
   test_two_ranks();
+  test_commit_while_naming();
   return TEST_END();
 }
