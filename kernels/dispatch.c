@@ -126,3 +126,16 @@ tagc_status tagc_kernels_q8_decode(const tagc_kernel_ctx *ctx, const void *chunk
   DISPATCH(ctx, tagc_q8_decode_cpu(chunks, n, count, limit, dst),
            tagc_q8_decode_cuda(chunks, n, count, limit, dst, ctx->stream));
 }
+
+tagc_status tagc_kernels_q8_encode_ef(const tagc_kernel_ctx *ctx, const float *src,
+                                      const float *residual, int64_t n, void *chunk,
+                                      float *residual_out) {
+  DISPATCH(ctx, tagc_q8_encode_ef_cpu(src, residual, n, chunk, residual_out),
+           tagc_q8_encode_ef_cuda(src, residual, n, chunk, residual_out, ctx->stream));
+}
+
+tagc_status tagc_kernels_q8_decode_sum(const tagc_kernel_ctx *ctx, const void *chunks, int64_t n,
+                                       int32_t count, float *dst) {
+  DISPATCH(ctx, tagc_q8_decode_sum_cpu(chunks, n, count, dst),
+           tagc_q8_decode_sum_cuda(chunks, n, count, dst, ctx->stream));
+}

@@ -71,10 +71,29 @@ tagc_status tagc_q8_encode_cpu(const float *src, int64_t n, void *chunk);
 tagc_status tagc_q8_decode_cpu(const void *chunks, int64_t n, int32_t count, int64_t limit,
                                float *dst);
 
+/* The int8 gradient wire's sender, with error feedback, in one pass: v = src + residual
+ * (residual NULL: v = src + 0.0f, as if it were all +0) is encoded into one chunk with the
+ * bytes tagc_q8_encode_cpu(v) writes, and residual_out[i] = v_i - x'_i, x'_i being v_i's
+ * decode (one fp32 multiply, one fp32 subtraction: what v lost to the rounding). residual_out
+ * may be NULL (not written) or equal residual (in place). Same bits as add, encode, decode,
+ * subtract. Errors: TAGC_EINVAL (n < 0, src or chunk NULL with n > 0). Blocking, OpenMP. */
+tagc_status tagc_q8_encode_ef_cpu(const float *src, const float *residual, int64_t n, void *chunk,
+                                  float *residual_out);
+
+/* The int8 gradient wire's owner: dst[i] = x'_0[i] + x'_1[i] + ... + x'_{count-1}[i] for
+ * i < n, the decodes of chunks 0, 1, ... (n elements each, laid out as for the decode) summed
+ * in that order in fp32 (the first is assigned, not added to zero). Errors: TAGC_EINVAL (NULL
+ * with n > 0, n < 0, count < 1). Blocking, OpenMP. */
+tagc_status tagc_q8_decode_sum_cpu(const void *chunks, int64_t n, int32_t count, float *dst);
+
 /* CUDA versions: same contracts and bytes, device pointers, enqueued on `stream`. */
 tagc_status tagc_q8_encode_cuda(const float *src, int64_t n, void *chunk, tagc_stream stream);
 tagc_status tagc_q8_decode_cuda(const void *chunks, int64_t n, int32_t count, int64_t limit,
                                 float *dst, tagc_stream stream);
+tagc_status tagc_q8_encode_ef_cuda(const float *src, const float *residual, int64_t n,
+                                   void *chunk, float *residual_out, tagc_stream stream);
+tagc_status tagc_q8_decode_sum_cuda(const void *chunks, int64_t n, int32_t count, float *dst,
+                                    tagc_stream stream);
 
 #ifdef __cplusplus
 }

@@ -88,6 +88,11 @@ tagc_status tagc_kernels_q8_encode(const tagc_kernel_ctx *ctx, const float *src,
                                    void *chunk);
 tagc_status tagc_kernels_q8_decode(const tagc_kernel_ctx *ctx, const void *chunks, int64_t n,
                                    int32_t count, int64_t limit, float *dst);
+tagc_status tagc_kernels_q8_encode_ef(const tagc_kernel_ctx *ctx, const float *src,
+                                      const float *residual, int64_t n, void *chunk,
+                                      float *residual_out);
+tagc_status tagc_kernels_q8_decode_sum(const tagc_kernel_ctx *ctx, const void *chunks, int64_t n,
+                                       int32_t count, float *dst);
 tagc_status tagc_kernels_bf16_add_encode(const tagc_kernel_ctx *ctx, uint16_t *out,
                                          const float *local, const uint16_t *in, int64_t n);
 

@@ -51,6 +51,8 @@ struct tagc_grad_segment {
   float *residual;          /* [W][S]: error feedback of this rank's local gradient (tagc) */
   float *pending;           /* [W][S]: the residual this step's sketch leaves, until commit */
   int staged;               /* what tagc_grad_segment_commit applies: a STAGE_ value */
+  int residual_zero;        /* residual is known to be all +0 (allocated, or zeroed at a
+                               commit): the dense wires then send the gradient itself */
   uint32_t *block_rows;     /* device copy of lay.block_rows */
   tagc_layout lay;          /* sketch geometry at rho_used */
   double rho_used;          /* rho of the current layout (0 = none built yet) */
@@ -107,6 +109,7 @@ tagc_status tagc_grad_segment_new(tagc_grad_codec *c, const tagc_role_policy *po
       free(s);
       return st;
     }
+    s->residual_zero = 1; /* device memory comes zeroed */
   }
   *out = s;
   return TAGC_OK;
@@ -264,10 +267,13 @@ static tagc_status grow_scratch(tagc_grad_codec *c, const tagc_grad_segment *s) 
 }
 
 /* Sends v = grad + residual dense (grad already padded) on `wire`; nothing is left behind
- * (once the step is committed). */
+ * (once the step is committed). A residual known to be zero is skipped: grad goes as it is,
+ * as under a fixed dense policy (no copy, addition, nor zeroing at commit). */
 static tagc_status reduce_tagc_dense(tagc_grad_codec *c, tagc_grad_segment *s, tagc_lane lane,
                                      const float *grad, float *shard, float *work, tagc_wire wire) {
   size_t n = s->S * (size_t)c->world;
+  if (s->residual_zero)
+    return reduce_dense(c, s, lane, grad, shard, wire);
   if (grad != work)
     TAGC_CHECK(tagc_device_copy(c->dev, lane, work, grad, n * sizeof(float), TAGC_COPY_D2D));
   TAGC_CHECK(tagc_device_add(c->dev, lane, work, s->residual, n));
@@ -276,13 +282,14 @@ static tagc_status reduce_tagc_dense(tagc_grad_codec *c, tagc_grad_segment *s, t
 }
 
 /* Sends v = grad + residual (grad already padded) as blockwise int8 (kernels/q8.h): chunk j
- * (elements [j*S, (j+1)*S)) to rank j by one all-to-all; the owner decodes the W chunks of its
- * shard and sums them in rank order (deterministic). What the rounding lost, v - q(v), is
- * staged as the new residual (error feedback), so no gradient mass is dropped. A non-finite
- * value makes its 256-element block NaN (kernels/q8.h), which reaches the owner's shard as on
- * the other dense wires. */
+ * (elements [j*S, (j+1)*S)) to rank j by one all-to-all; the owner sums the decodes of the W
+ * chunks of its shard in rank order (deterministic). What the rounding lost, v - q(v), is
+ * staged as the new residual (error feedback), so no gradient mass is dropped; the encode
+ * computes v and that residual in the same pass (a residual known to be zero is not read). A
+ * non-finite value makes its 256-element block NaN (kernels/q8.h), which reaches the owner's
+ * shard as on the other dense wires. */
 static tagc_status reduce_tagc_int8(tagc_grad_codec *c, tagc_grad_segment *s, tagc_lane lane,
-                                    const float *grad, float *shard, float *work) {
+                                    const float *grad, float *shard) {
   size_t W = (size_t)c->world, S = s->S, n = S * W;
   size_t chunk = (size_t)tagc_q8_chunk_bytes((int64_t)S);
   reduce_scratch *sc = &c->scratch;
@@ -292,23 +299,15 @@ static tagc_status reduce_tagc_int8(tagc_grad_codec *c, tagc_grad_segment *s, ta
     TAGC_CHECK(tagc_device_alloc(c->dev, n * sizeof(float), (void **)&s->pending));
   tagc_kernel_ctx ctx = tagc_device_kernel_ctx(c->dev, lane, NULL, NULL, 0);
   unsigned char *send = sc->q8_send;
-  if (grad != work)
-    TAGC_CHECK(tagc_device_copy(c->dev, lane, work, grad, n * sizeof(float), TAGC_COPY_D2D));
-  TAGC_CHECK(tagc_device_add(c->dev, lane, work, s->residual, n)); /* v */
+  const float *residual = s->residual_zero ? NULL : s->residual;
   for (size_t j = 0; j < W; j++)
-    TAGC_CHECK(tagc_kernels_q8_encode(&ctx, work + j * S, (int64_t)S, send + j * chunk));
-  TAGC_CHECK(tagc_device_copy(c->dev, lane, s->pending, work, n * sizeof(float), TAGC_COPY_D2D));
-  TAGC_CHECK(tagc_kernels_q8_decode(&ctx, send, (int64_t)S, (int32_t)W, (int64_t)n, work));
-  TAGC_CHECK(tagc_device_sub(c->dev, lane, s->pending, work, n)); /* v - q(v) */
+    TAGC_CHECK(tagc_kernels_q8_encode_ef(&ctx, grad + j * S, residual ? residual + j * S : NULL,
+                                         (int64_t)S, send + j * chunk, s->pending + j * S));
   s->staged = STAGE_PENDING;
   TAGC_CHECK(tagc_device_sync(c->dev, lane));
   TAGC_CHECK(tagc_comm_alltoall(c->cfg.comm, send, sc->q8_recv, chunk, c->cfg.op_timeout_s));
   /* chunk j of recv: rank j's q(v) of this rank's shard */
-  TAGC_CHECK(tagc_kernels_q8_decode(&ctx, sc->q8_recv, (int64_t)S, (int32_t)W, (int64_t)n, work));
-  TAGC_CHECK(tagc_device_copy(c->dev, lane, shard, work, S * sizeof(float), TAGC_COPY_D2D));
-  for (size_t j = 1; j < W; j++)
-    TAGC_CHECK(tagc_device_add(c->dev, lane, shard, work + j * S, S));
-  return TAGC_OK;
+  return tagc_kernels_q8_decode_sum(&ctx, sc->q8_recv, (int64_t)S, (int32_t)W, shard);
 }
 
 /* One tagc segment: sparsify with error feedback, OR the bitmaps to their owners, encode the
@@ -327,7 +326,7 @@ static tagc_status reduce_tagc(tagc_grad_codec *c, tagc_grad_segment *s, tagc_la
     stats->global_bits = -1; /* not measured */
     stats->wire = s->mode == TAGC_MODE_SKETCH ? TAGC_MODE_BF16 : s->mode;
     if (s->mode == TAGC_MODE_INT8)
-      return reduce_tagc_int8(c, s, lane, grad, shard, work);
+      return reduce_tagc_int8(c, s, lane, grad, shard);
     return reduce_tagc_dense(c, s, lane, grad, shard, work,
                              s->mode == TAGC_MODE_SKETCH ? wire_of(c->cfg.sketch_bf16)
                                                          : wire_of(s->mode == TAGC_MODE_BF16));
@@ -428,9 +427,11 @@ tagc_status tagc_grad_segment_commit(tagc_grad_codec *c, tagc_grad_segment *s, t
     float *old = s->residual;
     s->residual = s->pending;
     s->pending = old;
+    s->residual_zero = 0;
     return TAGC_OK;
   }
   case STAGE_ZERO:
+    s->residual_zero = 1;
     return tagc_device_zero(c->dev, lane, s->residual, s->S * (size_t)c->world * sizeof(float));
   case STAGE_FOLDED:
     TAGC_CHECK(tagc_device_sync(c->dev, lane)); /* the fold read it */
@@ -450,6 +451,7 @@ tagc_status tagc_grad_segment_canonicalise(tagc_grad_codec *c, tagc_grad_segment
     return TAGC_OK;
   size_t n = s->S * (size_t)c->world;
   float *mine = s->residual + (size_t)c->rank * s->S;
+  s->residual_zero = 0; /* mine becomes the sum over ranks */
   TAGC_CHECK(tagc_comm_reduce_scatter(c->cfg.comm, s->residual, work, s->S, TAGC_DTYPE_F32,
                                       TAGC_REDOP_SUM, TAGC_WIRE_NATIVE, c->cfg.op_timeout_s));
   TAGC_CHECK(tagc_device_zero(c->dev, lane, s->residual, n * sizeof(float)));
@@ -469,6 +471,7 @@ tagc_status tagc_grad_segment_reset_residual(tagc_grad_codec *c, tagc_grad_segme
   if (!s->residual)
     TAGC_CHECK(tagc_device_alloc(c->dev, n * sizeof(float), (void **)&s->residual));
   TAGC_CHECK(tagc_device_zero(c->dev, lane, s->residual, n * sizeof(float)));
+  s->residual_zero = 0; /* the caller loads the checkpoint's shard into it */
   *shard = s->residual + (size_t)c->rank * s->S;
   return TAGC_OK;
 }

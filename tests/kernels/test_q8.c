@@ -1,7 +1,8 @@
 /* Blockwise int8 gather quantisation (kernels/q8.h): chunk size and layout, the per-element
  * error bound scale/2 against a double-precision reference of the scale, ties to even, the
  * all-zero block, a NaN or infinite element poisoning its block only, the gathered decode with
- * a limit, thread-count independence, and argument errors. */
+ * a limit, thread-count independence, and argument errors. The gradient wire's fused kernels
+ * (encode with error feedback, the owner's decode-sum) give the bits of the composed steps. */
 #include <omp.h>
 
 #include "common/status.h"
@@ -121,6 +122,70 @@ static void test_threads(kgen *g) {
   free(x), free(a), free(b);
 }
 
+/* encode_ef against add + encode + decode + subtract, bit for bit (chunk and residual): with a
+ * residual, without one (as if +0: -0 turns +0), in place, and without residual output; a NaN
+ * in the residual poisons its block only. */
+static void test_encode_ef(int64_t n, kgen *g) {
+  int64_t bytes = tagc_q8_chunk_bytes(n);
+  float *x = malloc((size_t)n * 4), *r = malloc((size_t)n * 4), *v = malloc((size_t)n * 4),
+        *d = malloc((size_t)n * 4), *want = malloc((size_t)n * 4), *got = malloc((size_t)n * 4);
+  unsigned char *qa = malloc((size_t)bytes), *qb = malloc((size_t)bytes);
+  for (int64_t i = 0; i < n; i++) {
+    x[i] = kgen_sample(g, (kgen_dist)(i / 256 % 3)) * (i % 5 == 0 ? -0.0f : 1.0f);
+    r[i] = i % 7 == 0 ? -0.0f : 0.01f * kgen_sample(g, KGEN_GAUSS);
+  }
+  if (n > 600)
+    r[n - 3] = NAN;
+  for (int with_res = 0; with_res < 2; with_res++) {
+    for (int64_t i = 0; i < n; i++)
+      v[i] = x[i] + (with_res ? r[i] : 0.0f);
+    CHECK_OK(tagc_q8_encode_cpu(v, n, qa));
+    CHECK_OK(tagc_q8_decode_cpu(qa, n, 1, n, d));
+    for (int64_t i = 0; i < n; i++)
+      want[i] = v[i] - d[i];
+    memset(qb, 0xAB, (size_t)bytes);
+    CHECK_OK(tagc_q8_encode_ef_cpu(x, with_res ? r : NULL, n, qb, got));
+    CHECK(memcmp(qa, qb, (size_t)bytes) == 0);
+    CHECK(memcmp(want, got, (size_t)n * 4) == 0);
+    memset(qb, 0xAB, (size_t)bytes);
+    CHECK_OK(tagc_q8_encode_ef_cpu(x, with_res ? r : NULL, n, qb, NULL));
+    CHECK(memcmp(qa, qb, (size_t)bytes) == 0);
+  }
+  /* in place: the residual becomes the new one */
+  memcpy(got, r, (size_t)n * 4);
+  CHECK_OK(tagc_q8_encode_ef_cpu(x, got, n, qb, got));
+  CHECK(memcmp(want, got, (size_t)n * 4) == 0);
+  if (n > 600) {
+    int64_t last = (n - 1) / 256 * 256;
+    CHECK(isnan(got[n - 3]) && isnan(d[last]));
+    CHECK(isfinite(d[0]));
+  }
+  free(x), free(r), free(v), free(d), free(want), free(got), free(qa), free(qb);
+}
+
+/* decode_sum against W single decodes summed in rank order, bit for bit, at 1 and 2 threads. */
+static void test_decode_sum(int64_t n, int32_t count, kgen *g) {
+  int64_t bytes = tagc_q8_chunk_bytes(n);
+  float *x = malloc((size_t)n * 4), *one = malloc((size_t)n * 4), *want = malloc((size_t)n * 4),
+        *got = malloc((size_t)n * 4);
+  unsigned char *q = malloc((size_t)(count * bytes));
+  for (int32_t c = 0; c < count; c++) {
+    for (int64_t i = 0; i < n; i++)
+      x[i] = kgen_sample(g, (kgen_dist)((i / 256 + c) % 3)) * (i % 9 == c ? -0.0f : 1.0f);
+    CHECK_OK(tagc_q8_encode_cpu(x, n, q + c * bytes));
+    CHECK_OK(tagc_q8_decode_cpu(q + c * bytes, n, 1, n, one));
+    for (int64_t i = 0; i < n; i++)
+      want[i] = c == 0 ? one[i] : want[i] + one[i];
+  }
+  for (int t = 1; t <= 2; t++) {
+    omp_set_num_threads(t);
+    memset(got, 0x7f, (size_t)n * 4);
+    CHECK_OK(tagc_q8_decode_sum_cpu(q, n, count, got));
+    CHECK(memcmp(want, got, (size_t)n * 4) == 0);
+  }
+  free(x), free(one), free(want), free(got), free(q);
+}
+
 static void test_bad_arguments(void) {
   float x[4] = {0};
   unsigned char q[32];
@@ -131,6 +196,12 @@ static void test_bad_arguments(void) {
   CHECK(tagc_q8_decode_cpu(NULL, 4, 1, 4, x) == TAGC_EINVAL);
   CHECK_OK(tagc_q8_encode_cpu(NULL, 0, NULL));
   CHECK_OK(tagc_q8_decode_cpu(NULL, 4, 1, 0, NULL));
+  CHECK(tagc_q8_encode_ef_cpu(NULL, x, 4, q, x) == TAGC_EINVAL);
+  CHECK(tagc_q8_encode_ef_cpu(x, x, -1, q, x) == TAGC_EINVAL);
+  CHECK(tagc_q8_decode_sum_cpu(q, 4, 0, x) == TAGC_EINVAL);
+  CHECK(tagc_q8_decode_sum_cpu(NULL, 4, 1, x) == TAGC_EINVAL);
+  CHECK_OK(tagc_q8_encode_ef_cpu(NULL, NULL, 0, NULL, NULL));
+  CHECK_OK(tagc_q8_decode_sum_cpu(NULL, 0, 2, NULL));
 }
 
 int main(void) {
@@ -142,6 +213,12 @@ int main(void) {
   test_special_blocks();
   test_gathered(&g);
   test_threads(&g);
+  for (int64_t n = 1; n < 1200; n += 311)
+    test_encode_ef(n, &g);
+  test_encode_ef(300000, &g);
+  test_decode_sum(1, 2, &g);
+  test_decode_sum(1000, 3, &g);
+  test_decode_sum(300000, 4, &g);
   test_bad_arguments();
   return TEST_END();
 }

@@ -659,6 +659,53 @@ static void test_q8(void) {
   }
 }
 
+/* The int8 gradient wire: the CUDA encode with error feedback (chunk bytes and new residual,
+ * with and without a residual, a NaN in it) and the owner's decode-sum of W = 3 chunks equal
+ * the CPU oracle's bit for bit. */
+static void test_q8_grad(void) {
+  static const int64_t sizes[] = {1, 257, 1000, TEST_BIG_ARRAY + 77};
+  for (size_t s = 0; s < sizeof sizes / sizeof *sizes; s++) {
+    int64_t n = sizes[s], bytes = tagc_q8_chunk_bytes(n), count = 3, bad_q = 0, bad_r = 0, bad_f = 0;
+    float *f = malloc((size_t)(count * n) * 4), *r = malloc((size_t)(count * n) * 4),
+          *res_cpu = malloc((size_t)(count * n) * 4), *res_gpu = malloc((size_t)(count * n) * 4),
+          *sum_cpu = malloc((size_t)n * 4), *sum_gpu = malloc((size_t)n * 4);
+    unsigned char *q_cpu = malloc((size_t)(count * bytes)), *q_gpu = malloc((size_t)(count * bytes));
+    for (int64_t i = 0; i < count * n; i++) {
+      f[i] = gaussian() * (i % 3 == 0 ? 1e-3f : 0.5f);
+      r[i] = i % 5 == 0 ? -0.0f : 0.01f * gaussian();
+    }
+    if (n > 600)
+      r[n + 3] = NAN;
+    float *df = dev_copy(f, (size_t)(count * n) * 4), *dr = dev_copy(r, (size_t)(count * n) * 4);
+    float *dres = dev_alloc((size_t)(count * n) * 4), *dsum = dev_alloc((size_t)n * 4);
+    unsigned char *dq = dev_alloc((size_t)(count * bytes));
+    for (int with_res = 0; with_res < 2; with_res++) {
+      for (int64_t c = 0; c < count; c++) {
+        const float *rc = with_res ? r + c * n : NULL, *drc = with_res ? dr + c * n : NULL;
+        CHECK_OK(tagc_q8_encode_ef_cpu(f + c * n, rc, n, q_cpu + c * bytes, res_cpu + c * n));
+        CHECK_OK(tagc_q8_encode_ef_cuda(df + c * n, drc, n, dq + c * bytes, dres + c * n, stream));
+      }
+      CHECK_OK(tagc_q8_decode_sum_cpu(q_cpu, n, (int32_t)count, sum_cpu));
+      CHECK_OK(tagc_q8_decode_sum_cuda(dq, n, (int32_t)count, dsum, stream));
+      CUDA_OK(cudaStreamSynchronize(stream));
+      host_copy(q_gpu, dq, (size_t)(count * bytes));
+      host_copy(res_gpu, dres, (size_t)(count * n) * 4);
+      host_copy(sum_gpu, dsum, (size_t)n * 4);
+      bad_q += diff_bytes(q_cpu, q_gpu, count * bytes, 1);
+      bad_r += diff_f32_nan(res_cpu, res_gpu, count * n);
+      bad_f += diff_f32_nan(sum_cpu, sum_gpu, n);
+    }
+    printf("q8 grad n=%lld: mismatches chunk bytes %lld residual %lld sum %lld\n", (long long)n,
+           (long long)bad_q, (long long)bad_r, (long long)bad_f);
+    CHECK_EQ_INT(bad_q, 0);
+    CHECK_EQ_INT(bad_r, 0);
+    CHECK_EQ_INT(bad_f, 0);
+    CHECK(tagc_q8_decode_sum_cuda(dq, n, 0, dsum, stream) == TAGC_EINVAL);
+    cudaFree(df), cudaFree(dr), cudaFree(dres), cudaFree(dsum), cudaFree(dq);
+    free(f), free(r), free(res_cpu), free(res_gpu), free(sum_cpu), free(sum_gpu), free(q_cpu), free(q_gpu);
+  }
+}
+
 int main(int argc, char **argv) {
   quick = argc > 1 && strcmp(argv[1], "quick") == 0;
   int devices = 0;
@@ -675,6 +722,7 @@ int main(int argc, char **argv) {
   test_lane_max();
   test_bf16();
   test_q8();
+  test_q8_grad();
   test_sparsify();
   test_sketch_pipeline();
   test_dispatch();

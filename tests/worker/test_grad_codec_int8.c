@@ -10,7 +10,9 @@
  *  - the all-to-all carries (W-1) int8 chunks per rank and step, about a quarter of fp32;
  *  - a NaN in one rank's gradient reaches its owner's shard as NaN over its 256-element
  *    block (never silently finite), and the other ranks' shards stay finite;
- *  - dense_only adaptive segments never sketch (no density probe at step 16). */
+ *  - dense_only adaptive segments never sketch (no density probe at step 16);
+ *  - moved to fp32, a step sends gradient + residual and zeroes the residual, and the next
+ *    (residual known zero: the gradient goes as it is) sends the gradients' sum. */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -147,6 +149,44 @@ static int rank_main(int rank, int world, const char *dir, void *arg) {
   CHECK_MSG(gs.dense && gs.wire == TAGC_MODE_INT8, "rank %d: step 16 probed (dense %d wire %d)", rank,
             gs.dense, (int)gs.wire);
   CHECK_OK(tagc_grad_segment_commit(c, seg, TAGC_LANE_COMM, 1));
+  for (int r = 0; r < W; r++) { /* the oracle's residuals after step 16 */
+    gradient(r, 16, g[r]);
+    for (int i = 0; i < N; i++)
+      v[i] = g[r][i] + res[r][i];
+    quantised(v, q);
+    for (int i = 0; i < N; i++)
+      res[r][i] = v[i] - q[i];
+  }
+  /* auto moves the segment to fp32: step 17 sends gradient + residual and leaves a zero
+   * residual; step 18 (residual known zero) sends the gradient alone */
+  tagc_grad_segment_set_mode(seg, TAGC_MODE_FP32);
+  for (int t = 17; t <= 18; t++) {
+    for (int r = 0; r < W; r++)
+      gradient(r, t, g[r]);
+    memcpy(grad, g[rank], LEN * 4);
+    CHECK_OK(tagc_grad_reduce(c, seg, TAGC_LANE_COMM, t, grad, shard, work, &gs));
+    CHECK_OK(tagc_device_sync(dev, TAGC_LANE_COMM));
+    CHECK_MSG(gs.dense && gs.wire == TAGC_MODE_FP32, "rank %d step %d: wire %d", rank, t, (int)gs.wire);
+    double err = 0, mag = 0;
+    for (int i = 0; i < S; i++) {
+      double sum = 0, abs_sum = 0;
+      for (int r = 0; r < W; r++) {
+        double x = (double)g[r][rank * S + i] + (t == 17 ? (double)res[r][rank * S + i] : 0.0);
+        sum += x;
+        abs_sum += fabs(x);
+      }
+      err = fmax(err, fabs(shard[i] - sum));
+      mag = fmax(mag, abs_sum);
+    }
+    CHECK_MSG(err <= 1e-6 * mag, "rank %d step %d: |fp32 shard - sum of %s| %.3g (scale %.3g)", rank, t,
+              t == 17 ? "gradient + residual" : "gradients", err, mag);
+    CHECK_OK(tagc_grad_segment_commit(c, seg, TAGC_LANE_COMM, 1));
+    const float *mine = tagc_grad_segment_residual_shard(c, seg) - (size_t)rank * S;
+    int zero = 1;
+    for (int i = 0; i < N; i++)
+      zero &= mine[i] == 0.0f;
+    CHECK_MSG(zero, "rank %d step %d: the residual is not zero after a dense fp32 step", rank, t);
+  }
   if (test_failed_ == failed_before)
     printf("  rank %d: shards and residuals match the oracle; max |error| within W*amax/254; "
            "NaN block carried; %lld B per all-to-all\n", rank, (long long)((W - 1) * chunk));
