@@ -7,6 +7,8 @@
  *   decode     output shard (one owner)     4 B/element of the shard
  *   bf16       input fp32                   4 B/element (encode and decode: the fp32 side)
  *   q8         input fp32                   4 B/element (int8 gather: encode and decode)
+ *   q8_encode_ef  input grad + residual     8 B/element (int8 gradient wire, sender)
+ *   q8_decode_sum output shard (one owner)  4 B/element of the shard (sum of the W chunks)
  *   or_many    input W bitmaps              W/8 B/element
  * memcpy copies the same number of bytes between two other buffers (best of the repeats);
  * "ratio" = op GB/s / memcpy GB/s. Best of --reps runs for every figure.
@@ -28,6 +30,8 @@ typedef struct unit {
   float *grad, *res, *res_saved, *kept, *sketch, *out, *scratch_a, *scratch_b;
   uint16_t *half;
   unsigned char *q8; /* one int8 chunk of the whole gradient (kernels/q8.h) */
+  unsigned char *q8w; /* the gradient as W = 2 chunks of a shard each (the all-to-all's) */
+  float *res_out;     /* encode_ef's new residual */
   uint64_t *bitmap, *glob;
   tagc_sparsify_stats stats[2];
   void *ws;
@@ -80,6 +84,8 @@ static void unit_init(unit *u, int64_t n_total, float density) {
   u->scratch_b = xmalloc((size_t)u->total * 8);
   u->half = xmalloc((size_t)u->total * 2);
   u->q8 = xmalloc((size_t)tagc_q8_chunk_bytes(u->total));
+  u->q8w = xmalloc((size_t)(2 * tagc_q8_chunk_bytes(shard)));
+  u->res_out = xmalloc((size_t)u->total * 4);
   u->kept = xmalloc((size_t)(2 * geo.shard_padded) * 4);
   u->bitmap = xmalloc((size_t)(2 * geo.bitmap_words) * 8);
   u->glob = xmalloc((size_t)geo.bitmap_words * 8);
@@ -90,6 +96,8 @@ static void unit_init(unit *u, int64_t n_total, float density) {
     u->res_saved[i] = 0.1f * lognormal(&s);
   }
   memcpy(u->res, u->res_saved, (size_t)u->total * 4);
+  for (int j = 0; j < 2; j++)
+    tagc_q8_encode_cpu(u->grad + j * shard, shard, u->q8w + j * tagc_q8_chunk_bytes(shard));
   size_t ws = tagc_sparsify_workspace_bytes(&geo, 2);
   void *w = xmalloc(ws);
   tagc_sparsify_cpu(&geo, density, u->grad, u->res, u->kept, u->bitmap, u->stats, w, ws);
@@ -114,6 +122,8 @@ static void unit_free(unit *u) {
   free(u->scratch_b);
   free(u->half);
   free(u->q8);
+  free(u->q8w);
+  free(u->res_out);
   free(u->kept);
   free(u->bitmap);
   free(u->glob);
@@ -123,14 +133,18 @@ static void unit_free(unit *u) {
   tagc_layout_free(&u->l);
 }
 
-enum { OP_SPARSIFY, OP_ENCODE, OP_DECODE, OP_BF16, OP_BF16_DECODE, OP_Q8, OP_Q8_DECODE, OP_OR, OP_COUNT };
+enum { OP_SPARSIFY, OP_ENCODE, OP_DECODE, OP_BF16, OP_BF16_DECODE, OP_Q8, OP_Q8_DECODE, OP_Q8_EF,
+       OP_Q8_SUM, OP_OR, OP_COUNT };
 static const char *op_names[] = {"sparsify", "encode", "decode", "bf16_encode", "bf16_decode",
-                                 "q8_encode", "q8_decode", "or_many"};
+                                 "q8_encode", "q8_decode", "q8_encode_ef", "q8_decode_sum",
+                                 "or_many"};
 
 static double op_bytes(const unit *u, int op) {
   switch (op) {
-  case OP_SPARSIFY: return 8.0 * (double)u->total;
+  case OP_SPARSIFY:
+  case OP_Q8_EF: return 8.0 * (double)u->total;
   case OP_DECODE: return 4.0 * (double)u->l.shard_numel;
+  case OP_Q8_SUM: return 4.0 * (double)(u->total / 2);
   case OP_OR: return 2.0 * 8.0 * (double)u->l.bitmap_words;
   default: return 4.0 * (double)u->total;
   }
@@ -147,6 +161,9 @@ static tagc_status run_op(unit *u, int op, tagc_decode_stats *dst) {
   case OP_BF16_DECODE: return tagc_bf16_decode_cpu(u->half, u->res, u->total);
   case OP_Q8: return tagc_q8_encode_cpu(u->grad, u->total, u->q8);
   case OP_Q8_DECODE: return tagc_q8_decode_cpu(u->q8, u->total, 1, u->total, u->res);
+  case OP_Q8_EF:
+    return tagc_q8_encode_ef_cpu(u->grad, u->res_saved, u->total, u->q8, u->res_out);
+  case OP_Q8_SUM: return tagc_q8_decode_sum_cpu(u->q8w, u->total / 2, 2, u->out);
   default: return tagc_bitmap_or_many_cpu(u->glob, u->bitmap, 2, u->l.bitmap_words);
   }
 }

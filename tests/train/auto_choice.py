@@ -70,9 +70,16 @@ with tempfile.TemporaryDirectory() as tmp:
           str(sorted({r["gather"] for r in later})))
     check("slow link: no reshard from step 2", rows[0]["reshard"] and
           not any(r["reshard"] for r in later), str([r["reshard"] for r in rows[:3]]))
-    check("slow link: >= 60% of gradient elements as sketch after the warm-up",
-          all(r["paths"]["sketch"] >= 0.6 for r in sketched),
-          str(sorted({round(r["paths"]["sketch"], 3) for r in sketched})))
+    # The MLP/embedding/head roles (about two thirds) weigh the sketch's measured codec time
+    # against int8's modelled one: quiet, 68 % of the elements go as sketch; with other
+    # processes loading the cores the measured time grows and some of them go int8 (49-52 %
+    # seen). Either way no gradient element stays fp32 or bf16 on this link.
+    check("slow link: >= 35% of gradient elements as sketch and >= 99% as sketch or int8 "
+          "after the warm-up",
+          all(r["paths"]["sketch"] >= 0.35 and r["paths"]["sketch"] + r["paths"]["int8"] >= 0.99
+              for r in sketched),
+          str(sorted({(round(r["paths"]["sketch"], 3), round(r["paths"]["int8"], 3))
+                      for r in sketched})))
     median = sorted(r["bytes_sent"] for r in sketched)[len(sketched) // 2]
     check("slow link: >= 5x fewer bytes per step than fp32 ZeRO-3", 5 * median <= zero3_bytes,
           "%.3f MB vs %.3f MB (%.2fx; worst step %.2fx)" % (
