@@ -17,6 +17,16 @@ void tagc_auto_costs(const tagc_auto_input *in, double cost[TAGC_MODE_COUNT]) {
   cost[TAGC_MODE_SKETCH] = (n / 8.0 + 2.0 * n / in->rho) * share / rate + codec;
 }
 
+/* The fraction a change must save: TAGC_AUTO_GAIN, doubled for every change from the
+ * TAGC_AUTO_MAX_SWITCHES-th on (20 %, 40 %, 80 %, then more than all: no more changes), so a
+ * flapping rate flips a segment a bounded number of times. */
+static double required_gain(int switches) {
+  double gain = TAGC_AUTO_GAIN;
+  for (int k = TAGC_AUTO_MAX_SWITCHES; k <= switches && gain <= 1.0; k++)
+    gain *= 2;
+  return gain;
+}
+
 tagc_wire_mode tagc_auto_choose(const tagc_auto_input *in, tagc_wire_mode current, int switches) {
   if (!(in->link_bytes_per_s > 0) || in->world < 2 || in->elements < 1)
     return current;
@@ -26,8 +36,7 @@ tagc_wire_mode tagc_auto_choose(const tagc_auto_input *in, tagc_wire_mode curren
   for (int m = 0; m < TAGC_MODE_COUNT; m++)
     if (cost[m] < cost[best])
       best = (tagc_wire_mode)m;
-  double gain = switches >= TAGC_AUTO_MAX_SWITCHES ? 2 * TAGC_AUTO_GAIN : TAGC_AUTO_GAIN;
-  return cost[best] <= (1.0 - gain) * cost[current] ? best : current;
+  return cost[best] <= (1.0 - required_gain(switches)) * cost[current] ? best : current;
 }
 
 const char *tagc_wire_mode_name(tagc_wire_mode m) {
@@ -56,8 +65,7 @@ tagc_gather_mode tagc_auto_gather_choose(int world, double link_bytes_per_s,
   tagc_auto_gather_costs(world, link_bytes_per_s, cost);
   tagc_gather_mode best = cost[TAGC_GATHER_INT8] < cost[TAGC_GATHER_BF16] ? TAGC_GATHER_INT8
                                                                           : TAGC_GATHER_BF16;
-  double gain = switches >= TAGC_AUTO_MAX_SWITCHES ? 2 * TAGC_AUTO_GAIN : TAGC_AUTO_GAIN;
-  return cost[best] <= (1.0 - gain) * cost[current] ? best : current;
+  return cost[best] <= (1.0 - required_gain(switches)) * cost[current] ? best : current;
 }
 
 const char *tagc_gather_mode_name(tagc_gather_mode m) {

@@ -12,8 +12,9 @@
  * with the slowest rank's link rate (comm/deadline.c measures it) and the largest codec time
  * over ranks, so every rank computes the same choice. The sketch is a candidate only when the
  * advisor's rho makes it pay (rho >= 1.25). A segment changes wire only when the new one is
- * predicted at least TAGC_AUTO_GAIN cheaper (hysteresis), and after TAGC_AUTO_MAX_SWITCHES
- * changes it needs twice that gain, so it cannot oscillate. The link is not free when the
+ * predicted at least TAGC_AUTO_GAIN cheaper (hysteresis), and from its TAGC_AUTO_MAX_SWITCHES-th
+ * change on each change doubles the gain needed (20 %, 40 %, 80 %, then none is possible), so
+ * it cannot oscillate: at most TAGC_AUTO_MAX_SWITCHES + 3 changes. The link is not free when the
  * transfer overlaps compute (two cores here: the codec competes with the model), so the model
  * charges both terms in full. */
 #ifndef TAGC_WORKER_AUTO_POLICY_H
@@ -32,10 +33,12 @@ typedef enum tagc_wire_mode {
 
 #define TAGC_AUTO_GAIN 0.1               /* a change must save this fraction of the cost */
 #define TAGC_AUTO_BF16_S_PER_ELEMENT 1e-9  /* bf16 encode + accumulate, measured ~8 GB/s each */
-#define TAGC_AUTO_MAX_SWITCHES 4         /* then changes need twice the gain */
+#define TAGC_AUTO_MAX_SWITCHES 4         /* then each change doubles the gain needed */
 #define TAGC_AUTO_CODEC_S_PER_ELEMENT 1e-8 /* codec estimate before a measurement (1 thread) */
-#define TAGC_AUTO_Q8_GRAD_S_PER_ELEMENT 2e-9 /* int8 wire: encode, two decodes, residual and sum
-                                                (bench_kernels q8 ~5 and ~15 GB/s, 1 thread) */
+#define TAGC_AUTO_Q8_GRAD_S_PER_ELEMENT 0.6e-9 /* int8 wire: the fused encode with error
+                                                  feedback (tagc_bench_kernels q8_encode_ef
+                                                  16-18 GB/s of 8 B, 1 thread: 0.5 ns) and the
+                                                  owner's decode-sum (0.1 ns per shard element) */
 #define TAGC_AUTO_MIN_RHO 1.25           /* below this the sketch is no candidate */
 
 typedef struct tagc_auto_input {
