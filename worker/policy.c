@@ -134,11 +134,13 @@ tagc_status tagc_policy_parse(const char *spec, tagc_compress_policy *out) {
       if (!adaptive)
         TAGC_CHECK(parse_kind(s, len, &k));
       preset(&p, adaptive ? TAGC_POLICY_TAGC : k);
-      for (int r = 0; adaptive && r < TAGC_ROLE_COUNT; r++) /* the preset's bf16 roles
-                                                                (attention) stay dense */
-        if (p.role[r].kind != TAGC_POLICY_NONE)
-          p.role[r] = (tagc_role_policy){TAGC_POLICY_TAGC, TAGC_AUTO_DENSITY, 0, 1,
-                                         p.role[r].kind == TAGC_POLICY_BF16};
+      /* auto: the preset's tagc roles adaptive; its bf16 (attention) and fp32 (norm) roles
+       * adaptive among the dense wires. One policy for attention and norms makes a block's
+       * ln1, attention and ln2 one segment (one exchange instead of three: on 2 busy cores
+       * every exchange's wake-ups cost milliseconds). */
+      for (int r = 0; adaptive && r < TAGC_ROLE_COUNT; r++)
+        p.role[r] = (tagc_role_policy){TAGC_POLICY_TAGC, TAGC_AUTO_DENSITY, 0, 1,
+                                       p.role[r].kind != TAGC_POLICY_TAGC};
     } else {
       int matched = 0;
       size_t nlen = (size_t)(eq - s);

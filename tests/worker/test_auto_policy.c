@@ -97,7 +97,11 @@ static void test_policy_spec(void) {
   CHECK_OK(tagc_policy_parse("auto", &p));
   CHECK(p.role[TAGC_ROLE_MLP_FC].kind == TAGC_POLICY_TAGC && p.role[TAGC_ROLE_MLP_FC].adaptive);
   CHECK_NEAR(p.role[TAGC_ROLE_MLP_FC].density, TAGC_AUTO_DENSITY, 0);
-  CHECK(p.role[TAGC_ROLE_NORM].kind == TAGC_POLICY_NONE && !p.role[TAGC_ROLE_NORM].adaptive);
+  /* norms choose among the dense wires like attention, with attention's policy: a block's
+   * ln1, attention and ln2 are one segment */
+  CHECK(p.role[TAGC_ROLE_NORM].kind == TAGC_POLICY_TAGC && p.role[TAGC_ROLE_NORM].adaptive &&
+        p.role[TAGC_ROLE_NORM].dense_only);
+  CHECK(tagc_role_policy_equal(&p.role[TAGC_ROLE_NORM], &p.role[TAGC_ROLE_ATTN_QKV]));
   CHECK(!p.role[TAGC_ROLE_MLP_FC].dense_only);
   /* the preset's bf16 attention roles choose among the dense wires only */
   CHECK(p.role[TAGC_ROLE_ATTN_QKV].kind == TAGC_POLICY_TAGC && p.role[TAGC_ROLE_ATTN_QKV].adaptive &&
