@@ -54,8 +54,8 @@ static const tagc_opt train_opts[] = {
      "log filter, e.g. info or warn,train=debug"},
     {"compress", TAGC_OPT_STRING, OFF(compress), "auto", 0, -1, NULL,
      "gradient compression: auto|tagc|bf16|none, optionally with role=kind[:density[:rho]] rules "
-     "(auto: each MLP/embedding segment's wire, fp32, bf16, int8 or the sketch, and each attention "
-     "segment's, fp32, bf16 or int8, from the measured link)"},
+     "(auto: each MLP/embedding segment's wire, fp32, bf16, int8 or the sketch, and each "
+     "attention and norm segment's, fp32, bf16 or int8, from the measured link)"},
     {"compress-warmup", TAGC_OPT_INT, OFF(compress_warmup), "-1", -1, 1e9, NULL,
      "steps at the start of training whose tagc segments are sent dense (bf16) before the sketch "
      "starts (-1 = the larger of --warmup and a fifth of --steps; 0 = sketch from step 1)"},

@@ -102,6 +102,8 @@ static void test_policy_spec(void) {
   CHECK(p.role[TAGC_ROLE_NORM].kind == TAGC_POLICY_TAGC && p.role[TAGC_ROLE_NORM].adaptive &&
         p.role[TAGC_ROLE_NORM].dense_only);
   CHECK(tagc_role_policy_equal(&p.role[TAGC_ROLE_NORM], &p.role[TAGC_ROLE_ATTN_QKV]));
+  CHECK_OK(tagc_policy_parse("auto,norm=none", &p));
+  CHECK(p.role[TAGC_ROLE_NORM].kind == TAGC_POLICY_NONE && !p.role[TAGC_ROLE_NORM].adaptive);
   CHECK(!p.role[TAGC_ROLE_MLP_FC].dense_only);
   /* the preset's bf16 attention roles choose among the dense wires only */
   CHECK(p.role[TAGC_ROLE_ATTN_QKV].kind == TAGC_POLICY_TAGC && p.role[TAGC_ROLE_ATTN_QKV].adaptive &&
