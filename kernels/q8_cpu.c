@@ -5,29 +5,12 @@
 
 #define PAR_MIN_BLOCKS 256 /* below this many blocks a thread team costs more than it saves */
 
+/* The gather's encode is the gradient wire's without a residual: v = src + 0.0f turns -0 into
+ * +0, whose code (0) and block maximum are the same, so the bytes are those of src. */
 tagc_status tagc_q8_encode_cpu(const float *src, int64_t n, void *chunk) {
   if (n < 0 || (n > 0 && (!src || !chunk)))
     return tagc_errorf(TAGC_EINVAL, "q8_encode: bad arguments (n %lld)", (long long)n);
-  int64_t nb = (n + TAGC_Q8_BLOCK - 1) / TAGC_Q8_BLOCK;
-  float *scale = (float *)chunk;
-  int8_t *code = (int8_t *)chunk + 4 * nb;
-#pragma omp parallel for schedule(static) if (nb > PAR_MIN_BLOCKS)
-  for (int64_t k = 0; k < nb; k++) {
-    int64_t lo = k * TAGC_Q8_BLOCK, hi = lo + TAGC_Q8_BLOCK < n ? lo + TAGC_Q8_BLOCK : n;
-    uint32_t m = 0;
-    for (int64_t i = lo; i < hi; i++) {
-      uint32_t a = tagc_q8_abs_bits(src[i]);
-      m = a > m ? a : m;
-    }
-    float s = tagc_q8_scale(m);
-    scale[k] = s;
-    for (int64_t i = lo; i < hi; i++)
-      code[i] = tagc_q8_code(src[i], s);
-  }
-  int64_t used = 4 * nb + n;
-  if (n > 0)
-    memset((char *)chunk + used, 0, (size_t)(tagc_q8_chunk_bytes(n) - used));
-  return TAGC_OK;
+  return tagc_q8_encode_ef_cpu(src, NULL, n, chunk, NULL);
 }
 
 tagc_status tagc_q8_decode_cpu(const void *chunks, int64_t n, int32_t count, int64_t limit,

@@ -1,42 +1,12 @@
 /* CUDA blockwise int8 quantisation (see q8.h): one thread block per quantisation block for
- * the encode (block maximum by warp shuffles, then one element per thread), a grid-stride
- * element loop for the decode. Same helpers as the CPU oracle (tagc_q8_abs_bits, tagc_q8_scale,
- * tagc_q8_code)
- * and an explicit round-to-nearest multiply, so bytes and values are bit-identical. */
+ * the encode (block maximum by warp shuffles, then one element per thread; the gather's encode
+ * is the gradient wire's without a residual), grid-stride element loops for the decodes. Same
+ * helpers as the CPU oracle (tagc_q8_abs_bits, tagc_q8_scale, tagc_q8_code) and explicit
+ * round-to-nearest operations, so bytes and values are bit-identical. */
 #include "kernels/cuda_common.cuh"
 #include "kernels/q8.h"
 
 static_assert(TAGC_Q8_BLOCK == CUDA_THREADS, "one CUDA thread per element of a q8 block");
-
-__global__ void q8_encode_kernel(const float *src, int64_t n, int64_t nb, float *scale,
-                                 int8_t *code, uint8_t *pad, int64_t pad_bytes) {
-  __shared__ uint32_t warp_max[CUDA_THREADS / 32];
-  for (int64_t k = blockIdx.x; k < nb; k += gridDim.x) {
-    int64_t i = k * TAGC_Q8_BLOCK + threadIdx.x;
-    float x = i < n ? src[i] : 0.0f;
-    uint32_t m = tagc_q8_abs_bits(x);
-    for (int off = 16; off > 0; off >>= 1)
-    {
-      uint32_t o = __shfl_down_sync(0xFFFFFFFFu, m, off);
-      m = o > m ? o : m;
-    }
-    if ((threadIdx.x & 31) == 0)
-      warp_max[threadIdx.x >> 5] = m;
-    __syncthreads();
-    uint32_t bmax = warp_max[0];
-    for (int w = 1; w < CUDA_THREADS / 32; w++)
-      bmax = warp_max[w] > bmax ? warp_max[w] : bmax;
-    float s = tagc_q8_scale(bmax); /* the division is IEEE (-prec-div=true) */
-    if (threadIdx.x == 0)
-      scale[k] = s;
-    if (i < n)
-      code[i] = tagc_q8_code(x, s);
-    __syncthreads(); /* warp_max is reused by the next block of the grid-stride loop */
-  }
-  if (blockIdx.x == 0)
-    for (int64_t b = threadIdx.x; b < pad_bytes; b += blockDim.x)
-      pad[b] = 0;
-}
 
 __global__ void q8_decode_kernel(const char *chunks, int64_t n, int64_t nb, int64_t bytes,
                                  int64_t limit, float *dst) {
@@ -108,14 +78,7 @@ extern "C" tagc_status tagc_q8_encode_cuda(const float *src, int64_t n, void *ch
                                            tagc_stream stream) {
   if (n < 0 || (n > 0 && (!src || !chunk)))
     return tagc_errorf(TAGC_EINVAL, "q8_encode_cuda: bad arguments (n %lld)", (long long)n);
-  if (n == 0)
-    return TAGC_OK;
-  int64_t nb = (n + TAGC_Q8_BLOCK - 1) / TAGC_Q8_BLOCK, used = 4 * nb + n;
-  unsigned grid = (unsigned)(nb < CUDA_MAX_GRID ? nb : CUDA_MAX_GRID);
-  TAGC_LAUNCH(q8_encode_kernel, grid, CUDA_THREADS, stream)
-  (src, n, nb, (float *)chunk, (int8_t *)chunk + 4 * nb, (uint8_t *)chunk + used,
-   tagc_q8_chunk_bytes(n) - used);
-  return cuda_launched("q8_encode_cuda");
+  return tagc_q8_encode_ef_cuda(src, NULL, n, chunk, NULL, stream); /* as on the CPU */
 }
 
 extern "C" tagc_status tagc_q8_decode_cuda(const void *chunks, int64_t n, int32_t count,
