@@ -197,13 +197,21 @@ static void link_sample(tagc_comm_backend b, uint64_t wire, double seconds) {
   pthread_mutex_unlock(&link_lock);
 }
 
-double tagc_comm_link_rate(tagc_comm_backend backend) {
+static double link_rate_of(tagc_comm_backend backend, double (*rate)(const tagc_link_estimator *)) {
   if (backend != TAGC_COMM_GLOO && backend != TAGC_COMM_NCCL)
     return 0;
   pthread_mutex_lock(&link_lock);
-  double r = tagc_link_measured_rate(link_of(backend));
+  double r = rate(link_of(backend));
   pthread_mutex_unlock(&link_lock);
   return r;
+}
+
+double tagc_comm_link_rate(tagc_comm_backend backend) {
+  return link_rate_of(backend, tagc_link_measured_rate);
+}
+
+double tagc_comm_link_peak_rate(tagc_comm_backend backend) {
+  return link_rate_of(backend, tagc_link_peak_rate);
 }
 
 /* The caller's timeout_s, or the default when <= 0, clamped. */

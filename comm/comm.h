@@ -240,6 +240,10 @@ double tagc_comm_timeout_for(const tagc_comm *comm, double timeout_s, uint64_t w
  * before the first measured exchange (or for an unknown backend). Any thread. */
 double tagc_comm_link_rate(tagc_comm_backend backend);
 
+/* The upper quartile of the same samples (comm/deadline.h tagc_link_peak_rate): the rate when
+ * peers are ready, what `--compress auto` prices the wires with; 0 as above. Any thread. */
+double tagc_comm_link_peak_rate(tagc_comm_backend backend);
+
 /* Short name of an operation kind ("allgather", "reduce_scatter", ...). */
 const char *tagc_comm_opkind_name(tagc_comm_opkind kind);
 

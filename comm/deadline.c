@@ -39,7 +39,8 @@ void tagc_link_record(tagc_link_estimator *est, uint64_t bytes, double seconds) 
   est->samples++;
 }
 
-double tagc_link_measured_rate(const tagc_link_estimator *est) {
+/* The sorted sample at rank floor(num * (n - 1) / den), or 0 without samples. */
+static double sample_at(const tagc_link_estimator *est, int num, int den) {
   if (est->n == 0)
     return 0;
   /* Insertion sort of a copy: the window is small. */
@@ -51,8 +52,12 @@ double tagc_link_measured_rate(const tagc_link_estimator *est) {
       v[j] = v[j - 1];
     v[j] = x;
   }
-  return v[(est->n - 1) / 2];
+  return v[num * (est->n - 1) / den];
 }
+
+double tagc_link_measured_rate(const tagc_link_estimator *est) { return sample_at(est, 1, 2); }
+
+double tagc_link_peak_rate(const tagc_link_estimator *est) { return sample_at(est, 3, 4); }
 
 double tagc_link_rate(const tagc_link_estimator *est) {
   double r = est->n ? tagc_link_measured_rate(est) : est->cfg.initial_rate;

@@ -899,9 +899,10 @@ tagc_status tagc_engine_step(tagc_engine *e, const tagc_corpus *corpus, int64_t 
       sums[at_rate + 1 + i] = g->codec_s;
     }
   }
-  if (e->n_adaptive && e->cfg.comm)
-    sums[at_rate] = -(e->cfg.link_rate > 0 ? e->cfg.link_rate
-                                            : tagc_comm_link_rate(tagc_comm_backend_of(e->cfg.comm)));
+  if (e->n_adaptive && e->cfg.comm) /* the rate when peers are ready (comm.h) */
+    sums[at_rate] = -(e->cfg.link_rate > 0
+                          ? e->cfg.link_rate
+                          : tagc_comm_link_peak_rate(tagc_comm_backend_of(e->cfg.comm)));
   sums[SUM_NONFINITE] = local_bad;
   sums[SUM_CANNOT_HOLD] = e->reshard_adaptive && e->slot_cap < e->L->n_units;
   stats->reshard = e->reshard;

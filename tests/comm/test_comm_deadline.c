@@ -75,6 +75,7 @@ static void test_median(void) {
   CHECK_NEAR(tagc_link_measured_rate(&e), 30 * MB, 1e-3);
   tagc_link_record(&e, 100000000, 100.0 / 60);
   CHECK_NEAR(tagc_link_measured_rate(&e), 30 * MB, 1e-3); /* 10 20 [30] 40 50 60 */
+  CHECK_NEAR(tagc_link_peak_rate(&e), 40 * MB, 1e-3);     /* 10 20 30 [40] 50 60: 3*5/4 = 3 */
   CHECK_NEAR(tagc_link_rate(&e), 30 * MB, 1e-3);
   CHECK_NEAR(tagc_link_timeout(&e, 1.0, 30000000), 1.0 + 3.0, 1e-9);
 }
