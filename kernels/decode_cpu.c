@@ -1,4 +1,5 @@
-/* CPU owner decode: per-lane peeling with XOR-of-ids cells, then median-of-3 (decode.h). */
+/* CPU owner decode: per-lane FIFO peeling over cells keyed by XOR of item-and-row keys, then
+ * median-of-3 (decode.h). */
 #include "kernels/decode.h"
 
 #include <omp.h>
