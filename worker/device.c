@@ -95,12 +95,11 @@ static tagc_status cpu_zero(void *impl, tagc_lane lane, void *p, size_t bytes) {
   return TAGC_OK;
 }
 
-static tagc_status cpu_add(void *impl, tagc_lane lane, float *dst, const float *src, size_t n,
-                           float sign) {
+static tagc_status cpu_add(void *impl, tagc_lane lane, float *dst, const float *src, size_t n) {
   (void)impl;
   (void)lane;
   for (size_t i = 0; i < n; i++)
-    dst[i] += sign * src[i]; /* sign * src is exact: the same as dst - src for sign -1 */
+    dst[i] += src[i];
   return TAGC_OK;
 }
 
@@ -325,11 +324,7 @@ tagc_status tagc_device_zero(tagc_device *d, tagc_lane lane, void *p, size_t byt
 }
 
 tagc_status tagc_device_add(tagc_device *d, tagc_lane lane, float *dst, const float *src, size_t n) {
-  return n ? d->ops->add(d->impl, lane, dst, src, n, 1.0f) : TAGC_OK;
-}
-
-tagc_status tagc_device_sub(tagc_device *d, tagc_lane lane, float *dst, const float *src, size_t n) {
-  return n ? d->ops->add(d->impl, lane, dst, src, n, -1.0f) : TAGC_OK;
+  return n ? d->ops->add(d->impl, lane, dst, src, n) : TAGC_OK;
 }
 
 tagc_status tagc_device_sync(tagc_device *d, tagc_lane lane) { return d->ops->sync(d->impl, lane); }

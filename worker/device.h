@@ -109,10 +109,6 @@ tagc_status tagc_device_zero(tagc_device *d, tagc_lane lane, void *p, size_t byt
 tagc_status tagc_device_add(tagc_device *d, tagc_lane lane, float *dst, const float *src,
                             size_t n);
 
-/* dst[i] -= src[i] for i < n (fp32, device memory), on `lane`. */
-tagc_status tagc_device_sub(tagc_device *d, tagc_lane lane, float *dst, const float *src,
-                            size_t n);
-
 /* ---- ordering ---- */
 
 /* Waits until everything enqueued on `lane` completed. */

@@ -145,19 +145,18 @@ static tagc_status cuda_zero(void *impl, tagc_lane lane, void *p, size_t bytes) 
   return TAGC_OK;
 }
 
-__global__ void add_kernel(float *dst, const float *src, size_t n, float sign) {
+__global__ void add_kernel(float *dst, const float *src, size_t n) {
   size_t stride = (size_t)gridDim.x * blockDim.x;
   for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride)
-    dst[i] += sign * src[i];
+    dst[i] += src[i];
 }
 
-static tagc_status cuda_add(void *impl, tagc_lane lane, float *dst, const float *src, size_t n,
-                            float sign) {
+static tagc_status cuda_add(void *impl, tagc_lane lane, float *dst, const float *src, size_t n) {
   cuda_dev *c = use(impl);
   size_t g = (n + CUDA_THREADS - 1) / CUDA_THREADS;
   TAGC_LAUNCH(add_kernel, (unsigned)(g < CUDA_MAX_GRID ? g : CUDA_MAX_GRID), CUDA_THREADS,
               c->lane[lane])
-  (dst, src, n, sign);
+  (dst, src, n);
   return cuda_launched("device add");
 }
 

@@ -20,8 +20,7 @@ typedef struct tagc_device_ops {
   tagc_status (*copy)(void *impl, tagc_lane lane, void *dst, const void *src, size_t bytes,
                       tagc_copy_kind kind);
   tagc_status (*zero)(void *impl, tagc_lane lane, void *p, size_t bytes);
-  tagc_status (*add)(void *impl, tagc_lane lane, float *dst, const float *src, size_t n,
-                     float sign); /* dst += sign * src, sign +1 or -1 (exact) */
+  tagc_status (*add)(void *impl, tagc_lane lane, float *dst, const float *src, size_t n);
   tagc_status (*sync)(void *impl, tagc_lane lane);
   tagc_status (*mark)(void *impl, tagc_lane lane, int id);
   tagc_status (*wait_mark)(void *impl, int id);
