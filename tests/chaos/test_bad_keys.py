@@ -19,6 +19,10 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from harness import Checks, Cluster, free_port, metrics, wait_for  # noqa: E402
 
 bindir = sys.argv[1]
+# Long enough that the job still runs (and the coordinator answers /status) through the
+# checks below: 600 steps of this model took 10 s on a quiet machine, and the checks need up
+# to three settle + suspect windows after 20 steps.
+STEPS = 3000
 check = Checks()
 c = Cluster(bindir)
 
@@ -67,11 +71,11 @@ try:
     put("/tagc/other/gen/7/plan", "{\"gen\": 7}")
     before = other_job()
     # settle 1 s and suspect window 2 s: a report counted would make a generation within 3 s
-    c.start_coordinator("coord0", "--min-workers", "2", "--max-workers", "2", "--steps", "600",
+    c.start_coordinator("coord0", "--min-workers", "2", "--max-workers", "2", "--steps", str(STEPS),
                         "--http", "127.0.0.1:0", "--settle", "1", "--suspect-window", "2")
     out = os.path.join(c.tmp, "out")
     for i in range(2):
-        c.start_worker("w%d" % i, "--out", out, "--steps", "600", "--ckpt-every", "50", "--threads", "1",
+        c.start_worker("w%d" % i, "--out", out, "--steps", str(STEPS), "--ckpt-every", "50", "--threads", "1",
                        "--batch", "8", "--eval-every", "0", "--eval-windows", "8")
     port = int(wait_for(lambda: re.search(r"on port (\d+)", c.log("coord0")), 60, "the coordinator's port").group(1))
     wait_for(lambda: os.path.exists(out + "/metrics.jsonl") and len(metrics(out)) >= 20, 180, "20 steps")
@@ -94,7 +98,7 @@ try:
     rc = [c.wait("w%d" % i, 300) for i in range(2)]
     check(rc == [0, 0], "both workers finished with status 0 (%s)" % rc)
     s = json.load(open(out + "/summary.json"))
-    check(s["steps"] == 600, "the run completed (%d steps)" % s["steps"])
+    check(s["steps"] == STEPS, "the run completed (%d steps)" % s["steps"])
     check(c.procs["coord0"].poll() in (None, 0), "the coordinator did not crash")
     check("chaos spec ignored" in c.log("w0"), "the malformed chaos key was ignored with a warning")
     check(other_job() == before, "the other job's keys are untouched")
