@@ -122,9 +122,9 @@ tagc_status tagc_kernels_q8_encode(const tagc_kernel_ctx *ctx, const float *src,
 }
 
 tagc_status tagc_kernels_q8_decode(const tagc_kernel_ctx *ctx, const void *chunks, int64_t n,
-                                   int32_t count, int64_t limit, float *dst) {
-  DISPATCH(ctx, tagc_q8_decode_cpu(chunks, n, count, limit, dst),
-           tagc_q8_decode_cuda(chunks, n, count, limit, dst, ctx->stream));
+                                   int32_t count, int64_t stride, int64_t limit, float *dst) {
+  DISPATCH(ctx, tagc_q8_decode_cpu(chunks, n, count, stride, limit, dst),
+           tagc_q8_decode_cuda(chunks, n, count, stride, limit, dst, ctx->stream));
 }
 
 tagc_status tagc_kernels_q8_encode_ef(const tagc_kernel_ctx *ctx, const float *src,
@@ -135,7 +135,7 @@ tagc_status tagc_kernels_q8_encode_ef(const tagc_kernel_ctx *ctx, const float *s
 }
 
 tagc_status tagc_kernels_q8_decode_sum(const tagc_kernel_ctx *ctx, const void *chunks, int64_t n,
-                                       int32_t count, float *dst) {
-  DISPATCH(ctx, tagc_q8_decode_sum_cpu(chunks, n, count, dst),
-           tagc_q8_decode_sum_cuda(chunks, n, count, dst, ctx->stream));
+                                       int32_t count, int64_t stride, float *dst) {
+  DISPATCH(ctx, tagc_q8_decode_sum_cpu(chunks, n, count, stride, dst),
+           tagc_q8_decode_sum_cuda(chunks, n, count, stride, dst, ctx->stream));
 }

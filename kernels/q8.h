@@ -66,10 +66,12 @@ TAGC_HD float tagc_q8_scale(uint32_t amax_bits) {
 tagc_status tagc_q8_encode_cpu(const float *src, int64_t n, void *chunk);
 
 /* dst[j] = decode of element j % n of chunk j / n, for j < limit, where chunk c starts at
- * byte c * tagc_q8_chunk_bytes(n) of chunks (count chunks). Errors: TAGC_EINVAL (NULL,
- * n < 0, count < 1, limit < 0 or > count * n). Blocking, OpenMP. */
-tagc_status tagc_q8_decode_cpu(const void *chunks, int64_t n, int32_t count, int64_t limit,
-                               float *dst);
+ * byte c * stride of chunks (count chunks; stride tagc_q8_chunk_bytes(n) when they are
+ * packed, more when other data lies between them, as in a unit's grouped all-gather).
+ * Errors: TAGC_EINVAL (NULL, n < 0, count < 1, stride below tagc_q8_chunk_bytes(n) or not a
+ * multiple of 4, limit < 0 or > count * n). Blocking, OpenMP. */
+tagc_status tagc_q8_decode_cpu(const void *chunks, int64_t n, int32_t count, int64_t stride,
+                               int64_t limit, float *dst);
 
 /* The int8 gradient wire's sender, with error feedback, in one pass: v = src + residual
  * (residual NULL: v = src + 0.0f, as if it were all +0) is encoded into one chunk with the
@@ -81,19 +83,27 @@ tagc_status tagc_q8_encode_ef_cpu(const float *src, const float *residual, int64
                                   float *residual_out);
 
 /* The int8 gradient wire's owner: dst[i] = x'_0[i] + x'_1[i] + ... + x'_{count-1}[i] for
- * i < n, the decodes of chunks 0, 1, ... (n elements each, laid out as for the decode) summed
- * in that order in fp32 (the first is assigned, not added to zero). Errors: TAGC_EINVAL (NULL
- * with n > 0, n < 0, count < 1). Blocking, OpenMP. */
-tagc_status tagc_q8_decode_sum_cpu(const void *chunks, int64_t n, int32_t count, float *dst);
+ * i < n, the decodes of chunks 0, 1, ... (n elements each, chunk c at byte c * stride, as for
+ * the decode) summed in that order in fp32 (the first is assigned, not added to zero).
+ * Errors: TAGC_EINVAL (NULL with n > 0, n < 0, count < 1, stride as for the decode).
+ * Blocking, OpenMP. */
+tagc_status tagc_q8_decode_sum_cpu(const void *chunks, int64_t n, int32_t count, int64_t stride,
+                                   float *dst);
 
 /* CUDA versions: same contracts and bytes, device pointers, enqueued on `stream`. */
 tagc_status tagc_q8_encode_cuda(const float *src, int64_t n, void *chunk, tagc_stream stream);
-tagc_status tagc_q8_decode_cuda(const void *chunks, int64_t n, int32_t count, int64_t limit,
-                                float *dst, tagc_stream stream);
+tagc_status tagc_q8_decode_cuda(const void *chunks, int64_t n, int32_t count, int64_t stride,
+                                int64_t limit, float *dst, tagc_stream stream);
 tagc_status tagc_q8_encode_ef_cuda(const float *src, const float *residual, int64_t n,
                                    void *chunk, float *residual_out, tagc_stream stream);
-tagc_status tagc_q8_decode_sum_cuda(const void *chunks, int64_t n, int32_t count, float *dst,
-                                    tagc_stream stream);
+tagc_status tagc_q8_decode_sum_cuda(const void *chunks, int64_t n, int32_t count,
+                                    int64_t stride, float *dst, tagc_stream stream);
+
+/* 1 when stride can separate chunks of n elements (at least tagc_q8_chunk_bytes(n), a
+ * multiple of 4 so that the scales stay aligned). */
+TAGC_HD int tagc_q8_stride_ok(int64_t n, int64_t stride) {
+  return stride >= tagc_q8_chunk_bytes(n) && stride % 4 == 0;
+}
 
 #ifdef __cplusplus
 }

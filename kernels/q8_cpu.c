@@ -13,15 +13,16 @@ tagc_status tagc_q8_encode_cpu(const float *src, int64_t n, void *chunk) {
   return tagc_q8_encode_ef_cpu(src, NULL, n, chunk, NULL);
 }
 
-tagc_status tagc_q8_decode_cpu(const void *chunks, int64_t n, int32_t count, int64_t limit,
-                               float *dst) {
+tagc_status tagc_q8_decode_cpu(const void *chunks, int64_t n, int32_t count, int64_t stride,
+                               int64_t limit, float *dst) {
   if (n < 0 || count < 1 || limit < 0 || limit > (int64_t)count * n ||
-      (limit > 0 && (!chunks || !dst)))
-    return tagc_errorf(TAGC_EINVAL, "q8_decode: bad arguments (n %lld, count %d, limit %lld)",
-                       (long long)n, (int)count, (long long)limit);
+      !tagc_q8_stride_ok(n, stride) || (limit > 0 && (!chunks || !dst)))
+    return tagc_errorf(TAGC_EINVAL,
+                       "q8_decode: bad arguments (n %lld, count %d, stride %lld, limit %lld)",
+                       (long long)n, (int)count, (long long)stride, (long long)limit);
   if (limit == 0)
     return TAGC_OK;
-  int64_t nb = (n + TAGC_Q8_BLOCK - 1) / TAGC_Q8_BLOCK, bytes = tagc_q8_chunk_bytes(n);
+  int64_t nb = (n + TAGC_Q8_BLOCK - 1) / TAGC_Q8_BLOCK, bytes = stride;
   for (int32_t c = 0; c < count; c++) {
     int64_t base = (int64_t)c * n, len = limit - base < n ? limit - base : n;
     if (len <= 0)
@@ -84,11 +85,12 @@ tagc_status tagc_q8_encode_ef_cpu(const float *src, const float *residual, int64
   return TAGC_OK;
 }
 
-tagc_status tagc_q8_decode_sum_cpu(const void *chunks, int64_t n, int32_t count, float *dst) {
-  if (n < 0 || count < 1 || (n > 0 && (!chunks || !dst)))
-    return tagc_errorf(TAGC_EINVAL, "q8_decode_sum: bad arguments (n %lld, count %d)",
-                       (long long)n, (int)count);
-  int64_t nb = (n + TAGC_Q8_BLOCK - 1) / TAGC_Q8_BLOCK, bytes = tagc_q8_chunk_bytes(n);
+tagc_status tagc_q8_decode_sum_cpu(const void *chunks, int64_t n, int32_t count, int64_t stride,
+                                   float *dst) {
+  if (n < 0 || count < 1 || !tagc_q8_stride_ok(n, stride) || (n > 0 && (!chunks || !dst)))
+    return tagc_errorf(TAGC_EINVAL, "q8_decode_sum: bad arguments (n %lld, count %d, stride %lld)",
+                       (long long)n, (int)count, (long long)stride);
+  int64_t nb = (n + TAGC_Q8_BLOCK - 1) / TAGC_Q8_BLOCK, bytes = stride;
 #pragma omp parallel for schedule(static) if (nb > PAR_MIN_BLOCKS)
   for (int64_t k = 0; k < nb; k++) {
     int64_t lo = k * TAGC_Q8_BLOCK, len = lo + TAGC_Q8_BLOCK < n ? TAGC_Q8_BLOCK : n - lo;

@@ -82,17 +82,18 @@ extern "C" tagc_status tagc_q8_encode_cuda(const float *src, int64_t n, void *ch
 }
 
 extern "C" tagc_status tagc_q8_decode_cuda(const void *chunks, int64_t n, int32_t count,
-                                           int64_t limit, float *dst, tagc_stream stream) {
+                                           int64_t stride, int64_t limit, float *dst,
+                                           tagc_stream stream) {
   if (n < 0 || count < 1 || limit < 0 || limit > (int64_t)count * n ||
-      (limit > 0 && (!chunks || !dst)))
+      !tagc_q8_stride_ok(n, stride) || (limit > 0 && (!chunks || !dst)))
     return tagc_errorf(TAGC_EINVAL,
-                       "q8_decode_cuda: bad arguments (n %lld, count %d, limit %lld)",
-                       (long long)n, (int)count, (long long)limit);
+                       "q8_decode_cuda: bad arguments (n %lld, count %d, stride %lld, limit %lld)",
+                       (long long)n, (int)count, (long long)stride, (long long)limit);
   if (limit == 0)
     return TAGC_OK;
   int64_t nb = (n + TAGC_Q8_BLOCK - 1) / TAGC_Q8_BLOCK;
   TAGC_LAUNCH(q8_decode_kernel, grid_for(limit, 4 * CUDA_THREADS), CUDA_THREADS, stream)
-  ((const char *)chunks, n, nb, tagc_q8_chunk_bytes(n), limit, dst);
+  ((const char *)chunks, n, nb, stride, limit, dst);
   return cuda_launched("q8_decode_cuda");
 }
 
@@ -112,14 +113,15 @@ extern "C" tagc_status tagc_q8_encode_ef_cuda(const float *src, const float *res
 }
 
 extern "C" tagc_status tagc_q8_decode_sum_cuda(const void *chunks, int64_t n, int32_t count,
-                                               float *dst, tagc_stream stream) {
-  if (n < 0 || count < 1 || (n > 0 && (!chunks || !dst)))
-    return tagc_errorf(TAGC_EINVAL, "q8_decode_sum_cuda: bad arguments (n %lld, count %d)",
-                       (long long)n, (int)count);
+                                               int64_t stride, float *dst, tagc_stream stream) {
+  if (n < 0 || count < 1 || !tagc_q8_stride_ok(n, stride) || (n > 0 && (!chunks || !dst)))
+    return tagc_errorf(TAGC_EINVAL,
+                       "q8_decode_sum_cuda: bad arguments (n %lld, count %d, stride %lld)",
+                       (long long)n, (int)count, (long long)stride);
   if (n == 0)
     return TAGC_OK;
   int64_t nb = (n + TAGC_Q8_BLOCK - 1) / TAGC_Q8_BLOCK;
   TAGC_LAUNCH(q8_decode_sum_kernel, grid_for(n, 4 * CUDA_THREADS), CUDA_THREADS, stream)
-  ((const char *)chunks, n, nb, tagc_q8_chunk_bytes(n), count, dst);
+  ((const char *)chunks, n, nb, stride, count, dst);
   return cuda_launched("q8_decode_sum_cuda");
 }

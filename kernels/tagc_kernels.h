@@ -87,12 +87,12 @@ tagc_status tagc_kernels_bf16_accumulate(const tagc_kernel_ctx *ctx, float *acc,
 tagc_status tagc_kernels_q8_encode(const tagc_kernel_ctx *ctx, const float *src, int64_t n,
                                    void *chunk);
 tagc_status tagc_kernels_q8_decode(const tagc_kernel_ctx *ctx, const void *chunks, int64_t n,
-                                   int32_t count, int64_t limit, float *dst);
+                                   int32_t count, int64_t stride, int64_t limit, float *dst);
 tagc_status tagc_kernels_q8_encode_ef(const tagc_kernel_ctx *ctx, const float *src,
                                       const float *residual, int64_t n, void *chunk,
                                       float *residual_out);
 tagc_status tagc_kernels_q8_decode_sum(const tagc_kernel_ctx *ctx, const void *chunks, int64_t n,
-                                       int32_t count, float *dst);
+                                       int32_t count, int64_t stride, float *dst);
 tagc_status tagc_kernels_bf16_add_encode(const tagc_kernel_ctx *ctx, uint16_t *out,
                                          const float *local, const uint16_t *in, int64_t n);
 

@@ -72,7 +72,8 @@ static tagc_status build_segments(tagc_engine *e) {
     if (ui->numel > e->max_unit)
       e->max_unit = ui->numel;
   }
-  size_t max_padded = 0;
+  size_t max_padded = 0, max_unit_S = 0, max_unit_chunks = 0, unit_S = 0, unit_chunks = 0;
+  int max_unit_segs = 1;
   for (int i = 0; i < e->n_segs; i++) {
     engine_segment *s = &e->segs[i];
     s->S = e->world == 1 ? s->len : round_up((s->len + (size_t)e->world - 1) / (size_t)e->world, BLOCK);
@@ -85,18 +86,30 @@ static tagc_status build_segments(tagc_engine *e) {
     if (s->S * (size_t)e->world > max_padded)
       max_padded = s->S * (size_t)e->world;
     TAGC_CHECK(tagc_grad_segment_new(e->codec, &s->pol, s->len, s->S, (uint32_t)s->unit, &s->codec));
+    /* the packed gathers of a unit (gather_packed) send all its shards at once */
+    int first = i == e->unit_first_seg[s->unit];
+    unit_S = (first ? 0 : unit_S) + s->S;
+    unit_chunks = (first ? 0 : unit_chunks) + (size_t)tagc_q8_chunk_bytes((int64_t)s->S);
+    max_unit_S = unit_S > max_unit_S ? unit_S : max_unit_S;
+    max_unit_chunks = unit_chunks > max_unit_chunks ? unit_chunks : max_unit_chunks;
+    if (e->unit_n_segs[s->unit] > max_unit_segs)
+      max_unit_segs = e->unit_n_segs[s->unit];
   }
+  e->jobs = calloc((size_t)max_unit_segs, sizeof *e->jobs);
+  if (!e->jobs)
+    return tagc_errorf(TAGC_ENOMEM, "engine segments");
   TAGC_CHECK(tagc_device_alloc(e->dev, max_padded * sizeof(float), (void **)&e->staging));
   e->gather_adaptive = e->cfg.gather_auto && e->n_adaptive > 0 && e->world > 1;
   e->gather = e->cfg.gather_int8 ? TAGC_GATHER_INT8
               : (e->cfg.gather_bf16 || e->gather_adaptive) ? TAGC_GATHER_BF16 : TAGC_GATHER_FP32;
   if (e->cfg.gather_int8 || e->gather_adaptive) {
-    e->gatherq_chunk = (size_t)tagc_q8_chunk_bytes((int64_t)(max_padded / (size_t)e->world));
+    e->gatherq_chunk = max_unit_chunks;
     TAGC_CHECK(tagc_device_alloc(e->dev, ((size_t)e->world + 1) * e->gatherq_chunk,
                                  (void **)&e->gatherq));
   }
+  e->gather16_n = max_unit_S;
   if (e->gather == TAGC_GATHER_BF16)
-    TAGC_CHECK(tagc_device_alloc(e->dev, (max_padded + max_padded / (size_t)e->world) * sizeof(uint16_t),
+    TAGC_CHECK(tagc_device_alloc(e->dev, ((size_t)e->world + 1) * e->gather16_n * sizeof(uint16_t),
                                  (void **)&e->gather16));
   size_t n_sums = (size_t)(SUM_SEG0 + 3 * e->n_segs + 1);
   e->xfer_bytes = n_sums * ((size_t)e->world + 1) * sizeof(double);
@@ -135,36 +148,77 @@ static tagc_lane task_lane(const tagc_engine *e) {
   return e->thread_started ? TAGC_LANE_COMM : TAGC_LANE_COMPUTE;
 }
 
+/* The bf16 or int8 gather of a unit (W > 1) in one all-gather, however many segments it has:
+ * each rank sends its shards of all of them, one after the other (segment order), and each
+ * segment is decoded from its place in every rank's part (the int8 chunks at the stride of
+ * that part; bf16 rank by rank). The same values as one all-gather per segment. */
+static tagc_status gather_packed(tagc_engine *e, int unit, float *dst, tagc_gather_mode mode) {
+  const tagc_unit_info *ui = &e->L->units[unit];
+  tagc_lane lane = task_lane(e);
+  tagc_kernel_ctx ctx = tagc_device_kernel_ctx(e->dev, lane, NULL, NULL, 0);
+  int first = e->unit_first_seg[unit], last = first + e->unit_n_segs[unit];
+  size_t W = (size_t)e->world, per_rank = 0; /* bytes (int8) or elements (bf16) */
+  for (int i = first; i < last; i++)
+    per_rank += mode == TAGC_GATHER_INT8 ? (size_t)tagc_q8_chunk_bytes((int64_t)e->segs[i].S)
+                                         : e->segs[i].S;
+  if (mode == TAGC_GATHER_INT8) {
+    unsigned char *recv = e->gatherq, *send = e->gatherq + W * e->gatherq_chunk;
+    size_t off = 0;
+    for (int i = first; i < last; i++) {
+      TAGC_CHECK(tagc_kernels_q8_encode(&ctx, e->segs[i].p, (int64_t)e->segs[i].S, send + off));
+      off += (size_t)tagc_q8_chunk_bytes((int64_t)e->segs[i].S);
+    }
+    TAGC_CHECK(tagc_device_sync(e->dev, lane));
+    TAGC_CHECK(tagc_comm_allgather(e->cfg.comm, send, recv, per_rank, e->cfg.op_timeout_s));
+    off = 0;
+    for (int i = first; i < last; i++) {
+      const engine_segment *s = &e->segs[i];
+      TAGC_CHECK(tagc_kernels_q8_decode(&ctx, recv + off, (int64_t)s->S, e->world, (int64_t)per_rank,
+                                        (int64_t)s->len, dst + (s->off - ui->offset)));
+      off += (size_t)tagc_q8_chunk_bytes((int64_t)s->S);
+    }
+    return TAGC_OK;
+  }
+  uint16_t *recv = e->gather16, *send = e->gather16 + W * e->gather16_n;
+  size_t off = 0;
+  for (int i = first; i < last; i++) {
+    TAGC_CHECK(tagc_kernels_bf16_encode(&ctx, e->segs[i].p, send + off, (int64_t)e->segs[i].S));
+    off += e->segs[i].S;
+  }
+  TAGC_CHECK(tagc_device_sync(e->dev, lane));
+  TAGC_CHECK(tagc_comm_allgather(e->cfg.comm, send, recv, per_rank * sizeof(uint16_t),
+                                 e->cfg.op_timeout_s));
+  off = 0;
+  for (int i = first; i < last; i++) {
+    const engine_segment *s = &e->segs[i];
+    float *out = dst + (s->off - ui->offset);
+    if (last - first == 1) { /* one segment: the ranks' shards are contiguous */
+      TAGC_CHECK(tagc_kernels_bf16_decode(&ctx, recv, out, (int64_t)s->len));
+      break;
+    }
+    for (size_t j = 0; j < W && j * s->S < s->len; j++) {
+      size_t n = s->len - j * s->S < s->S ? s->len - j * s->S : s->S;
+      TAGC_CHECK(tagc_kernels_bf16_decode(&ctx, recv + j * per_rank + off, out + j * s->S, (int64_t)n));
+    }
+    off += s->S;
+  }
+  return TAGC_OK;
+}
+
 /* Gathers unit's full parameters into dst; bf16 or int8 on the wire when configured and `for_compute`
  * (dumps and checkpoint tools always get the exact fp32 values). Inputs of a collective are
  * made ready (lane synchronised) before it is called. */
 static tagc_status gather_unit(tagc_engine *e, int unit, float *dst, int for_compute) {
   const tagc_unit_info *ui = &e->L->units[unit];
   tagc_lane lane = task_lane(e);
-  tagc_kernel_ctx ctx = tagc_device_kernel_ctx(e->dev, lane, NULL, NULL, 0);
+  tagc_gather_mode mode = for_compute ? e->gather : TAGC_GATHER_FP32;
+  if (e->world > 1 && mode != TAGC_GATHER_FP32)
+    return gather_packed(e, unit, dst, mode);
   for (int i = e->unit_first_seg[unit]; i < e->unit_first_seg[unit] + e->unit_n_segs[unit]; i++) {
     engine_segment *s = &e->segs[i];
     float *out = dst + (s->off - ui->offset);
     if (e->world == 1) {
       TAGC_CHECK(tagc_device_copy(e->dev, lane, out, s->p, s->len * sizeof(float), TAGC_COPY_D2D));
-      continue;
-    }
-    tagc_gather_mode mode = for_compute ? e->gather : TAGC_GATHER_FP32;
-    if (mode == TAGC_GATHER_INT8) {
-      size_t chunk = (size_t)tagc_q8_chunk_bytes((int64_t)s->S);
-      unsigned char *recv = e->gatherq, *send = e->gatherq + (size_t)e->world * e->gatherq_chunk;
-      TAGC_CHECK(tagc_kernels_q8_encode(&ctx, s->p, (int64_t)s->S, send));
-      TAGC_CHECK(tagc_device_sync(e->dev, lane));
-      TAGC_CHECK(tagc_comm_allgather(e->cfg.comm, send, recv, chunk, e->cfg.op_timeout_s));
-      TAGC_CHECK(tagc_kernels_q8_decode(&ctx, recv, (int64_t)s->S, e->world, (int64_t)s->len, out));
-      continue;
-    }
-    if (mode == TAGC_GATHER_BF16) {
-      uint16_t *recv = e->gather16, *send = e->gather16 + (size_t)e->world * s->S;
-      TAGC_CHECK(tagc_kernels_bf16_encode(&ctx, s->p, send, (int64_t)s->S));
-      TAGC_CHECK(tagc_device_sync(e->dev, lane));
-      TAGC_CHECK(tagc_comm_allgather(e->cfg.comm, send, recv, s->S * sizeof(uint16_t), e->cfg.op_timeout_s));
-      TAGC_CHECK(tagc_kernels_bf16_decode(&ctx, recv, out, (int64_t)s->len));
       continue;
     }
     int direct = s->S * (size_t)e->world == s->len;
@@ -186,11 +240,12 @@ static tagc_status run_task(tagc_engine *e, const engine_task *t) {
   if (t->kind == TASK_GATHER) {
     TAGC_CHECK(gather_unit(e, t->unit, e->slot_buf[t->slot], 1));
   } else {
-    for (int i = e->unit_first_seg[t->unit]; i < e->unit_first_seg[t->unit] + e->unit_n_segs[t->unit]; i++) {
-      engine_segment *s = &e->segs[i];
-      TAGC_CHECK(tagc_grad_reduce(e->codec, s->codec, task_lane(e), e->step_now, e->grads + s->off,
-                                  s->g, e->staging, &s->step));
+    int first = e->unit_first_seg[t->unit], n = e->unit_n_segs[t->unit];
+    for (int i = 0; i < n; i++) {
+      engine_segment *s = &e->segs[first + i];
+      e->jobs[i] = (tagc_grad_job){s->codec, e->grads + s->off, s->g, &s->step};
     }
+    TAGC_CHECK(tagc_grad_reduce_unit(e->codec, e->jobs, n, task_lane(e), e->step_now, e->staging));
   }
   return threaded ? tagc_device_sync(e->dev, TAGC_LANE_COMM) : TAGC_OK;
 }
@@ -557,6 +612,7 @@ void tagc_engine_free(tagc_engine *e) {
   free(e->segs);
   free(e->unit_first_seg);
   free(e->unit_n_segs);
+  free(e->jobs);
   free(e->sums);
   free(e->sq_x);
   free(e->sq_n);

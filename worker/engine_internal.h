@@ -59,9 +59,13 @@ struct tagc_engine {
   int *slot_unit;
   int64_t *slot_task;
   size_t max_unit;
-  uint16_t *gather16;  /* bf16 all-gather: [W][max S] received, then [max S] sent */
-  unsigned char *gatherq; /* int8 all-gather: [W][max chunk] received, then [max chunk] sent */
-  size_t gatherq_chunk;   /* tagc_q8_chunk_bytes of the largest shard */
+  uint16_t *gather16;  /* bf16 all-gather of a unit: [W][gather16_n] received, then
+                          [gather16_n] sent */
+  size_t gather16_n;   /* the most shard elements of a unit (the sum over its segments) */
+  unsigned char *gatherq; /* int8 all-gather of a unit: [W][gatherq_chunk] received, then
+                             [gatherq_chunk] sent */
+  size_t gatherq_chunk;   /* the most chunk bytes of a unit's shards (summed over segments) */
+  tagc_grad_job *jobs;    /* [most segments of a unit]: a unit's reduction (comm thread) */
   tagc_gather_mode gather; /* precision of the compute gathers now */
   int gather_adaptive;     /* --gather auto over adaptive roles: re-chosen with the wires */
   int gather_switches;

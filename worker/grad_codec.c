@@ -23,9 +23,11 @@ typedef struct reduce_scratch {
   float *sketch, *my_sketch;
   void *ws;
   void *stats; /* sparsify stats [W], then decode stats, then the lane maximum */
-  void *q8_send, *q8_recv; /* int8 wire: W chunks of kernels/q8.h each */
+  void *q8_send, *q8_recv; /* int8 wire: per rank, the chunks of kernels/q8.h of a unit's
+                              int8 segments */
+  float *q8_tail;          /* int8 wire: a shard that runs past the segment, zero-padded */
   size_t kept_cap, bitmap_cap, global_cap, sketch_cap, my_sketch_cap, ws_cap, stats_cap; /* bytes */
-  size_t q8_send_cap, q8_recv_cap;
+  size_t q8_send_cap, q8_recv_cap, q8_tail_cap;
 } reduce_scratch;
 
 struct tagc_grad_codec {
@@ -85,7 +87,7 @@ void tagc_grad_codec_free(tagc_grad_codec *c) {
     return;
   reduce_scratch *sc = &c->scratch;
   void *bufs[] = {sc->kept, sc->bitmap, sc->global_bitmap, sc->sketch, sc->my_sketch, sc->ws, sc->stats,
-                  sc->q8_send, sc->q8_recv};
+                  sc->q8_send, sc->q8_recv, sc->q8_tail};
   for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
     tagc_device_free(c->dev, bufs[i]);
   free(c->host_ss);
@@ -281,33 +283,80 @@ static tagc_status reduce_tagc_dense(tagc_grad_codec *c, tagc_grad_segment *s, t
   return reduce_dense(c, s, lane, work, shard, wire);
 }
 
-/* Sends v = grad + residual (grad already padded) as blockwise int8 (kernels/q8.h): chunk j
- * (elements [j*S, (j+1)*S)) to rank j by one all-to-all; the owner sums the decodes of the W
- * chunks of its shard in rank order (deterministic). What the rounding lost, v - q(v), is
- * staged as the new residual (error feedback), so no gradient mass is dropped; the encode
- * computes v and that residual in the same pass (a residual known to be zero is not read). A
- * non-finite value makes its 256-element block NaN (kernels/q8.h), which reaches the owner's
- * shard as on the other dense wires. */
-static tagc_status reduce_tagc_int8(tagc_grad_codec *c, tagc_grad_segment *s, tagc_lane lane,
-                                    const float *grad, float *shard) {
-  size_t W = (size_t)c->world, S = s->S, n = S * W;
-  size_t chunk = (size_t)tagc_q8_chunk_bytes((int64_t)S);
+/* Sends v = grad + residual of each of the k segments jobs[idx[0..k)] as blockwise int8
+ * (kernels/q8.h) in one all-to-all: rank j gets from each rank the chunks of elements
+ * [j*S, (j+1)*S) of every segment, one after the other, and sums the decodes of the W chunks
+ * of each of its shards in rank order (deterministic). What the rounding lost, v - q(v), is
+ * staged as each segment's new residual (error feedback), so no gradient mass is dropped; the
+ * encode computes v and that residual in the same pass (a residual known to be zero is not
+ * read). A shard that runs past the segment's len is encoded from a zero-padded copy (the
+ * bytes of the padded gradient). A non-finite value makes its 256-element block NaN
+ * (kernels/q8.h), which reaches the owner's shard as on the other dense wires. */
+static tagc_status reduce_int8_group(tagc_grad_codec *c, const tagc_grad_job *jobs, const int *idx,
+                                     int k, tagc_lane lane) {
+  size_t W = (size_t)c->world, per_rank = 0, max_S = 0;
+  for (int i = 0; i < k; i++) {
+    const tagc_grad_segment *s = jobs[idx[i]].seg;
+    per_rank += (size_t)tagc_q8_chunk_bytes((int64_t)s->S);
+    max_S = s->S > max_S ? s->S : max_S;
+  }
   reduce_scratch *sc = &c->scratch;
-  TAGC_CHECK(grow(c, &sc->q8_send, &sc->q8_send_cap, W * chunk));
-  TAGC_CHECK(grow(c, &sc->q8_recv, &sc->q8_recv_cap, W * chunk));
-  if (!s->pending)
-    TAGC_CHECK(tagc_device_alloc(c->dev, n * sizeof(float), (void **)&s->pending));
+  TAGC_CHECK(grow(c, &sc->q8_send, &sc->q8_send_cap, W * per_rank));
+  TAGC_CHECK(grow(c, &sc->q8_recv, &sc->q8_recv_cap, W * per_rank));
   tagc_kernel_ctx ctx = tagc_device_kernel_ctx(c->dev, lane, NULL, NULL, 0);
-  unsigned char *send = sc->q8_send;
-  const float *residual = s->residual_zero ? NULL : s->residual;
-  for (size_t j = 0; j < W; j++)
-    TAGC_CHECK(tagc_kernels_q8_encode_ef(&ctx, grad + j * S, residual ? residual + j * S : NULL,
-                                         (int64_t)S, send + j * chunk, s->pending + j * S));
-  s->staged = STAGE_PENDING;
+  unsigned char *send = sc->q8_send, *recv = sc->q8_recv;
+  size_t off = 0;
+  for (int i = 0; i < k; i++) {
+    const tagc_grad_job *jb = &jobs[idx[i]];
+    tagc_grad_segment *s = jb->seg;
+    size_t S = s->S, chunk = (size_t)tagc_q8_chunk_bytes((int64_t)S);
+    if (!s->pending)
+      TAGC_CHECK(tagc_device_alloc(c->dev, S * W * sizeof(float), (void **)&s->pending));
+    const float *residual = s->residual_zero ? NULL : s->residual;
+    for (size_t j = 0; j < W; j++) {
+      const float *src = jb->grad + j * S;
+      size_t valid = s->len > j * S ? s->len - j * S : 0;
+      if (valid < S) { /* stream order keeps each tail until its encode has read it */
+        TAGC_CHECK(grow(c, (void **)&sc->q8_tail, &sc->q8_tail_cap, max_S * sizeof(float)));
+        if (valid)
+          TAGC_CHECK(tagc_device_copy(c->dev, lane, sc->q8_tail, src, valid * sizeof(float),
+                                      TAGC_COPY_D2D));
+        TAGC_CHECK(tagc_device_zero(c->dev, lane, sc->q8_tail + valid, (S - valid) * sizeof(float)));
+        src = sc->q8_tail;
+      }
+      TAGC_CHECK(tagc_kernels_q8_encode_ef(&ctx, src, residual ? residual + j * S : NULL,
+                                           (int64_t)S, send + j * per_rank + off, s->pending + j * S));
+    }
+    s->staged = STAGE_PENDING;
+    *jb->stats = (tagc_grad_stats){.tagc = 1, .dense = 1, .global_bits = -1, .wire = TAGC_MODE_INT8};
+    off += chunk;
+  }
   TAGC_CHECK(tagc_device_sync(c->dev, lane));
-  TAGC_CHECK(tagc_comm_alltoall(c->cfg.comm, send, sc->q8_recv, chunk, c->cfg.op_timeout_s));
-  /* chunk j of recv: rank j's q(v) of this rank's shard */
-  return tagc_kernels_q8_decode_sum(&ctx, sc->q8_recv, (int64_t)S, (int32_t)W, shard);
+  TAGC_CHECK(tagc_comm_alltoall(c->cfg.comm, send, recv, per_rank, c->cfg.op_timeout_s));
+  /* bytes [j*per_rank, (j+1)*per_rank) of recv: rank j's q(v) of this rank's shards */
+  off = 0;
+  for (int i = 0; i < k; i++) {
+    const tagc_grad_job *jb = &jobs[idx[i]];
+    int64_t S = (int64_t)jb->seg->S;
+    TAGC_CHECK(tagc_kernels_q8_decode_sum(&ctx, recv + off, S, (int32_t)W, (int64_t)per_rank,
+                                          jb->shard));
+    off += (size_t)tagc_q8_chunk_bytes(S);
+  }
+  return TAGC_OK;
+}
+
+/* The rho segment s sketches with at this step; 0: a dense wire (dense_only segments, and
+ * dense modes between their density probes, never ask the advisor). */
+static tagc_status plan_rho(const tagc_grad_segment *s, int64_t step, double *rho) {
+  *rho = 0;
+  if (!s->pol.dense_only && (s->mode == TAGC_MODE_SKETCH || step % PROBE_EVERY == 0))
+    return choose_rho(s, step, rho); /* dense wires still probe */
+  return TAGC_OK;
+}
+
+/* 1 when tagc segment s goes on the int8 wire at a step it planned rho for (with peers). */
+static int goes_int8(const tagc_grad_codec *c, const tagc_grad_segment *s, double rho) {
+  return c->world > 1 && s->pol.kind == TAGC_POLICY_TAGC && rho == 0 && s->mode == TAGC_MODE_INT8;
 }
 
 /* One tagc segment: sparsify with error feedback, OR the bitmaps to their owners, encode the
@@ -316,17 +365,19 @@ static tagc_status reduce_tagc(tagc_grad_codec *c, tagc_grad_segment *s, tagc_la
                                const float *grad, float *shard, float *work, tagc_grad_stats *stats) {
   size_t W = (size_t)c->world, n = s->S * W;
   reduce_scratch *sc = &c->scratch;
+  double rho;
+  TAGC_CHECK(plan_rho(s, step, &rho));
+  if (goes_int8(c, s, rho)) {
+    tagc_grad_job job = {s, grad, shard, stats};
+    int only = 0;
+    return reduce_int8_group(c, &job, &only, 1, lane);
+  }
   TAGC_CHECK(padded(c, s, lane, grad, work, &grad)); /* the kernels read grad as [W][S] */
-  double rho = 0;
-  if (!s->pol.dense_only && (s->mode == TAGC_MODE_SKETCH || step % PROBE_EVERY == 0))
-    TAGC_CHECK(choose_rho(s, step, &rho)); /* dense wires still probe */
   stats->tagc = 1;
   stats->dense = rho == 0;
   if (stats->dense) {
     stats->global_bits = -1; /* not measured */
     stats->wire = s->mode == TAGC_MODE_SKETCH ? TAGC_MODE_BF16 : s->mode;
-    if (s->mode == TAGC_MODE_INT8)
-      return reduce_tagc_int8(c, s, lane, grad, shard);
     return reduce_tagc_dense(c, s, lane, grad, shard, work,
                              s->mode == TAGC_MODE_SKETCH ? wire_of(c->cfg.sketch_bf16)
                                                          : wire_of(s->mode == TAGC_MODE_BF16));
@@ -414,6 +465,31 @@ tagc_status tagc_grad_reduce(tagc_grad_codec *c, tagc_grad_segment *s, tagc_lane
     return reduce_tagc(c, s, lane, step, grad, shard, work, stats);
   TAGC_CHECK(padded(c, s, lane, grad, work, &grad));
   return reduce_dense(c, s, lane, grad, shard, wire_of(s->pol.kind == TAGC_POLICY_BF16));
+}
+
+tagc_status tagc_grad_reduce_unit(tagc_grad_codec *c, const tagc_grad_job *jobs, int n,
+                                  tagc_lane lane, int64_t step, float *work) {
+  enum { GROUP_MAX = 64 }; /* int8 segments of a unit in one exchange; any more go in turn */
+  int idx[GROUP_MAX], k = 0;
+  unsigned char grouped[GROUP_MAX] = {0};
+  for (int i = 0; i < n && i < GROUP_MAX; i++) {
+    double rho;
+    TAGC_CHECK(plan_rho(jobs[i].seg, step, &rho));
+    if (goes_int8(c, jobs[i].seg, rho)) {
+      idx[k++] = i;
+      grouped[i] = 1;
+    }
+  }
+  if (k > 1) {
+    for (int i = 0; i < k; i++)
+      jobs[idx[i]].seg->staged = STAGE_NONE; /* as tagc_grad_reduce starts */
+    TAGC_CHECK(reduce_int8_group(c, jobs, idx, k, lane));
+  }
+  for (int i = 0; i < n; i++)
+    if (k < 2 || i >= GROUP_MAX || !grouped[i])
+      TAGC_CHECK(tagc_grad_reduce(c, jobs[i].seg, lane, step, jobs[i].grad, jobs[i].shard, work,
+                                  jobs[i].stats));
+  return TAGC_OK;
 }
 
 tagc_status tagc_grad_segment_commit(tagc_grad_codec *c, tagc_grad_segment *s, tagc_lane lane,

@@ -97,6 +97,25 @@ tagc_status tagc_grad_reduce(tagc_grad_codec *c, tagc_grad_segment *s, tagc_lane
                              int64_t step, const float *grad, float *shard, float *work,
                              tagc_grad_stats *stats);
 
+/* One segment's part of a unit's reduction (tagc_grad_reduce_unit): the arguments
+ * tagc_grad_reduce takes for it. */
+typedef struct tagc_grad_job {
+  tagc_grad_segment *seg;
+  const float *grad;      /* len floats of device memory, not modified */
+  float *shard;           /* S floats of device memory */
+  tagc_grad_stats *stats; /* this step's measurement */
+} tagc_grad_job;
+
+/* Collective: reduces the n segments of one unit with the results (shards, staged residuals,
+ * stats) of n tagc_grad_reduce calls, bit for bit, except that the segments on the int8 wire
+ * this step share one all-to-all: each rank's chunks for rank j of all of them travel as one
+ * message (in job order), so a unit makes one int8 exchange however many segments it has. The
+ * other segments are reduced after it, one by one in job order. `work` as for
+ * tagc_grad_reduce, sized for the largest segment. Every rank passes the same segments in the
+ * same order. Errors: as tagc_grad_reduce. */
+tagc_status tagc_grad_reduce_unit(tagc_grad_codec *c, const tagc_grad_job *jobs, int n,
+                                  tagc_lane lane, int64_t step, float *work);
+
 /* After the step's reductions (the lane that ran them idle): apply = 1 makes the residual
  * the last tagc_grad_reduce staged the segment's residual; apply = 0 drops it, keeping the
  * residual of before the step bit for bit. The tagc sketch path stages into a second

@@ -160,10 +160,12 @@ static tagc_status run_op(unit *u, int op, tagc_decode_stats *dst) {
   case OP_BF16: return tagc_bf16_encode_cpu(u->grad, u->half, u->total);
   case OP_BF16_DECODE: return tagc_bf16_decode_cpu(u->half, u->res, u->total);
   case OP_Q8: return tagc_q8_encode_cpu(u->grad, u->total, u->q8);
-  case OP_Q8_DECODE: return tagc_q8_decode_cpu(u->q8, u->total, 1, u->total, u->res);
+  case OP_Q8_DECODE:
+    return tagc_q8_decode_cpu(u->q8, u->total, 1, tagc_q8_chunk_bytes(u->total), u->total, u->res);
   case OP_Q8_EF:
     return tagc_q8_encode_ef_cpu(u->grad, u->res_saved, u->total, u->q8, u->res_out);
-  case OP_Q8_SUM: return tagc_q8_decode_sum_cpu(u->q8w, u->total / 2, 2, u->out);
+  case OP_Q8_SUM:
+    return tagc_q8_decode_sum_cpu(u->q8w, u->total / 2, 2, tagc_q8_chunk_bytes(u->total / 2), u->out);
   default: return tagc_bitmap_or_many_cpu(u->glob, u->bitmap, 2, u->l.bitmap_words);
   }
 }

@@ -26,7 +26,7 @@ static void test_round_trip(int64_t n, kgen *g) {
   for (int64_t i = 0; i < n; i++)
     x[i] = kgen_sample(g, (kgen_dist)(i / 256 % 3)) * (i % 7 == 0 ? 100.0f : 1.0f);
   CHECK_OK(tagc_q8_encode_cpu(x, n, q));
-  CHECK_OK(tagc_q8_decode_cpu(q, n, 1, n, y));
+  CHECK_OK(tagc_q8_decode_cpu(q, n, 1, tagc_q8_chunk_bytes(n), n, y));
   const float *scale = (const float *)q;
   const int8_t *code = (const int8_t *)(q + 4 * nb);
   int64_t bad_scale = 0, bad_err = 0, bad_code = 0;
@@ -60,7 +60,7 @@ static void test_special_blocks(void) {
   unsigned char q[1024];
   float y[768];
   CHECK_OK(tagc_q8_encode_cpu(x, 768, q));
-  CHECK_OK(tagc_q8_decode_cpu(q, 768, 1, 768, y));
+  CHECK_OK(tagc_q8_decode_cpu(q, 768, 1, tagc_q8_chunk_bytes(768), 768, y));
   int zero_ok = 1, nan_ok = 1, first_ok = 1;
   for (int i = 256; i < 512; i++)
     zero_ok &= y[i] == 0.0f && !signbit(y[i]);
@@ -78,7 +78,7 @@ static void test_special_blocks(void) {
   x[700] = INFINITY;
   x[600] = 1.0f;
   CHECK_OK(tagc_q8_encode_cpu(x, 768, q));
-  CHECK_OK(tagc_q8_decode_cpu(q, 768, 1, 768, y));
+  CHECK_OK(tagc_q8_decode_cpu(q, 768, 1, tagc_q8_chunk_bytes(768), 768, y));
   CHECK(!isfinite(y[700]) && !isfinite(y[520]));
   CHECK(isfinite(y[10]) && y[300] == 0.0f);
 }
@@ -95,10 +95,10 @@ static void test_gathered(kgen *g) {
     CHECK_OK(tagc_q8_encode_cpu(x + c * n, n, q + c * bytes));
   for (int64_t i = limit; i < count * n; i++)
     y[i] = 42.0f;
-  CHECK_OK(tagc_q8_decode_cpu(q, n, (int32_t)count, limit, y));
+  CHECK_OK(tagc_q8_decode_cpu(q, n, (int32_t)count, bytes, limit, y));
   int64_t bad = 0;
   for (int64_t c = 0; c < count; c++) {
-    CHECK_OK(tagc_q8_decode_cpu(q + c * bytes, n, 1, n, one));
+    CHECK_OK(tagc_q8_decode_cpu(q + c * bytes, n, 1, bytes, n, one));
     for (int64_t i = 0; i < n && c * n + i < limit; i++)
       bad += memcmp(&one[i], &y[c * n + i], 4) != 0;
   }
@@ -140,7 +140,7 @@ static void test_encode_ef(int64_t n, kgen *g) {
     for (int64_t i = 0; i < n; i++)
       v[i] = x[i] + (with_res ? r[i] : 0.0f);
     CHECK_OK(tagc_q8_encode_cpu(v, n, qa));
-    CHECK_OK(tagc_q8_decode_cpu(qa, n, 1, n, d));
+    CHECK_OK(tagc_q8_decode_cpu(qa, n, 1, bytes, n, d));
     for (int64_t i = 0; i < n; i++)
       want[i] = v[i] - d[i];
     memset(qb, 0xAB, (size_t)bytes);
@@ -173,17 +173,47 @@ static void test_decode_sum(int64_t n, int32_t count, kgen *g) {
     for (int64_t i = 0; i < n; i++)
       x[i] = kgen_sample(g, (kgen_dist)((i / 256 + c) % 3)) * (i % 9 == c ? -0.0f : 1.0f);
     CHECK_OK(tagc_q8_encode_cpu(x, n, q + c * bytes));
-    CHECK_OK(tagc_q8_decode_cpu(q + c * bytes, n, 1, n, one));
+    CHECK_OK(tagc_q8_decode_cpu(q + c * bytes, n, 1, bytes, n, one));
     for (int64_t i = 0; i < n; i++)
       want[i] = c == 0 ? one[i] : want[i] + one[i];
   }
   for (int t = 1; t <= 2; t++) {
     omp_set_num_threads(t);
     memset(got, 0x7f, (size_t)n * 4);
-    CHECK_OK(tagc_q8_decode_sum_cpu(q, n, count, got));
+    CHECK_OK(tagc_q8_decode_sum_cpu(q, n, count, bytes, got));
     CHECK(memcmp(want, got, (size_t)n * 4) == 0);
   }
   free(x), free(one), free(want), free(got), free(q);
+}
+
+/* Chunks further apart than their size (a unit's grouped exchange puts the other segments'
+ * chunks between them): decode and decode_sum read them at the stride given, with the same
+ * values as when packed, and never the bytes between; a stride below the chunk size or not a
+ * multiple of 4 is refused. */
+static void test_strided(kgen *g) {
+  int64_t n = 1000, bytes = tagc_q8_chunk_bytes(n), stride = bytes + 48, limit = 2 * n + 10;
+  int32_t count = 3;
+  float *x = malloc((size_t)(count * n) * 4), *want = malloc((size_t)(count * n) * 4),
+        *got = malloc((size_t)(count * n) * 4);
+  unsigned char *packed = malloc((size_t)(count * bytes)), *spread = malloc((size_t)(count * stride));
+  memset(spread, 0x7f, (size_t)(count * stride)); /* between the chunks: huge scales if read */
+  for (int64_t i = 0; i < count * n; i++)
+    x[i] = kgen_sample(g, KGEN_GAUSS);
+  for (int32_t c = 0; c < count; c++) {
+    CHECK_OK(tagc_q8_encode_cpu(x + c * n, n, packed + c * bytes));
+    memcpy(spread + c * stride, packed + c * bytes, (size_t)bytes);
+  }
+  CHECK_OK(tagc_q8_decode_cpu(packed, n, count, bytes, limit, want));
+  CHECK_OK(tagc_q8_decode_cpu(spread, n, count, stride, limit, got));
+  CHECK(memcmp(want, got, (size_t)limit * 4) == 0);
+  CHECK_OK(tagc_q8_decode_sum_cpu(packed, n, count, bytes, want));
+  CHECK_OK(tagc_q8_decode_sum_cpu(spread, n, count, stride, got));
+  CHECK(memcmp(want, got, (size_t)n * 4) == 0);
+  CHECK(tagc_q8_decode_cpu(spread, n, count, bytes - 16, limit, got) == TAGC_EINVAL);
+  CHECK(tagc_q8_decode_cpu(spread, n, count, stride + 2, limit, got) == TAGC_EINVAL);
+  CHECK(tagc_q8_decode_sum_cpu(spread, n, count, bytes - 16, got) == TAGC_EINVAL);
+  CHECK(tagc_q8_decode_sum_cpu(spread, n, count, stride + 2, got) == TAGC_EINVAL);
+  free(x), free(want), free(got), free(packed), free(spread);
 }
 
 static void test_bad_arguments(void) {
@@ -191,17 +221,17 @@ static void test_bad_arguments(void) {
   unsigned char q[32];
   CHECK(tagc_q8_encode_cpu(NULL, 4, q) == TAGC_EINVAL);
   CHECK(tagc_q8_encode_cpu(x, -1, q) == TAGC_EINVAL);
-  CHECK(tagc_q8_decode_cpu(q, 4, 0, 1, x) == TAGC_EINVAL);
-  CHECK(tagc_q8_decode_cpu(q, 4, 1, 5, x) == TAGC_EINVAL); /* limit past count * n */
-  CHECK(tagc_q8_decode_cpu(NULL, 4, 1, 4, x) == TAGC_EINVAL);
+  CHECK(tagc_q8_decode_cpu(q, 4, 0, tagc_q8_chunk_bytes(4), 1, x) == TAGC_EINVAL);
+  CHECK(tagc_q8_decode_cpu(q, 4, 1, tagc_q8_chunk_bytes(4), 5, x) == TAGC_EINVAL); /* limit past count * n */
+  CHECK(tagc_q8_decode_cpu(NULL, 4, 1, tagc_q8_chunk_bytes(4), 4, x) == TAGC_EINVAL);
   CHECK_OK(tagc_q8_encode_cpu(NULL, 0, NULL));
-  CHECK_OK(tagc_q8_decode_cpu(NULL, 4, 1, 0, NULL));
+  CHECK_OK(tagc_q8_decode_cpu(NULL, 4, 1, tagc_q8_chunk_bytes(4), 0, NULL));
   CHECK(tagc_q8_encode_ef_cpu(NULL, x, 4, q, x) == TAGC_EINVAL);
   CHECK(tagc_q8_encode_ef_cpu(x, x, -1, q, x) == TAGC_EINVAL);
-  CHECK(tagc_q8_decode_sum_cpu(q, 4, 0, x) == TAGC_EINVAL);
-  CHECK(tagc_q8_decode_sum_cpu(NULL, 4, 1, x) == TAGC_EINVAL);
+  CHECK(tagc_q8_decode_sum_cpu(q, 4, 0, tagc_q8_chunk_bytes(4), x) == TAGC_EINVAL);
+  CHECK(tagc_q8_decode_sum_cpu(NULL, 4, 1, tagc_q8_chunk_bytes(4), x) == TAGC_EINVAL);
   CHECK_OK(tagc_q8_encode_ef_cpu(NULL, NULL, 0, NULL, NULL));
-  CHECK_OK(tagc_q8_decode_sum_cpu(NULL, 0, 2, NULL));
+  CHECK_OK(tagc_q8_decode_sum_cpu(NULL, 0, 2, tagc_q8_chunk_bytes(0), NULL));
 }
 
 int main(void) {
@@ -219,6 +249,7 @@ int main(void) {
   test_decode_sum(1, 2, &g);
   test_decode_sum(1000, 3, &g);
   test_decode_sum(300000, 4, &g);
+  test_strided(&g);
   test_bad_arguments();
   return TEST_END();
 }

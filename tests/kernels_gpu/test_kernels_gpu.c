@@ -642,8 +642,8 @@ static void test_q8(void) {
       CHECK_OK(tagc_q8_encode_cuda(df + c * n, n, dq + c * bytes, stream));
     }
     int64_t limit = count * n - (n > 1 ? n / 2 : 0);
-    CHECK_OK(tagc_q8_decode_cpu(q_cpu, n, (int32_t)count, limit, out_cpu));
-    CHECK_OK(tagc_q8_decode_cuda(dq, n, (int32_t)count, limit, dout, stream));
+    CHECK_OK(tagc_q8_decode_cpu(q_cpu, n, (int32_t)count, bytes, limit, out_cpu));
+    CHECK_OK(tagc_q8_decode_cuda(dq, n, (int32_t)count, bytes, limit, dout, stream));
     CUDA_OK(cudaStreamSynchronize(stream));
     host_copy(q_gpu, dq, (size_t)(count * bytes));
     host_copy(out_gpu, dout, (size_t)limit * 4);
@@ -653,7 +653,8 @@ static void test_q8(void) {
            (long long)bad_f);
     CHECK_EQ_INT(bad_q, 0);
     CHECK_EQ_INT(bad_f, 0);
-    CHECK(tagc_q8_decode_cuda(dq, n, 0, 1, dout, stream) == TAGC_EINVAL);
+    CHECK(tagc_q8_decode_cuda(dq, n, 0, bytes, 1, dout, stream) == TAGC_EINVAL);
+    CHECK(tagc_q8_decode_cuda(dq, n, (int32_t)count, bytes + 2, 1, dout, stream) == TAGC_EINVAL);
     cudaFree(df), cudaFree(dout), cudaFree(dq);
     free(f), free(out_cpu), free(out_gpu), free(q_cpu), free(q_gpu);
   }
@@ -661,15 +662,17 @@ static void test_q8(void) {
 
 /* The int8 gradient wire: the CUDA encode with error feedback (chunk bytes and new residual,
  * with and without a residual, a NaN in it) and the owner's decode-sum of W = 3 chunks equal
- * the CPU oracle's bit for bit. */
+ * the CPU oracle's bit for bit; the device chunks lie 32 bytes further apart than their size
+ * (a unit's grouped exchange), the CPU's packed. */
 static void test_q8_grad(void) {
   static const int64_t sizes[] = {1, 257, 1000, TEST_BIG_ARRAY + 77};
   for (size_t s = 0; s < sizeof sizes / sizeof *sizes; s++) {
     int64_t n = sizes[s], bytes = tagc_q8_chunk_bytes(n), count = 3, bad_q = 0, bad_r = 0, bad_f = 0;
+    int64_t gstride = bytes + 32;
     float *f = malloc((size_t)(count * n) * 4), *r = malloc((size_t)(count * n) * 4),
           *res_cpu = malloc((size_t)(count * n) * 4), *res_gpu = malloc((size_t)(count * n) * 4),
           *sum_cpu = malloc((size_t)n * 4), *sum_gpu = malloc((size_t)n * 4);
-    unsigned char *q_cpu = malloc((size_t)(count * bytes)), *q_gpu = malloc((size_t)(count * bytes));
+    unsigned char *q_cpu = malloc((size_t)(count * bytes)), *q_gpu = malloc((size_t)(count * gstride));
     for (int64_t i = 0; i < count * n; i++) {
       f[i] = gaussian() * (i % 3 == 0 ? 1e-3f : 0.5f);
       r[i] = i % 5 == 0 ? -0.0f : 0.01f * gaussian();
@@ -678,20 +681,21 @@ static void test_q8_grad(void) {
       r[n + 3] = NAN;
     float *df = dev_copy(f, (size_t)(count * n) * 4), *dr = dev_copy(r, (size_t)(count * n) * 4);
     float *dres = dev_alloc((size_t)(count * n) * 4), *dsum = dev_alloc((size_t)n * 4);
-    unsigned char *dq = dev_alloc((size_t)(count * bytes));
+    unsigned char *dq = dev_alloc((size_t)(count * gstride));
     for (int with_res = 0; with_res < 2; with_res++) {
       for (int64_t c = 0; c < count; c++) {
         const float *rc = with_res ? r + c * n : NULL, *drc = with_res ? dr + c * n : NULL;
         CHECK_OK(tagc_q8_encode_ef_cpu(f + c * n, rc, n, q_cpu + c * bytes, res_cpu + c * n));
-        CHECK_OK(tagc_q8_encode_ef_cuda(df + c * n, drc, n, dq + c * bytes, dres + c * n, stream));
+        CHECK_OK(tagc_q8_encode_ef_cuda(df + c * n, drc, n, dq + c * gstride, dres + c * n, stream));
       }
-      CHECK_OK(tagc_q8_decode_sum_cpu(q_cpu, n, (int32_t)count, sum_cpu));
-      CHECK_OK(tagc_q8_decode_sum_cuda(dq, n, (int32_t)count, dsum, stream));
+      CHECK_OK(tagc_q8_decode_sum_cpu(q_cpu, n, (int32_t)count, tagc_q8_chunk_bytes(n), sum_cpu));
+      CHECK_OK(tagc_q8_decode_sum_cuda(dq, n, (int32_t)count, gstride, dsum, stream));
       CUDA_OK(cudaStreamSynchronize(stream));
-      host_copy(q_gpu, dq, (size_t)(count * bytes));
+      host_copy(q_gpu, dq, (size_t)(count * gstride));
       host_copy(res_gpu, dres, (size_t)(count * n) * 4);
       host_copy(sum_gpu, dsum, (size_t)n * 4);
-      bad_q += diff_bytes(q_cpu, q_gpu, count * bytes, 1);
+      for (int64_t c = 0; c < count; c++)
+        bad_q += diff_bytes(q_cpu + c * bytes, q_gpu + c * gstride, bytes, 1);
       bad_r += diff_f32_nan(res_cpu, res_gpu, count * n);
       bad_f += diff_f32_nan(sum_cpu, sum_gpu, n);
     }
@@ -700,7 +704,8 @@ static void test_q8_grad(void) {
     CHECK_EQ_INT(bad_q, 0);
     CHECK_EQ_INT(bad_r, 0);
     CHECK_EQ_INT(bad_f, 0);
-    CHECK(tagc_q8_decode_sum_cuda(dq, n, 0, dsum, stream) == TAGC_EINVAL);
+    CHECK(tagc_q8_decode_sum_cuda(dq, n, 0, gstride, dsum, stream) == TAGC_EINVAL);
+    CHECK(tagc_q8_decode_sum_cuda(dq, n, (int32_t)count, bytes - 4, dsum, stream) == TAGC_EINVAL);
     cudaFree(df), cudaFree(dr), cudaFree(dres), cudaFree(dsum), cudaFree(dq);
     free(f), free(r), free(res_cpu), free(res_gpu), free(sum_cpu), free(sum_gpu), free(q_cpu), free(q_gpu);
   }

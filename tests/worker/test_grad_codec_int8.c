@@ -12,7 +12,10 @@
  *    block (never silently finite), and the other ranks' shards stay finite;
  *  - dense_only adaptive segments never sketch (no density probe at step 16);
  *  - moved to fp32, a step sends gradient + residual and zeroes the residual, and the next
- *    (residual known zero: the gradient goes as it is) sends the gradients' sum. */
+ *    (residual known zero: the gradient goes as it is) sends the gradients' sum;
+ *  - a unit's reduction (tagc_grad_reduce_unit) of two int8 segments of different shard sizes
+ *    (one padded) around an fp32 one makes one all-to-all for both, with the shards, stats
+ *    and committed residuals of three tagc_grad_reduce calls, bit for bit, over two steps. */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -47,8 +50,80 @@ static void quantised(const float *v, float *q) {
   unsigned char *buf = malloc((size_t)chunk * W);
   for (int j = 0; j < W; j++)
     tagc_q8_encode_cpu(v + j * S, S, buf + j * chunk);
-  tagc_q8_decode_cpu(buf, S, W, N, q);
+  tagc_q8_decode_cpu(buf, S, W, tagc_q8_chunk_bytes(S), N, q);
   free(buf);
+}
+
+/* A unit of three segments [int8 A (shards of S, the last one partly padding), fp32 B, int8 C
+ * (shards of 2S, the second partly padding, the third all padding)]: tagc_grad_reduce_unit
+ * against three tagc_grad_reduce calls on twin segments. Past each segment's len its gradient
+ * buffer holds NaN, which neither may read. */
+static void test_unit(tagc_grad_codec *c, tagc_comm *comm, int rank) {
+  enum { NSEG = 3 };
+  static const size_t len[NSEG] = {LEN, 2 * S, 2 * (W - 1) * S - 5};
+  static const size_t shard_size[NSEG] = {S, S, 2 * S};
+  static const tagc_wire_mode mode[NSEG] = {TAGC_MODE_INT8, TAGC_MODE_FP32, TAGC_MODE_INT8};
+  tagc_role_policy pol = {TAGC_POLICY_TAGC, 0.05, 0, 1, 1};
+  tagc_grad_segment *unit[NSEG] = {0}, *twin[NSEG] = {0};
+  float *grad[NSEG], *got[NSEG], *want[NSEG], *work = malloc(2 * N * 4);
+  tagc_grad_stats gs_unit[NSEG], gs_twin[NSEG];
+  for (int i = 0; i < NSEG; i++) {
+    CHECK_OK(tagc_grad_segment_new(c, &pol, len[i], shard_size[i], 20 + i, &unit[i]));
+    CHECK_OK(tagc_grad_segment_new(c, &pol, len[i], shard_size[i], 20 + i, &twin[i]));
+    if (!unit[i] || !twin[i])
+      return;
+    tagc_grad_segment_set_mode(unit[i], mode[i]);
+    tagc_grad_segment_set_mode(twin[i], mode[i]);
+    grad[i] = malloc(2 * N * 4);
+    got[i] = malloc(shard_size[i] * 4);
+    want[i] = malloc(shard_size[i] * 4);
+  }
+  for (int t = 3; t < 5; t++) {
+    for (int i = 0; i < NSEG; i++) {
+      gradient(rank, 10 * t + i, grad[i]); /* N values; C takes two of them */
+      gradient(rank, 10 * t + i + 5, grad[i] + N);
+      for (size_t k = len[i]; k < 2 * N; k++)
+        grad[i][k] = NAN;
+    }
+    tagc_grad_job jobs[NSEG];
+    for (int i = 0; i < NSEG; i++)
+      jobs[i] = (tagc_grad_job){unit[i], grad[i], got[i], &gs_unit[i]};
+    tagc_comm_stats c0, c1, c2;
+    tagc_comm_stats_get(comm, &c0);
+    CHECK_OK(tagc_grad_reduce_unit(c, jobs, NSEG, TAGC_LANE_COMM, t, work));
+    tagc_comm_stats_get(comm, &c1);
+    for (int i = 0; i < NSEG; i++)
+      CHECK_OK(tagc_grad_reduce(c, twin[i], TAGC_LANE_COMM, t, grad[i], want[i], work, &gs_twin[i]));
+    tagc_comm_stats_get(comm, &c2);
+    uint64_t unit_a2a = c1.op[TAGC_COMM_OP_ALLTOALL].calls - c0.op[TAGC_COMM_OP_ALLTOALL].calls;
+    uint64_t twin_a2a = c2.op[TAGC_COMM_OP_ALLTOALL].calls - c1.op[TAGC_COMM_OP_ALLTOALL].calls;
+    uint64_t unit_bytes = c1.op[TAGC_COMM_OP_ALLTOALL].bytes_sent - c0.op[TAGC_COMM_OP_ALLTOALL].bytes_sent;
+    uint64_t twin_bytes = c2.op[TAGC_COMM_OP_ALLTOALL].bytes_sent - c1.op[TAGC_COMM_OP_ALLTOALL].bytes_sent;
+    CHECK_MSG(unit_a2a == 1 && twin_a2a == 2 && unit_bytes == twin_bytes,
+              "rank %d step %d: all-to-alls unit %llu (%llu B), one by one %llu (%llu B)", rank, t,
+              (unsigned long long)unit_a2a, (unsigned long long)unit_bytes,
+              (unsigned long long)twin_a2a, (unsigned long long)twin_bytes);
+    for (int i = 0; i < NSEG; i++) {
+      CHECK_MSG(memcmp(got[i], want[i], shard_size[i] * 4) == 0,
+                "rank %d step %d segment %d: the unit's shard differs", rank, t, i);
+      CHECK_MSG(gs_unit[i].wire == gs_twin[i].wire && gs_unit[i].dense == gs_twin[i].dense &&
+                    gs_unit[i].tagc == gs_twin[i].tagc && gs_unit[i].global_bits == gs_twin[i].global_bits,
+                "rank %d step %d segment %d: stats differ (wire %d vs %d)", rank, t, i,
+                (int)gs_unit[i].wire, (int)gs_twin[i].wire);
+      CHECK_OK(tagc_grad_segment_commit(c, unit[i], TAGC_LANE_COMM, 1));
+      CHECK_OK(tagc_grad_segment_commit(c, twin[i], TAGC_LANE_COMM, 1));
+      const float *ru = tagc_grad_segment_residual_shard(c, unit[i]) - (size_t)rank * shard_size[i];
+      const float *rt = tagc_grad_segment_residual_shard(c, twin[i]) - (size_t)rank * shard_size[i];
+      CHECK_MSG(memcmp(ru, rt, W * shard_size[i] * 4) == 0,
+                "rank %d step %d segment %d: the unit's residual differs", rank, t, i);
+    }
+  }
+  for (int i = 0; i < NSEG; i++) {
+    tagc_grad_segment_free(c, unit[i]);
+    tagc_grad_segment_free(c, twin[i]);
+    free(grad[i]), free(got[i]), free(want[i]);
+  }
+  free(work);
 }
 
 /* One rank (tests/comm/harness.h): returns its failed checks. */
@@ -187,9 +262,11 @@ static int rank_main(int rank, int world, const char *dir, void *arg) {
       zero &= mine[i] == 0.0f;
     CHECK_MSG(zero, "rank %d step %d: the residual is not zero after a dense fp32 step", rank, t);
   }
+  test_unit(c, comm, rank);
   if (test_failed_ == failed_before)
     printf("  rank %d: shards and residuals match the oracle; max |error| within W*amax/254; "
-           "NaN block carried; %lld B per all-to-all\n", rank, (long long)((W - 1) * chunk));
+           "NaN block carried; %lld B per all-to-all; a unit's int8 segments in one all-to-all\n",
+           rank, (long long)((W - 1) * chunk));
   for (int r = 0; r < W; r++) {
     free(g[r]);
     free(res[r]);
