@@ -8,7 +8,9 @@
 #   usage: bench/netns_bench.sh BUILD_DIR [STEPS] [WORLDS] [LINKS] [POLICIES]
 # The runs sketch from step 1 (--compress-warmup 0): the bench times the steady compressed
 # step, not a training run's dense warm-up; its short-run val loss is not a quality figure.
-# TAGC_BENCH_KEEP=DIR keeps every run's summary.json and metrics.jsonl under DIR/W-POLICY-LINK.
+# TAGC_BENCH_KEEP=DIR keeps every run's summary.json and metrics.jsonl under DIR/W-POLICY-LINK
+# (DIR/W-POLICY-LINK.2, .3, ... for a policy listed again: alternated repeats, whose medians
+# the bench prints after the table).
 set -euo pipefail
 build=${1:?usage: bench/netns_bench.sh BUILD_DIR [STEPS] [WORLDS] [LINKS] [POLICIES]}
 steps=${2:-20}
@@ -70,9 +72,11 @@ spec_of() {
 }
 
 run() { # run W POLICY LINK -> prints one result line
-  local w=$1 policy=$2 link=$3 out=$tmp/$w-${2//\//-}-$link
+  local w=$1 policy=$2 link=$3 out
+  # a fresh directory per run: a policy may be listed twice (alternated repeats), and a
+  # rendezvous file left by an earlier run would send the ranks to its stale addresses
+  out=$(mktemp -d "$tmp/$w-${2//\//-}-$link.XXXXXX")
   local threads=$(( $(nproc) / w )); [ "$threads" -lt 1 ] && threads=1
-  mkdir -p "$out"
   local pids=()
   for r in $(seq 0 $((w - 1))); do
     # shellcheck disable=SC2086
@@ -87,8 +91,10 @@ run() { # run W POLICY LINK -> prints one result line
   for p in "${pids[@]}"; do wait "$p" || rc=1; done
   if [ $rc -ne 0 ]; then echo "run $w $policy $link failed:"; tail -n 3 "$out"/rank*.log; return 1; fi
   if [ -n "${TAGC_BENCH_KEEP:-}" ]; then # keep each run's summary and metrics (comparisons)
-    mkdir -p "$TAGC_BENCH_KEEP/$w-${policy//\//-}-$link"
-    cp "$out/summary.json" "$out/metrics.jsonl" "$TAGC_BENCH_KEEP/$w-${policy//\//-}-$link/"
+    local keep=$TAGC_BENCH_KEEP/$w-${policy//\//-}-$link n=1
+    while [ -e "$keep" ]; do n=$((n + 1)); keep=$TAGC_BENCH_KEEP/$w-${policy//\//-}-$link.$n; done
+    mkdir -p "$keep"
+    cp "$out/summary.json" "$out/metrics.jsonl" "$keep/"
   fi
   # one JSON line: the summary's figures, the median bytes of a step (steady state: the first
   # step's lossless density probe excluded) and the gathers in effect at the last step
@@ -147,6 +153,19 @@ for (w, link), g in groups.items():
         if not r["fixed"]:
             print("    %s at W=%s %s: %.2fx the best fixed policy (%s)" % (
                 r["policy"], w, link, best["step_s"] / r["step_s"], best["policy"]))
+    runs = {}
+    for r in g:
+        runs.setdefault(r["policy"], []).append(r["step_s"])
+    if any(len(v) > 1 for v in runs.values()):  # repeats: medians per policy
+        med = {p: sorted(v)[(len(v) - 1) // 2] for p, v in runs.items()}  # lower median
+        fixed = [p for p in med if not p.startswith("auto")]
+        for p in med:
+            line = "    median of %d at W=%s %s: %-16s %7.1f ms" % (len(runs[p]), w, link, p, 1e3 * med[p])
+            if not p.startswith("auto") or not fixed:
+                print(line)
+                continue
+            bp = min(fixed, key=lambda q: med[q])
+            print(line + ", %.2fx the best fixed median (%s)" % (med[bp] / med[p], bp))
 print("x_zero3 = step time of fp32 ZeRO-3 (none/fp32, the first policy) / this one's; x_same = "
       "of `none` with the same gathers (precision, reshard; '-' when not run); MB/step = median "
       "bytes sent per step and rank (bytes_x against fp32 ZeRO-3); gathr/reshard = in effect at "
