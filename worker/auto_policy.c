@@ -63,8 +63,10 @@ tagc_gather_mode tagc_auto_gather_choose(int world, double link_bytes_per_s,
     return current;
   double cost[TAGC_GATHER_COUNT];
   tagc_auto_gather_costs(world, link_bytes_per_s, cost);
-  tagc_gather_mode best = cost[TAGC_GATHER_INT8] < cost[TAGC_GATHER_BF16] ? TAGC_GATHER_INT8
-                                                                          : TAGC_GATHER_BF16;
+  tagc_gather_mode best = current;
+  for (int m = 0; m < TAGC_GATHER_COUNT; m++)
+    if (cost[m] < cost[best])
+      best = (tagc_gather_mode)m;
   return cost[best] <= (1.0 - required_gain(switches)) * cost[current] ? best : current;
 }
 

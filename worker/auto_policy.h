@@ -60,14 +60,16 @@ tagc_wire_mode tagc_auto_choose(const tagc_auto_input *in, tagc_wire_mode curren
 /* "sketch", "bf16", "fp32" or "int8". */
 const char *tagc_wire_mode_name(tagc_wire_mode m);
 
-/* `--gather auto` with `--compress auto`: the precision of the parameter all-gathers, bf16 or
- * blockwise int8 (kernels/q8.h), from the same shared link rate. Per gathered element, on W
- * ranks, the predicted cost is
+/* `--gather auto` with `--compress auto`: the precision of the parameter all-gathers, fp32,
+ * bf16 or blockwise int8 (kernels/q8.h), from the same shared link rate. Per gathered element,
+ * on W ranks, the predicted cost is
+ *   fp32   4 (W-1)/W bytes / link rate
  *   bf16   2 (W-1)/W bytes / link rate + TAGC_AUTO_GATHER_BF16_S_PER_ELEMENT
  *   int8   (1 + 4/256) (W-1)/W bytes / link rate + TAGC_AUTO_GATHER_Q8_S_PER_ELEMENT
  * (conversions: encode of the own shard, decode of the whole unit). Every unit and every
- * gather of a step scale both costs alike, so one choice serves all units: int8 wins below a
- * link rate of about 1 GB/s at W = 2. Same hysteresis as the gradient wires. */
+ * gather of a step scale the costs alike, so one choice serves all units: at W = 2 int8 wins
+ * below a link rate of about 1 GB/s and fp32 above 2 GB/s (the conversions then cost more than
+ * the bytes they save). Same hysteresis as the gradient wires. Starts at bf16. */
 typedef enum tagc_gather_mode {
   TAGC_GATHER_FP32 = 0,
   TAGC_GATHER_BF16,
@@ -81,7 +83,7 @@ typedef enum tagc_gather_mode {
 /* Predicted seconds per gathered element of each precision (fp32 included, for the log). */
 void tagc_auto_gather_costs(int world, double link_bytes_per_s, double cost[TAGC_GATHER_COUNT]);
 
-/* bf16 or int8 for the next steps; `current` when the rate is unknown or W < 2. Pure. */
+/* fp32, bf16 or int8 for the next steps; `current` when the rate is unknown or W < 2. Pure. */
 tagc_gather_mode tagc_auto_gather_choose(int world, double link_bytes_per_s,
                                          tagc_gather_mode current, int switches);
 

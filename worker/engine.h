@@ -63,7 +63,7 @@ typedef struct tagc_engine_config {
                                       qwZ style: one fp32 scale per 256 elements, fp32 master
                                       shards); wins over gather_bf16 */
   int gather_auto;                 /* with adaptive (--compress auto) roles: the all-gathers
-                                      switch between bf16 and int8 with the measured link
+                                      switch among fp32, bf16 and int8 with the measured link
                                       (auto_policy.h); starts as bf16 */
   double link_rate;                /* > 0: the link rate (bytes/s) the auto choices assume
                                       instead of the measured one */

@@ -102,7 +102,7 @@ static const tagc_opt train_opts[] = {
     {"gather", TAGC_OPT_CHOICE, OFF(gather), "auto", 0, -1, "auto|fp32|bf16|int8",
      "parameter all-gather precision (bf16 = mixed-precision FSDP, int8 = blockwise int8 with one "
      "scale per 256 elements; the master shards stay fp32; auto = bf16 when --compress "
-     "compresses any role, else fp32)"},
+     "compresses any role, else fp32; under --compress auto fp32, bf16 or int8 with the link)"},
     {"link-rate", TAGC_OPT_DOUBLE, OFF(link_rate), "0", 0, 1e12, NULL,
      "bytes/s the --compress/--gather auto choices assume for the slowest link (0 = measure it; "
      "set it when the link is known and measurements are noisy)"},

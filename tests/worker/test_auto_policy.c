@@ -3,7 +3,8 @@
  * int8), bf16 when conversions cost more than the bytes they save; unknown rates change
  * nothing; hysteresis and the switch budget stop oscillation; the spec parser makes tagc roles
  * adaptive and --gather auto follows the policy; --reshard-after-forward auto keeps gathered
- * units exactly when they fit the memory budget. */
+ * units exactly when they fit the memory budget; --gather auto gathers int8 on a slow link,
+ * bf16 around 1 GB/s and fp32 on a fast one, with the same hysteresis. */
 #include <math.h>
 
 #include "test.h"
@@ -149,8 +150,31 @@ static void test_reshard_budget(void) {
   CHECK_EQ_INT(tagc_auto_keep_gathered(13.3e6, 0), 0);
 }
 
+static void test_gather_choices(void) {
+  /* W = 2, from the start (bf16): per element fp32 4/2/B, bf16 2/2/B + 0.5 ns, int8
+   * 1.016/2/B + 1 ns */
+  CHECK_EQ_INT(tagc_auto_gather_choose(2, 12.5e6, TAGC_GATHER_BF16, 0), TAGC_GATHER_INT8);
+  CHECK_EQ_INT(tagc_auto_gather_choose(2, 1e9, TAGC_GATHER_BF16, 0), TAGC_GATHER_BF16);
+  CHECK_EQ_INT(tagc_auto_gather_choose(2, 5e9, TAGC_GATHER_BF16, 0), TAGC_GATHER_FP32);
+  CHECK_EQ_INT(tagc_auto_gather_choose(2, 20e9, TAGC_GATHER_INT8, 0), TAGC_GATHER_FP32);
+  CHECK_EQ_INT(tagc_auto_gather_choose(2, 12.5e6, TAGC_GATHER_FP32, 0), TAGC_GATHER_INT8);
+  /* near the fp32/bf16 crossing (2 GB/s) neither is 10 % cheaper: no change either way */
+  CHECK_EQ_INT(tagc_auto_gather_choose(2, 2.2e9, TAGC_GATHER_BF16, 0), TAGC_GATHER_BF16);
+  CHECK_EQ_INT(tagc_auto_gather_choose(2, 2.2e9, TAGC_GATHER_FP32, 0), TAGC_GATHER_FP32);
+  /* unknown rate or no peers: as it is */
+  CHECK_EQ_INT(tagc_auto_gather_choose(2, 0, TAGC_GATHER_BF16, 0), TAGC_GATHER_BF16);
+  CHECK_EQ_INT(tagc_auto_gather_choose(1, 20e9, TAGC_GATHER_BF16, 0), TAGC_GATHER_BF16);
+  /* the switch budget: past it even a large gain changes nothing */
+  CHECK_EQ_INT(tagc_auto_gather_choose(2, 20e9, TAGC_GATHER_INT8, 7), TAGC_GATHER_INT8);
+  double cost[TAGC_GATHER_COUNT];
+  tagc_auto_gather_costs(2, 5e9, cost);
+  CHECK_NEAR(cost[TAGC_GATHER_FP32], 0.4e-9, 1e-15);
+  CHECK_NEAR(cost[TAGC_GATHER_BF16], 0.7e-9, 1e-15);
+}
+
 int main(void) {
   test_choices();
+  test_gather_choices();
   test_reshard_budget();
   test_hysteresis();
   test_policy_spec();

@@ -13,9 +13,11 @@
  *  - dense_only adaptive segments never sketch (no density probe at step 16);
  *  - moved to fp32, a step sends gradient + residual and zeroes the residual, and the next
  *    (residual known zero: the gradient goes as it is) sends the gradients' sum;
- *  - a unit's reduction (tagc_grad_reduce_unit) of two int8 segments of different shard sizes
- *    (one padded) around an fp32 one makes one all-to-all for both, with the shards, stats
- *    and committed residuals of three tagc_grad_reduce calls, bit for bit, over two steps. */
+ *  - a unit's reduction (tagc_grad_reduce_unit) of int8, fp32 and bf16 segments of different
+ *    shard sizes (some padded; a `none` one; one moving from int8, with its residual, to fp32)
+ *    makes one all-to-all for its int8 segments and one reduce-scatter per dense segment, with
+ *    the shards, stats and committed residuals of one tagc_grad_reduce call per segment, bit
+ *    for bit, over two steps. */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -54,22 +56,27 @@ static void quantised(const float *v, float *q) {
   free(buf);
 }
 
-/* A unit of three segments [int8 A (shards of S, the last one partly padding), fp32 B, int8 C
- * (shards of 2S, the second partly padding, the third all padding)]: tagc_grad_reduce_unit
- * against three tagc_grad_reduce calls on twin segments. Past each segment's len its gradient
- * buffer holds NaN, which neither may read. */
+/* A unit of six segments: A int8 (shards of S, the last one partly padding), B fp32, C int8
+ * (shards of 2S, the second partly padding, the third all padding; fp32 at the second step,
+ * with the residual its int8 step left), D bf16, E policy none (fp32, no residual), F bf16
+ * (padded): tagc_grad_reduce_unit against one tagc_grad_reduce call per segment on twins.
+ * Past each segment's len its gradient buffer holds NaN, which neither may read. */
 static void test_unit(tagc_grad_codec *c, tagc_comm *comm, int rank) {
-  enum { NSEG = 3 };
-  static const size_t len[NSEG] = {LEN, 2 * S, 2 * (W - 1) * S - 5};
-  static const size_t shard_size[NSEG] = {S, S, 2 * S};
-  static const tagc_wire_mode mode[NSEG] = {TAGC_MODE_INT8, TAGC_MODE_FP32, TAGC_MODE_INT8};
-  tagc_role_policy pol = {TAGC_POLICY_TAGC, 0.05, 0, 1, 1};
+  enum { NSEG = 6 };
+  static const size_t len[NSEG] = {LEN, 2 * S, 2 * (W - 1) * S - 5, W * S, W * S - 1000, LEN};
+  static const size_t shard_size[NSEG] = {S, S, 2 * S, S, S, S};
+  static const tagc_wire_mode mode[NSEG] = {TAGC_MODE_INT8, TAGC_MODE_FP32, TAGC_MODE_INT8,
+                                            TAGC_MODE_BF16, TAGC_MODE_FP32, TAGC_MODE_BF16};
+  /* exchanges per step: all-to-alls and reduce-scatters, of the unit and of the twins */
+  static const uint64_t unit_ops[2][2] = {{1, 4}, {1, 5}}, twin_ops[2][2] = {{2, 4}, {1, 5}};
+  tagc_role_policy pol = {TAGC_POLICY_TAGC, 0.05, 0, 1, 1}, none = {TAGC_POLICY_NONE, 0, 0, 0, 0};
   tagc_grad_segment *unit[NSEG] = {0}, *twin[NSEG] = {0};
   float *grad[NSEG], *got[NSEG], *want[NSEG], *work = malloc(2 * N * 4);
   tagc_grad_stats gs_unit[NSEG], gs_twin[NSEG];
   for (int i = 0; i < NSEG; i++) {
-    CHECK_OK(tagc_grad_segment_new(c, &pol, len[i], shard_size[i], 20 + i, &unit[i]));
-    CHECK_OK(tagc_grad_segment_new(c, &pol, len[i], shard_size[i], 20 + i, &twin[i]));
+    const tagc_role_policy *p = i == 4 ? &none : &pol;
+    CHECK_OK(tagc_grad_segment_new(c, p, len[i], shard_size[i], 20 + i, &unit[i]));
+    CHECK_OK(tagc_grad_segment_new(c, p, len[i], shard_size[i], 20 + i, &twin[i]));
     if (!unit[i] || !twin[i])
       return;
     tagc_grad_segment_set_mode(unit[i], mode[i]);
@@ -79,6 +86,10 @@ static void test_unit(tagc_grad_codec *c, tagc_comm *comm, int rank) {
     want[i] = malloc(shard_size[i] * 4);
   }
   for (int t = 3; t < 5; t++) {
+    if (t == 4) {
+      tagc_grad_segment_set_mode(unit[2], TAGC_MODE_FP32);
+      tagc_grad_segment_set_mode(twin[2], TAGC_MODE_FP32);
+    }
     for (int i = 0; i < NSEG; i++) {
       gradient(rank, 10 * t + i, grad[i]); /* N values; C takes two of them */
       gradient(rank, 10 * t + i + 5, grad[i] + N);
@@ -97,12 +108,19 @@ static void test_unit(tagc_grad_codec *c, tagc_comm *comm, int rank) {
     tagc_comm_stats_get(comm, &c2);
     uint64_t unit_a2a = c1.op[TAGC_COMM_OP_ALLTOALL].calls - c0.op[TAGC_COMM_OP_ALLTOALL].calls;
     uint64_t twin_a2a = c2.op[TAGC_COMM_OP_ALLTOALL].calls - c1.op[TAGC_COMM_OP_ALLTOALL].calls;
-    uint64_t unit_bytes = c1.op[TAGC_COMM_OP_ALLTOALL].bytes_sent - c0.op[TAGC_COMM_OP_ALLTOALL].bytes_sent;
-    uint64_t twin_bytes = c2.op[TAGC_COMM_OP_ALLTOALL].bytes_sent - c1.op[TAGC_COMM_OP_ALLTOALL].bytes_sent;
-    CHECK_MSG(unit_a2a == 1 && twin_a2a == 2 && unit_bytes == twin_bytes,
-              "rank %d step %d: all-to-alls unit %llu (%llu B), one by one %llu (%llu B)", rank, t,
-              (unsigned long long)unit_a2a, (unsigned long long)unit_bytes,
-              (unsigned long long)twin_a2a, (unsigned long long)twin_bytes);
+    uint64_t unit_rs = c1.op[TAGC_COMM_OP_REDUCE_SCATTER].calls - c0.op[TAGC_COMM_OP_REDUCE_SCATTER].calls;
+    uint64_t twin_rs = c2.op[TAGC_COMM_OP_REDUCE_SCATTER].calls - c1.op[TAGC_COMM_OP_REDUCE_SCATTER].calls;
+    uint64_t unit_bytes = c1.op[TAGC_COMM_OP_ALLTOALL].bytes_sent - c0.op[TAGC_COMM_OP_ALLTOALL].bytes_sent +
+                          c1.op[TAGC_COMM_OP_REDUCE_SCATTER].bytes_sent - c0.op[TAGC_COMM_OP_REDUCE_SCATTER].bytes_sent;
+    uint64_t twin_bytes = c2.op[TAGC_COMM_OP_ALLTOALL].bytes_sent - c1.op[TAGC_COMM_OP_ALLTOALL].bytes_sent +
+                          c2.op[TAGC_COMM_OP_REDUCE_SCATTER].bytes_sent - c1.op[TAGC_COMM_OP_REDUCE_SCATTER].bytes_sent;
+    int u = t - 3;
+    CHECK_MSG(unit_a2a == unit_ops[u][0] && unit_rs == unit_ops[u][1] && twin_a2a == twin_ops[u][0] &&
+                  twin_rs == twin_ops[u][1] && unit_bytes == twin_bytes,
+              "rank %d step %d: unit %llu all-to-alls + %llu reduce-scatters (%llu B), one by one "
+              "%llu + %llu (%llu B)", rank, t, (unsigned long long)unit_a2a,
+              (unsigned long long)unit_rs, (unsigned long long)unit_bytes,
+              (unsigned long long)twin_a2a, (unsigned long long)twin_rs, (unsigned long long)twin_bytes);
     for (int i = 0; i < NSEG; i++) {
       CHECK_MSG(memcmp(got[i], want[i], shard_size[i] * 4) == 0,
                 "rank %d step %d segment %d: the unit's shard differs", rank, t, i);
@@ -112,10 +130,22 @@ static void test_unit(tagc_grad_codec *c, tagc_comm *comm, int rank) {
                 (int)gs_unit[i].wire, (int)gs_twin[i].wire);
       CHECK_OK(tagc_grad_segment_commit(c, unit[i], TAGC_LANE_COMM, 1));
       CHECK_OK(tagc_grad_segment_commit(c, twin[i], TAGC_LANE_COMM, 1));
-      const float *ru = tagc_grad_segment_residual_shard(c, unit[i]) - (size_t)rank * shard_size[i];
-      const float *rt = tagc_grad_segment_residual_shard(c, twin[i]) - (size_t)rank * shard_size[i];
+      const float *ru = tagc_grad_segment_residual_shard(c, unit[i]);
+      const float *rt = tagc_grad_segment_residual_shard(c, twin[i]);
+      if (i == 4) { /* policy none: no residual */
+        CHECK(!ru && !rt);
+        continue;
+      }
+      ru -= (size_t)rank * shard_size[i];
+      rt -= (size_t)rank * shard_size[i];
       CHECK_MSG(memcmp(ru, rt, W * shard_size[i] * 4) == 0,
                 "rank %d step %d segment %d: the unit's residual differs", rank, t, i);
+      if (i == 2 && t == 4) { /* fp32 after int8: the residual was sent and is zero now */
+        int zero = 1;
+        for (size_t k = 0; k < W * shard_size[i]; k++)
+          zero &= ru[k] == 0.0f;
+        CHECK_MSG(zero, "rank %d: segment C's residual is not zero after its fp32 step", rank);
+      }
     }
   }
   for (int i = 0; i < NSEG; i++) {
