@@ -188,14 +188,13 @@ static tagc_status gather_packed(tagc_engine *e, int unit, float *dst, tagc_gath
   TAGC_CHECK(tagc_device_sync(e->dev, lane));
   TAGC_CHECK(tagc_comm_allgather(e->cfg.comm, send, recv, per_rank * sizeof(uint16_t),
                                  e->cfg.op_timeout_s));
+  if (last - first == 1) /* one segment: the ranks' shards are contiguous */
+    return tagc_kernels_bf16_decode(&ctx, recv, dst + (e->segs[first].off - ui->offset),
+                                    (int64_t)e->segs[first].len);
   off = 0;
   for (int i = first; i < last; i++) {
     const engine_segment *s = &e->segs[i];
     float *out = dst + (s->off - ui->offset);
-    if (last - first == 1) { /* one segment: the ranks' shards are contiguous */
-      TAGC_CHECK(tagc_kernels_bf16_decode(&ctx, recv, out, (int64_t)s->len));
-      break;
-    }
     for (size_t j = 0; j < W && j * s->S < s->len; j++) {
       size_t n = s->len - j * s->S < s->S ? s->len - j * s->S : s->S;
       TAGC_CHECK(tagc_kernels_bf16_decode(&ctx, recv + j * per_rank + off, out + j * s->S, (int64_t)n));

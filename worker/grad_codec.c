@@ -300,6 +300,8 @@ static tagc_status reduce_int8_group(tagc_grad_codec *c, const tagc_grad_job *jo
     per_rank += (size_t)tagc_q8_chunk_bytes((int64_t)s->S);
     max_S = s->S > max_S ? s->S : max_S;
   }
+  for (int i = 0; i < k; i++)
+    jobs[idx[i]].seg->staged = STAGE_NONE; /* until its residual is staged below */
   reduce_scratch *sc = &c->scratch;
   TAGC_CHECK(grow(c, &sc->q8_send, &sc->q8_send_cap, W * per_rank));
   TAGC_CHECK(grow(c, &sc->q8_recv, &sc->q8_recv_cap, W * per_rank));
@@ -480,11 +482,8 @@ tagc_status tagc_grad_reduce_unit(tagc_grad_codec *c, const tagc_grad_job *jobs,
       grouped[i] = 1;
     }
   }
-  if (k > 1) {
-    for (int i = 0; i < k; i++)
-      jobs[idx[i]].seg->staged = STAGE_NONE; /* as tagc_grad_reduce starts */
+  if (k > 1)
     TAGC_CHECK(reduce_int8_group(c, jobs, idx, k, lane));
-  }
   for (int i = 0; i < n; i++)
     if (k < 2 || i >= GROUP_MAX || !grouped[i])
       TAGC_CHECK(tagc_grad_reduce(c, jobs[i].seg, lane, step, jobs[i].grad, jobs[i].shard, work,
