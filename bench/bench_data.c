@@ -10,7 +10,7 @@
 #include <string.h>
 
 #include "common/timeutil.h"
-#include "worker/data.h"
+#include "data/data.h"
 
 static int cmp_double(const void *a, const void *b) {
   double x = *(const double *)a, y = *(const double *)b;

@@ -9,8 +9,8 @@
 #include <string.h>
 
 #include "common/timeutil.h"
-#include "worker/adamw.h"
-#include "worker/model.h"
+#include "model/adamw.h"
+#include "model/model.h"
 
 static int cmp_double(const void *a, const void *b) {
   double x = *(const double *)a, y = *(const double *)b;

@@ -14,7 +14,7 @@ import argparse
 import math
 import random
 
-LIMIT, SLOPE, LOAD_MAX, HEADROOM = 0.8185, 4.5, 0.78, 1.1  # kernels/rho.h, worker/grad_codec.c
+LIMIT, SLOPE, LOAD_MAX, HEADROOM = 0.8185, 4.5, 0.78, 1.1  # kernels/rho.h, engine/grad_codec.c
 
 
 def advised_rows(density, blocks):

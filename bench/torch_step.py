@@ -1,5 +1,5 @@
 """Tokens per second of one torch training step of the tagc GPT model (the torch.nn twin in
-tests/worker/torch_gpt.py): zero_grad, forward, backward, clip_grad_norm_(1.0), AdamW step.
+tests/model/torch_gpt.py): zero_grad, forward, backward, clip_grad_norm_(1.0), AdamW step.
 
 Usage: torch_step.py L C NH T B [STEPS [WARMUP [THREADS]]]  (vocab 256). Prints the BLAS that
 torch uses, then one line with the median step time and tokens/s, in the format of

@@ -1,4 +1,4 @@
-/* A trained model as one full fp32 arena (worker/model.h's layout), read from a sharded
+/* A trained model as one full fp32 arena (model/model.h's layout), read from a sharded
  * checkpoint of any world size or from an llm.c model file, and written as safetensors (Hugging
  * Face GPT-2 names, with a config.json beside it) or as an llm.c model file. Used by
  * `tagctl ckpt export` (tagctl/export.c) and `tagctl sample` (tagctl/sample.c); the formats
@@ -11,7 +11,7 @@
 #include <stdint.h>
 
 #include "common/status.h"
-#include "worker/model.h"
+#include "model/model.h"
 
 typedef struct tagctl_model {
   tagc_model_layout layout; /* layout.cfg.vocab = rows of wte and of the head (padded) */

@@ -26,7 +26,7 @@
 #include "cluster/keys.h"
 #include "tagctl/supervise.h"
 #include "tagctl/tagctl.h"
-#include "worker/device.h"
+#include "engine/device.h"
 #include "worker/run.h"
 #include "worker/run_config.h"
 

@@ -1,5 +1,5 @@
 /* tagctl sample CKPT --prompt TEXT --tokens N: text from a trained model on the CPU, with the
- * worker's own forward pass (worker/model.h). Byte models (vocabulary 256) print text; token
+ * worker's own forward pass (model/model.h). Byte models (vocabulary 256) print text; token
  * models take --prompt-ids and print ids. No cache of keys and values: every new token runs
  * the forward over the whole context window (the model's ctx), which is what tagc trains. */
 #include <math.h>
@@ -11,7 +11,7 @@
 
 #include "tagctl/model_io.h"
 #include "tagctl/tagctl.h"
-#include "worker/data.h"
+#include "data/data.h"
 
 typedef struct sample_args {
   char *prompt;

@@ -8,7 +8,7 @@
  *   slow=X    delay every collective by X seconds (0 turns it off)
  *   nan@S     a NaN in this rank's local gradient at step S (once: a transient fault)
  *   nan@A-B   the same at every step A..B, each time it runs (a bad batch: again after a
- *             rollback); the run skips such steps (worker/engine.h, docs/operations.md)
+ *             rollback); the run skips such steps (engine/engine.h, docs/operations.md)
  *   bootcrash@G  SIGKILL itself while building the communicator of generation G
  *   ckpt:...  checkpoint fault points (handled by ckpt/, ignored here)
  * Each step-triggered fault fires once. Zero cost when off: one comparison per step. */

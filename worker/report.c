@@ -13,8 +13,8 @@
 #include "common/json.h"
 #include "common/log.h"
 #include "common/timeutil.h"
-#include "worker/auto_policy.h"
-#include "worker/policy.h"
+#include "engine/auto_policy.h"
+#include "engine/policy.h"
 
 void tagc_report_init(tagc_report *rp, const tagc_report_config *c) {
   memset(rp, 0, sizeof *rp);

@@ -19,11 +19,11 @@
 #include "ckpt/ckpt_saver.h"
 #include "comm/comm.h"
 #include "common/status.h"
-#include "worker/data.h"
-#include "worker/device.h"
-#include "worker/engine.h"
+#include "data/data.h"
+#include "engine/device.h"
+#include "engine/engine.h"
 #include "worker/metrics_http.h"
-#include "worker/model.h"
+#include "model/model.h"
 #include "worker/run_config.h"
 
 struct tagc_member; /* cluster/member.h */

@@ -506,7 +506,7 @@ static tagc_status train(tagc_run *t, tagc_gen_result *res) {
       return TAGC_OK;
     }
     note_recovery(t, step);
-    /* a non-finite step was skipped by every rank alike (worker/engine.h); too many in a row
+    /* a non-finite step was skipped by every rank alike (engine/engine.h); too many in a row
        roll back to the newest valid checkpoint */
     t->skip_streak = ss.nonfinite ? t->skip_streak + 1 : 0;
     t->rec.n.nonfinite_skips += ss.nonfinite;

@@ -4,7 +4,7 @@
 #include <stddef.h>
 
 #include "cluster/etcd.h"
-#include "worker/data.h"
+#include "data/data.h"
 
 #define OFF(f) offsetof(tagc_train_config, f)
 

@@ -13,11 +13,11 @@
 
 #include "ckpt/ckpt_saver.h"
 #include "cluster/member.h"
-#include "worker/data.h"
-#include "worker/engine.h"
+#include "data/data.h"
+#include "engine/engine.h"
 #include "worker/fault.h"
 #include "worker/metrics_http.h"
-#include "worker/model.h"
+#include "model/model.h"
 #include "worker/report.h"
 
 /* Recovery accounting: one failure at a time. */

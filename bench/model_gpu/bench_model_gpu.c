@@ -1,4 +1,4 @@
-/* Training-step benchmark of the CUDA model (worker/model_cuda.h): a GPT-2-small-shaped
+/* Training-step benchmark of the CUDA model (model/model_cuda.h): a GPT-2-small-shaped
  * config (L=12, C=768, NH=12, T=1024, V=256 bytes) at world size 1, fp32 and bf16 compute.
  * A step is forward (with its loss sync), backward, the device sum of squares and AdamW
  * over the whole arena. Prints tokens/s and an MFU estimate.
@@ -16,10 +16,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "worker/adamw.h"
-#include "worker/adamw_cuda.h"
-#include "worker/model.h"
-#include "worker/model_cuda.h"
+#include "model/adamw.h"
+#include "model/adamw_cuda.h"
+#include "model/model.h"
+#include "model/model_cuda.h"
 
 #define WARMUP_STEPS 2
 

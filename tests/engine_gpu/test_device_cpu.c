@@ -1,4 +1,4 @@
-/* The CPU device of worker/device.h, which the engine uses as its oracle: zeroed and aligned
+/* The CPU device of engine/device.h, which the engine uses as its oracle: zeroed and aligned
  * allocations, copies of every kind, zero and add, the usage counters (current up and down,
  * peak kept), marks and syncs as no-ops, the kernel context, sums of squares, AdamW and the
  * model context dispatched to the CPU code, and the refused specs: malformed ones with
@@ -9,9 +9,9 @@
 
 #include "common/status.h"
 #include "test.h"
-#include "worker/adamw.h"
-#include "worker/device.h"
-#include "worker/model.h"
+#include "model/adamw.h"
+#include "engine/device.h"
+#include "model/model.h"
 
 static void check_usage(tagc_device *d, uint64_t want_current, uint64_t want_peak) {
   uint64_t current = 1, peak = 1;

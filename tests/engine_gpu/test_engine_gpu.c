@@ -51,11 +51,11 @@
 #include "common/status.h"
 #include "common/timeutil.h"
 #include "test.h"
-#include "worker/data.h"
-#include "worker/device.h"
-#include "worker/engine.h"
-#include "worker/grad_codec.h"
-#include "worker/policy.h"
+#include "data/data.h"
+#include "engine/device.h"
+#include "engine/engine.h"
+#include "engine/grad_codec.h"
+#include "engine/policy.h"
 
 #define STEPS 3
 #define BATCH 6

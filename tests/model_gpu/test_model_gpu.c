@@ -1,4 +1,4 @@
-/* The CUDA model against the CPU oracle (worker/model.c, worker/adamw.c):
+/* The CUDA model against the CPU oracle (model/model.c, model/adamw.c):
  *  - each own kernel alone against a plain CPU reference (double sums);
  *  - one full training step at world size 1 on two small configs, fp32 and bf16 compute:
  *    the loss, every parameter gradient (max abs and relative difference per tensor
@@ -27,11 +27,11 @@
 #include <string.h>
 
 #include "test.h"
-#include "worker/adamw.h"
-#include "worker/adamw_cuda.h"
-#include "worker/model.h"
-#include "worker/model_cuda.h"
-#include "worker/model_kernels_cuda.h"
+#include "model/adamw.h"
+#include "model/adamw_cuda.h"
+#include "model/model.h"
+#include "model/model_cuda.h"
+#include "model/model_kernels_cuda.h"
 
 /* ---------------------------------------------------------------------------------------- */
 /* Helpers                                                                                  */

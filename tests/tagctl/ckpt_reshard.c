@@ -1,6 +1,6 @@
 /* Test helper: rewrites a committed checkpoint at another world size, the way a run of W
  * workers would have saved the same state (each unit cut into W shards of
- * roundup(ceil(numel / W), 1024) elements, as worker/engine.c does), with the same manifest
+ * roundup(ceil(numel / W), 1024) elements, as engine/engine.c does), with the same manifest
  * state. For the check that an export does not depend on the world size that saved.
  * usage: ckpt_reshard STEP_DIR DST_ROOT W */
 #include <stdio.h>

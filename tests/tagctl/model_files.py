@@ -1,7 +1,7 @@
 """Readers written for the tests, from the formats' definitions (docs/operations.md), so that
 tagctl's writers are checked against something independent of them: safetensors (8-byte
 little-endian header length, JSON header, raw data) and llm.c model files (256 int32 header,
-then the 16 tensors in llm.c's order). numpy only; tagc's arena layout is worker/model.h's."""
+then the 16 tensors in llm.c's order). numpy only; tagc's arena layout is model/model.h's."""
 import json
 import struct
 
@@ -19,7 +19,7 @@ ARENA_BLOCK_ORDER = ["ln1_w", "ln1_b", "ln2_w", "ln2_b", "qkv_w", "qkv_b", "attn
 
 
 def arena_layout(V, T, L, C):
-    """[(tagc name, (rows, cols))] in the order of tagc's arena (worker/model.h)."""
+    """[(tagc name, (rows, cols))] in the order of tagc's arena (model/model.h)."""
     shapes = {"ln1_w": (C,), "ln1_b": (C,), "ln2_w": (C,), "ln2_b": (C,), "qkv_w": (3 * C, C),
               "qkv_b": (3 * C,), "attn_proj_w": (C, C), "attn_proj_b": (C,), "fc_w": (4 * C, C),
               "fc_b": (4 * C,), "mlp_proj_w": (C, 4 * C), "mlp_proj_b": (C,)}

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The torch twin of tagc's model (tests/worker/torch_gpt.py) loaded from a safetensors export
+"""The torch twin of tagc's model (tests/model/torch_gpt.py) loaded from a safetensors export
 of a real run gives the logits tagc computes (`tagctl sample --logits`) on a batch of prompts,
 within a max relative difference of 1e-5 (max |a - b| / max |b| over the batch); greedy
 sampling picks torch's most likely next byte. Exit 77 when torch cannot be imported.

@@ -1,0 +1,148 @@
+/* AdamW and the sum of squares on the device (see adamw_cuda.h). The update is the
+ * element-wise formula of model/adamw.c with the per-step constants computed the same way
+ * on the host; one launch per run of consecutive tensors with the same `decay` flag. */
+#include <cuda_runtime.h>
+#include <math.h>
+
+#include "kernels/cuda_common.cuh" /* TAGC_LAUNCH (the host emulation replaces it) */
+#include "model/adamw_cuda.h"
+
+#define THREADS 256
+#define MAX_GRID 65535
+/* First pass of the sum of squares: this many blocks, each over a fixed contiguous range. */
+#define SUMSQ_BLOCKS 1024
+
+static unsigned blocks_for(size_t n) {
+  size_t g = (n + 4 * THREADS - 1) / (4 * THREADS);
+  return (unsigned)(g < 1 ? 1 : g < MAX_GRID ? g : MAX_GRID);
+}
+
+/* Block tree sum of v over THREADS threads (fixed order); result in thread 0. */
+__device__ double block_sum(double v) {
+  __shared__ double part[THREADS];
+  part[threadIdx.x] = v;
+  __syncthreads();
+  for (int half = THREADS / 2; half > 0; half >>= 1) {
+    if ((int)threadIdx.x < half)
+      part[threadIdx.x] += part[threadIdx.x + half];
+    __syncthreads();
+  }
+  return part[0];
+}
+
+__global__ void sumsq_blocks_kernel(double *partial, const float *x, size_t n) {
+  size_t lo = n * blockIdx.x / SUMSQ_BLOCKS, hi = n * (blockIdx.x + 1) / SUMSQ_BLOCKS;
+  double s = 0.0;
+  for (size_t i = lo + threadIdx.x; i < hi; i += THREADS)
+    s += (double)x[i] * (double)x[i];
+  double total = block_sum(s);
+  if (threadIdx.x == 0)
+    partial[blockIdx.x] = total;
+}
+
+__global__ void sumsq_finish_kernel(double *out, const double *partial) {
+  double s = 0.0;
+  for (int i = threadIdx.x; i < SUMSQ_BLOCKS; i += THREADS)
+    s += partial[i];
+  double total = block_sum(s);
+  if (threadIdx.x == 0)
+    *out = total;
+}
+
+extern "C" size_t tagc_sumsq_cuda_workspace_bytes(void) { return SUMSQ_BLOCKS * sizeof(double); }
+
+extern "C" tagc_status tagc_sumsq_cuda(const float *x, size_t n, double *out_dev, void *workspace,
+                                       tagc_stream stream) {
+  if ((n > 0 && !x) || !out_dev || !workspace)
+    return tagc_errorf(TAGC_EINVAL, "adamw_cuda: sumsq: NULL pointer");
+  TAGC_LAUNCH(sumsq_blocks_kernel, SUMSQ_BLOCKS, THREADS, stream)((double *)workspace, x, n);
+  TAGC_LAUNCH(sumsq_finish_kernel, 1, THREADS, stream)(out_dev, (const double *)workspace);
+  return cuda_launched("adamw_cuda sumsq");
+}
+
+/* Per-step constants (as in adamw.c). */
+typedef struct adamw_step {
+  float beta1, one_minus_beta1, beta2, one_minus_beta2;
+  float neg_step_size, bc2_sqrt, eps, decay_mul, grad_scale;
+} adamw_step;
+
+__global__ void nonfinite_kernel(int *flag, const float *g, size_t n) {
+  for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+       i += (size_t)gridDim.x * blockDim.x)
+    if (!isfinite(g[i]))
+      *flag = 1; /* every writer stores the same value */
+}
+
+__global__ void adamw_kernel(adamw_step s, int decay, float *p, const float *grads, float *m,
+                             float *v, size_t n, const int *flag) {
+  if (*flag)
+    return;
+  for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+       i += (size_t)gridDim.x * blockDim.x) {
+    float g = __fmul_rn(grads[i], s.grad_scale);
+    float pi = decay ? __fmul_rn(p[i], s.decay_mul) : p[i];
+    float mi = __fadd_rn(__fmul_rn(m[i], s.beta1), __fmul_rn(g, s.one_minus_beta1));
+    float vi = __fadd_rn(__fmul_rn(v[i], s.beta2), __fmul_rn(__fmul_rn(s.one_minus_beta2, g), g));
+    float denom = __fadd_rn(__fdiv_rn(__fsqrt_rn(vi), s.bc2_sqrt), s.eps);
+    p[i] = __fadd_rn(pi, __fmul_rn(s.neg_step_size, __fdiv_rn(mi, denom)));
+    m[i] = mi;
+    v[i] = vi;
+  }
+}
+
+extern "C" tagc_status tagc_adamw_update_range_cuda(const tagc_model_layout *layout,
+                                                    size_t arena_lo, size_t n, float *params,
+                                                    const float *grads, float *m, float *v,
+                                                    const tagc_adamw_config *cfg, int64_t step,
+                                                    float lr, float grad_scale,
+                                                    int *nonfinite_dev, tagc_stream stream) {
+  if (arena_lo > layout->n_params || n > layout->n_params - arena_lo)
+    return tagc_errorf(TAGC_EINVAL, "adamw_cuda: range [%zu, %zu) outside the arena of %zu floats",
+                       arena_lo, arena_lo + n, layout->n_params);
+  if (step < 1)
+    return tagc_errorf(TAGC_EINVAL, "adamw_cuda: step must be >= 1 (got %lld)", (long long)step);
+  if (!nonfinite_dev || (n > 0 && (!params || !grads || !m || !v)))
+    return tagc_errorf(TAGC_EINVAL, "adamw_cuda: NULL pointer");
+  if (!isfinite(grad_scale) || !isfinite(lr))
+    return tagc_errorf(TAGC_ENUMERIC, "adamw_cuda: lr %g or grad_scale %g is not finite", lr,
+                       grad_scale);
+  TAGC_CHECK(tagc_cuda_status(cudaMemsetAsync(nonfinite_dev, 0, sizeof(int), stream),
+                              "adamw_cuda: clearing the flag"));
+  if (n == 0)
+    return TAGC_OK;
+  TAGC_LAUNCH(nonfinite_kernel, blocks_for(n), THREADS, stream)(nonfinite_dev, grads, n);
+  TAGC_CHECK(cuda_launched("adamw_cuda nonfinite check"));
+
+  double b1 = cfg->beta1, b2 = cfg->beta2;
+  adamw_step s = {
+      cfg->beta1,
+      (float)(1.0 - b1),
+      cfg->beta2,
+      (float)(1.0 - b2),
+      (float)(-(double)lr / (1.0 - pow(b1, (double)step))),
+      (float)sqrt(1.0 - pow(b2, (double)step)),
+      cfg->eps,
+      (float)(1.0 - (double)lr * (double)cfg->weight_decay),
+      grad_scale,
+  };
+  /* Runs of consecutive tensors with the same decay flag, clipped to the range. */
+  size_t hi = arena_lo + n, run_lo = arena_lo;
+  for (int t = 0; t < layout->n_tensors; t++) {
+    const tagc_tensor_info *ti = &layout->tensors[t];
+    size_t end = ti->offset + ti->numel < hi ? ti->offset + ti->numel : hi;
+    if (end <= run_lo)
+      continue;
+    int last = t + 1 == layout->n_tensors || end == hi ||
+               layout->tensors[t + 1].decay != ti->decay;
+    if (!last)
+      continue;
+    size_t k = run_lo - arena_lo, len = end - run_lo;
+    TAGC_LAUNCH(adamw_kernel, blocks_for(len), THREADS, stream)(
+        s, ti->decay, params + k, grads + k, m + k, v + k, len, nonfinite_dev);
+    TAGC_CHECK(cuda_launched("adamw_cuda update"));
+    run_lo = end;
+    if (end == hi)
+      break;
+  }
+  return TAGC_OK;
+}
