@@ -1,5 +1,5 @@
-/* Shared between the files of the etcd client (etcd.c, etcd_watch.c, etcd_keeper.c); not for
- * users of the client. */
+/* Shared between the files of the etcd client (etcd.c, etcd_kv.c, etcd_lease.c, etcd_watch.c,
+ * etcd_keeper.c); not for users of the client. */
 #ifndef TAGC_COORDINATOR_ETCD_INTERNAL_H
 #define TAGC_COORDINATOR_ETCD_INTERNAL_H
 
@@ -32,6 +32,9 @@ void etcd_drop_token(tagc_etcd *c);
 
 const tagc_etcd_transport *etcd_transport(const tagc_etcd *c);
 double etcd_request_timeout(const tagc_etcd *c);
+
+/* The client's deadline of one call (tagc_etcd_config.deadline_s). */
+double etcd_deadline(const tagc_etcd *c);
 
 /* tagc_etcd_call with its own deadline (seconds from now). */
 tagc_status etcd_call(tagc_etcd *c, const char *path, json_t *request, int idempotent,

@@ -1,0 +1,85 @@
+/* A client from a program's etcd options: TLS files, the auth user and its password (from a
+ * file or the environment, never the command line). */
+#include "cluster/etcd.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char *given(const char *s) { return s && *s ? s : NULL; }
+
+/* The first line of a password file, in a new string. */
+static tagc_status read_password_file(const char *path, char **out) {
+  FILE *f = fopen(path, "r");
+  if (!f)
+    return tagc_errnof(errno == ENOENT ? TAGC_ENOTFOUND : TAGC_EIO, "--etcd-password-file %s",
+                       path);
+  char buf[1024];
+  size_t n = fread(buf, 1, sizeof buf - 1, f);
+  int bad = ferror(f);
+  fclose(f);
+  if (bad)
+    return tagc_errorf(TAGC_EIO, "--etcd-password-file %s: read error", path);
+  buf[n] = '\0';
+  buf[strcspn(buf, "\r\n")] = '\0';
+  *out = strdup(buf);
+  memset(buf, 0, sizeof buf);
+  return *out ? TAGC_OK : tagc_errorf(TAGC_ENOMEM, "etcd password");
+}
+
+/* TAGC_EINVAL when any endpoint of the comma-separated list is plain http://. */
+static tagc_status refuse_clear_text(const char *endpoints) {
+  for (const char *p = endpoints; p && *p;) {
+    p += strspn(p, ", ");
+    size_t n = strcspn(p, ", ");
+    if (strncmp(p, "http://", 7) == 0)
+      return tagc_errorf(TAGC_EINVAL,
+                         "refusing to send the etcd password over plain http:// (%.*s): use "
+                         "https:// endpoints with --etcd-user",
+                         (int)n, p);
+    p += n;
+  }
+  return TAGC_OK;
+}
+
+tagc_status tagc_etcd_config_credentials(tagc_etcd_config *cfg, const tagc_etcd_credentials *cred,
+                                         char **password) {
+  *password = NULL;
+  cfg->ca_file = given(cred->ca_file);
+  cfg->cert_file = given(cred->cert_file);
+  cfg->key_file = given(cred->key_file);
+  cfg->user = given(cred->user);
+  cfg->password = NULL;
+  if ((cfg->cert_file != NULL) != (cfg->key_file != NULL))
+    return tagc_errorf(TAGC_EINVAL, "--etcd-cert and --etcd-key go together");
+  if (!cfg->user)
+    return TAGC_OK;
+  TAGC_CHECK(refuse_clear_text(cfg->endpoints));
+  if (given(cred->password_file)) {
+    TAGC_CHECK(read_password_file(cred->password_file, password));
+  } else {
+    const char *env = getenv(TAGC_ETCD_PASSWORD_ENV);
+    if (!given(env))
+      return tagc_errorf(TAGC_EINVAL, "--etcd-user %s needs a password: set %s or "
+                         "--etcd-password-file", cfg->user, TAGC_ETCD_PASSWORD_ENV);
+    if (!(*password = strdup(env)))
+      return tagc_errorf(TAGC_ENOMEM, "etcd password");
+  }
+  cfg->password = *password;
+  return TAGC_OK;
+}
+
+tagc_status tagc_etcd_create_with_credentials(const tagc_etcd_config *cfg,
+                                              const tagc_etcd_credentials *cred, tagc_etcd **out) {
+  *out = NULL;
+  tagc_etcd_config ec = *cfg;
+  char *password = NULL;
+  tagc_status st = tagc_etcd_config_credentials(&ec, cred, &password);
+  if (st == TAGC_OK)
+    st = tagc_etcd_create(&ec, out);
+  if (password)
+    memset(password, 0, strlen(password));
+  free(password);
+  return st;
+}
