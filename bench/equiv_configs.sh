@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
-# Behaviour fingerprint of a build: 16 static-mode configurations (W=1..3; none, bf16, tagc,
-# auto at pinned link rates where its choices do not hang on the measured codec time: 3e6
-# (sketch and int8), 3e8, 1e10 (fp32); micro-batches; int8 gathers; check-feedback; resume; reshard
-# W=2->1 and 3->2; reshard-after-forward off), each printed as one line:
+# Behaviour fingerprint of a build: 17 static-mode configurations (W=1..3; none, bf16, tagc;
+# auto at pinned link rates where its choices do not hang on the measured codec time: 3e5
+# (sketch and int8), 3e8 and 1e10 (fp32), and a resume at 1e10; micro-batches; int8 gathers;
+# check-feedback; resume; reshard W=2->1 and 3->2; reshard-after-forward off), each printed as
 #   NAME params_crc32c=... bytes_sent=... shards=SHA256 of the checkpoints' shard files and
-#   manifests (less their creation time and the CRC that covers it)
+#   manifests (less their creation time, auto's measured codec seconds, and the CRC that
+#   covers them)
+# A resume of auto at a slow rate is not among them: it restores the measured codec seconds,
+# which can tip a close choice.
 # Two builds that behave the same print the same lines (diff them). A refactoring is checked by
 #   bench/equiv_configs.sh OLD_BUILD > old.txt; bench/equiv_configs.sh build/release > new.txt
 #   diff old.txt new.txt
@@ -40,6 +43,8 @@ for d, _, files in sorted(os.walk(ck)):
         if f == "manifest.json":  # all but the wall-clock time and the CRC that covers it
             m = json.load(open(p))
             m.pop("created", None); m.pop("manifest_crc32c", None)
+            for seg in m.get("compression", {}).get("segments", []):
+                seg.pop("codec_s", None)  # auto's measured codec seconds
             h.update(json.dumps(m, sort_keys=True).encode())
         elif f.endswith(".bin"):
             h.update(open(p, "rb").read())
@@ -69,7 +74,7 @@ one w3-none            --workers 3 --compress none
 one w2-bf16            --workers 2 --compress bf16
 one w2-tagc            --workers 2 --compress tagc
 one w3-tagc            --workers 3 --compress tagc
-one w2-auto-slow       --workers 2 --compress auto --link-rate 3e6
+one w2-auto-slow       --workers 2 --compress auto --link-rate 3e5
 one w2-auto-fast       --workers 2 --compress auto --link-rate 1e10
 one w3-auto-mid        --workers 3 --compress auto --link-rate 3e8
 one w2-tagc-micro      --workers 2 --compress tagc --micro-batch 2
@@ -78,4 +83,5 @@ one w2-tagc-feedback   --workers 2 --compress tagc --check-feedback
 one w2-none-keep       --workers 2 --compress none --reshard-after-forward false
 two w2-tagc-resume     "--workers 2 --compress tagc" "--workers 2 --compress tagc"
 two w2-w1-reshard      "--workers 2 --compress tagc" "--workers 1 --compress tagc"
-two w3-w2-reshard      "--workers 3 --compress auto --link-rate 3e6" "--workers 2 --compress auto --link-rate 3e6"
+two w3-w2-reshard      "--workers 3 --compress tagc --gather int8" "--workers 2 --compress tagc --gather int8"
+two w2-auto-resume     "--workers 2 --compress auto --link-rate 1e10" "--workers 2 --compress auto --link-rate 1e10"

@@ -3,18 +3,18 @@
 
 #include <math.h>
 
-void tagc_auto_costs(const tagc_auto_input *in, double cost[TAGC_MODE_COUNT]) {
+void tagc_auto_costs(const tagc_auto_input *in, double cost[TAGC_ENC_COUNT]) {
   double n = (double)in->elements, share = (double)(in->world - 1) / (double)in->world;
   double rate = in->link_bytes_per_s;
-  cost[TAGC_MODE_FP32] = 4.0 * n * share / rate;
-  cost[TAGC_MODE_BF16] = 2.0 * n * share / rate + TAGC_AUTO_BF16_S_PER_ELEMENT * n;
-  cost[TAGC_MODE_INT8] = (1.0 + 4.0 / 256.0) * n * share / rate + TAGC_AUTO_Q8_GRAD_S_PER_ELEMENT * n;
-  if (!(in->rho >= TAGC_AUTO_MIN_RHO)) {
-    cost[TAGC_MODE_SKETCH] = HUGE_VAL;
+  cost[TAGC_ENC_FP32] = 4.0 * n * share / rate;
+  cost[TAGC_ENC_BF16] = 2.0 * n * share / rate + TAGC_AUTO_BF16_S_PER_ELEMENT * n;
+  cost[TAGC_ENC_INT8] = (1.0 + 4.0 / 256.0) * n * share / rate + TAGC_AUTO_Q8_GRAD_S_PER_ELEMENT * n;
+  if (!(in->rho >= TAGC_SKETCH_MIN_RHO)) {
+    cost[TAGC_ENC_SKETCH] = HUGE_VAL;
     return;
   }
   double codec = in->codec_s > 0 ? in->codec_s : TAGC_AUTO_CODEC_S_PER_ELEMENT * n;
-  cost[TAGC_MODE_SKETCH] = (n / 8.0 + 2.0 * n / in->rho) * share / rate + codec;
+  cost[TAGC_ENC_SKETCH] = (n / 8.0 + 2.0 * n / in->rho) * share / rate + codec;
 }
 
 /* The fraction a change must save: TAGC_AUTO_GAIN, doubled for every change from the
@@ -27,56 +27,40 @@ static double required_gain(int switches) {
   return gain;
 }
 
-tagc_wire_mode tagc_auto_choose(const tagc_auto_input *in, tagc_wire_mode current, int switches) {
-  if (!(in->link_bytes_per_s > 0) || in->world < 2 || in->elements < 1)
-    return current;
-  double cost[TAGC_MODE_COUNT];
-  tagc_auto_costs(in, cost);
-  tagc_wire_mode best = current;
-  for (int m = 0; m < TAGC_MODE_COUNT; m++)
+/* The cheapest of the costs, or `current` unless that saves required_gain(switches): the one
+ * hysteresis of the gradient wires and the gathers. */
+static tagc_encoding pick(const double cost[TAGC_ENC_COUNT], tagc_encoding current, int switches) {
+  tagc_encoding best = current;
+  for (int m = 0; m < TAGC_ENC_COUNT; m++)
     if (cost[m] < cost[best])
-      best = (tagc_wire_mode)m;
+      best = (tagc_encoding)m;
   return cost[best] <= (1.0 - required_gain(switches)) * cost[current] ? best : current;
 }
 
-const char *tagc_wire_mode_name(tagc_wire_mode m) {
-  switch (m) {
-  case TAGC_MODE_SKETCH: return "sketch";
-  case TAGC_MODE_BF16: return "bf16";
-  case TAGC_MODE_FP32: return "fp32";
-  case TAGC_MODE_INT8: return "int8";
-  default: return "?";
-  }
+tagc_encoding tagc_auto_choose(const tagc_auto_input *in, tagc_encoding current, int switches) {
+  if (!(in->link_bytes_per_s > 0) || in->world < 2 || in->elements < 1)
+    return current;
+  double cost[TAGC_ENC_COUNT];
+  tagc_auto_costs(in, cost);
+  return pick(cost, current, switches);
 }
 
-void tagc_auto_gather_costs(int world, double link_bytes_per_s, double cost[TAGC_GATHER_COUNT]) {
+void tagc_auto_gather_costs(int world, double link_bytes_per_s, double cost[TAGC_ENC_COUNT]) {
   double share = world > 1 ? (double)(world - 1) / (double)world : 0.0;
-  cost[TAGC_GATHER_FP32] = 4.0 * share / link_bytes_per_s;
-  cost[TAGC_GATHER_BF16] = 2.0 * share / link_bytes_per_s + TAGC_AUTO_GATHER_BF16_S_PER_ELEMENT;
-  cost[TAGC_GATHER_INT8] =
+  cost[TAGC_ENC_SKETCH] = HUGE_VAL;
+  cost[TAGC_ENC_FP32] = 4.0 * share / link_bytes_per_s;
+  cost[TAGC_ENC_BF16] = 2.0 * share / link_bytes_per_s + TAGC_AUTO_GATHER_BF16_S_PER_ELEMENT;
+  cost[TAGC_ENC_INT8] =
       (1.0 + 4.0 / 256.0) * share / link_bytes_per_s + TAGC_AUTO_GATHER_Q8_S_PER_ELEMENT;
 }
 
-tagc_gather_mode tagc_auto_gather_choose(int world, double link_bytes_per_s,
-                                         tagc_gather_mode current, int switches) {
+tagc_encoding tagc_auto_gather_choose(int world, double link_bytes_per_s, tagc_encoding current,
+                                      int switches) {
   if (!(link_bytes_per_s > 0) || world < 2)
     return current;
-  double cost[TAGC_GATHER_COUNT];
+  double cost[TAGC_ENC_COUNT];
   tagc_auto_gather_costs(world, link_bytes_per_s, cost);
-  tagc_gather_mode best = current;
-  for (int m = 0; m < TAGC_GATHER_COUNT; m++)
-    if (cost[m] < cost[best])
-      best = (tagc_gather_mode)m;
-  return cost[best] <= (1.0 - required_gain(switches)) * cost[current] ? best : current;
-}
-
-const char *tagc_gather_mode_name(tagc_gather_mode m) {
-  switch (m) {
-  case TAGC_GATHER_FP32: return "fp32";
-  case TAGC_GATHER_BF16: return "bf16";
-  case TAGC_GATHER_INT8: return "int8";
-  default: return "?";
-  }
+  return pick(cost, current, switches);
 }
 
 double tagc_auto_gather_budget(double max_gather_bytes, double device_bytes) {

@@ -11,25 +11,20 @@
  *           (sparsify + encode + decode; until measured, TAGC_AUTO_CODEC_S_PER_ELEMENT * n)
  * with the slowest rank's link rate (comm/deadline.c measures it) and the largest codec time
  * over ranks, so every rank computes the same choice. The sketch is a candidate only when the
- * advisor's rho makes it pay (rho >= 1.25). A segment changes wire only when the new one is
+ * advisor's rho makes it pay (rho >= TAGC_SKETCH_MIN_RHO, engine/codec_params.h). The dense
+ * wires fold the residual in. A segment changes wire only when the new one is
  * predicted at least TAGC_AUTO_GAIN cheaper (hysteresis), and from its TAGC_AUTO_MAX_SWITCHES-th
  * change on each change doubles the gain needed (20 %, 40 %, 80 %, then none is possible), so
  * it cannot oscillate: at most TAGC_AUTO_MAX_SWITCHES + 3 changes. The link is not free when the
  * transfer overlaps compute (two cores here: the codec competes with the model), so the model
  * charges both terms in full. */
-#ifndef TAGC_WORKER_AUTO_POLICY_H
-#define TAGC_WORKER_AUTO_POLICY_H
+#ifndef TAGC_ENGINE_AUTO_POLICY_H
+#define TAGC_ENGINE_AUTO_POLICY_H
 
 #include <stdint.h>
 
-typedef enum tagc_wire_mode {
-  TAGC_MODE_SKETCH = 0, /* TAGC-2: sparsify + OR index + count sketch */
-  TAGC_MODE_BF16,       /* dense, bf16 on the wire, residual folded in */
-  TAGC_MODE_FP32,       /* dense fp32 reduce-scatter, residual folded in */
-  TAGC_MODE_INT8,       /* dense blockwise int8 (kernels/q8.h) by all-to-all, summed by the
-                           owner; the rounding error stays in the residual (error feedback) */
-  TAGC_MODE_COUNT
-} tagc_wire_mode;
+#include "common/encoding.h"
+#include "engine/codec_params.h"
 
 #define TAGC_AUTO_GAIN 0.1               /* a change must save this fraction of the cost */
 #define TAGC_AUTO_BF16_S_PER_ELEMENT 1e-9  /* bf16 encode + accumulate, measured ~8 GB/s each */
@@ -39,7 +34,6 @@ typedef enum tagc_wire_mode {
                                                   feedback (tagc_bench_kernels q8_encode_ef
                                                   16-18 GB/s of 8 B, 1 thread: 0.5 ns) and the
                                                   owner's decode-sum (0.1 ns per shard element) */
-#define TAGC_AUTO_MIN_RHO 1.25           /* below this the sketch is no candidate */
 
 typedef struct tagc_auto_input {
   int64_t elements;        /* n: the segment's elements */
@@ -49,16 +43,13 @@ typedef struct tagc_auto_input {
   double codec_s;          /* measured codec seconds for this segment; <= 0: unknown */
 } tagc_auto_input;
 
-/* Predicted seconds per step of each wire (cost[mode]); the sketch's is HUGE_VAL when it is no
- * candidate. */
-void tagc_auto_costs(const tagc_auto_input *in, double cost[TAGC_MODE_COUNT]);
+/* Predicted seconds per step of each wire (cost[encoding]); the sketch's is HUGE_VAL when it
+ * is no candidate. */
+void tagc_auto_costs(const tagc_auto_input *in, double cost[TAGC_ENC_COUNT]);
 
 /* The wire for the next steps given the current one and how often this segment changed wire
  * already; `current` when the link rate is unknown. Pure. */
-tagc_wire_mode tagc_auto_choose(const tagc_auto_input *in, tagc_wire_mode current, int switches);
-
-/* "sketch", "bf16", "fp32" or "int8". */
-const char *tagc_wire_mode_name(tagc_wire_mode m);
+tagc_encoding tagc_auto_choose(const tagc_auto_input *in, tagc_encoding current, int switches);
 
 /* `--gather auto` with `--compress auto`: the precision of the parameter all-gathers, fp32,
  * bf16 or blockwise int8 (kernels/q8.h), from the same shared link rate. Per gathered element,
@@ -70,25 +61,17 @@ const char *tagc_wire_mode_name(tagc_wire_mode m);
  * gather of a step scale the costs alike, so one choice serves all units: at W = 2 int8 wins
  * below a link rate of about 1 GB/s and fp32 above 2 GB/s (the conversions then cost more than
  * the bytes they save). Same hysteresis as the gradient wires. Starts at bf16. */
-typedef enum tagc_gather_mode {
-  TAGC_GATHER_FP32 = 0,
-  TAGC_GATHER_BF16,
-  TAGC_GATHER_INT8,
-  TAGC_GATHER_COUNT
-} tagc_gather_mode;
 
 #define TAGC_AUTO_GATHER_BF16_S_PER_ELEMENT 0.5e-9 /* bench_kernels: encode + decode, 1 thread */
 #define TAGC_AUTO_GATHER_Q8_S_PER_ELEMENT 1e-9
 
-/* Predicted seconds per gathered element of each precision (fp32 included, for the log). */
-void tagc_auto_gather_costs(int world, double link_bytes_per_s, double cost[TAGC_GATHER_COUNT]);
+/* Predicted seconds per gathered element of each precision (fp32 included, for the log; the
+ * sketch, no gather encoding, HUGE_VAL). */
+void tagc_auto_gather_costs(int world, double link_bytes_per_s, double cost[TAGC_ENC_COUNT]);
 
 /* fp32, bf16 or int8 for the next steps; `current` when the rate is unknown or W < 2. Pure. */
-tagc_gather_mode tagc_auto_gather_choose(int world, double link_bytes_per_s,
-                                         tagc_gather_mode current, int switches);
-
-/* "fp32", "bf16" or "int8". */
-const char *tagc_gather_mode_name(tagc_gather_mode m);
+tagc_encoding tagc_auto_gather_choose(int world, double link_bytes_per_s, tagc_encoding current,
+                                      int switches);
 
 /* `--reshard-after-forward auto` with `--compress auto`: ZeRO-3 (reshard) gathers every unit
  * but the embeddings twice per step, before forward and again before backward, and holds at

@@ -28,8 +28,8 @@
  * step (the loss and the gradient norm).
  *
  * Threading: one caller thread; the engine owns one communication thread when comm != NULL. */
-#ifndef TAGC_WORKER_ENGINE_H
-#define TAGC_WORKER_ENGINE_H
+#ifndef TAGC_ENGINE_ENGINE_H
+#define TAGC_ENGINE_ENGINE_H
 
 #include <stddef.h>
 #include <stdint.h>
@@ -38,9 +38,9 @@
 
 #include "ckpt/ckpt.h"
 #include "comm/comm.h"
+#include "common/encoding.h"
 #include "common/status.h"
 #include "model/adamw.h"
-#include "engine/auto_policy.h"
 #include "data/data.h"
 #include "engine/device.h"
 #include "model/model.h"
@@ -57,14 +57,14 @@ typedef struct tagc_engine_config {
   uint64_t seed;                   /* init and sampler */
   double op_timeout_s;             /* deadline of each collective */
   int check_feedback;              /* test hook: measure error-feedback mass conservation */
-  int gather_bf16;                 /* all-gather parameters as bf16 (mixed-precision FSDP: the
-                                      model computes on bf16-rounded weights, fp32 master shards) */
-  int gather_int8;                 /* all-gather parameters as blockwise int8 (kernels/q8.h, ZeRO++
-                                      qwZ style: one fp32 scale per 256 elements, fp32 master
-                                      shards); wins over gather_bf16 */
+  tagc_encoding gather;            /* the parameter all-gathers' encoding (engine/gather_codec.h):
+                                      fp32, bf16 (mixed-precision FSDP: the model computes on
+                                      bf16-rounded weights) or int8 (blockwise, ZeRO++ qwZ
+                                      style); the master shards stay fp32. tagc_policy_gather()
+                                      fills it and gather_auto from --gather */
   int gather_auto;                 /* with adaptive (--compress auto) roles: the all-gathers
-                                      switch among fp32, bf16 and int8 with the measured link
-                                      (auto_policy.h); starts as bf16 */
+                                      move among fp32, bf16 and int8 with the measured link
+                                      (auto_policy.h), starting from `gather` */
   double link_rate;                /* > 0: the link rate (bytes/s) the auto choices assume
                                       instead of the measured one */
   double op_delay_s;               /* fault injection: delay before every collective task */
@@ -101,9 +101,8 @@ typedef struct tagc_step_stats {
                              (0 when none was) */
   double sketch_coverage; /* fraction of the tagc segments' elements sent as sketches (the rest
                              went dense: the sketch would not have paid) */
-  double path_fraction[TAGC_MODE_COUNT]; /* of all gradient elements: sent as sketches, dense
-                              bf16, dense fp32, dense int8
-                              (indexed by tagc_wire_mode, engine/auto_policy.h) */
+  double path_fraction[TAGC_ENC_COUNT]; /* of all gradient elements: sent as sketches, dense
+                              bf16, dense fp32, dense int8 (indexed by tagc_encoding) */
   const char *gather;     /* precision of this step's compute all-gathers: "fp32", "bf16", "int8" */
   int reshard;            /* 1: this step gathered units again for backward (ZeRO-3) */
   uint64_t unpeeled;      /* tagc segments: elements left to the estimate, all ranks */
@@ -158,7 +157,7 @@ typedef struct tagc_segment_info {
   size_t offset;     /* arena offset of the segment */
   size_t len;        /* elements */
   size_t shard;      /* S: elements per rank, padded */
-  tagc_policy_kind kind;
+  tagc_role_policy policy;
 } tagc_segment_info;
 
 int tagc_engine_n_segments(const tagc_engine *e);

@@ -91,18 +91,18 @@ json_t *tagc_engine_compression_state(const tagc_engine *e) {
   for (int i = 0; segs && i < e->n_segs; i++) {
     const engine_segment *s = &e->segs[i];
     json_t *item = json_pack("{s:s, s:s, s:f, s:f, s:f}", "name", s->name,
-                             "policy", tagc_policy_kind_name(s->pol.kind),
+                             "policy", tagc_role_policy_name(&s->pol),
                              "lane_density_seen", tagc_grad_segment_density_seen(s->codec),
                              "rho", tagc_grad_segment_rho(s->codec), "target_density", s->pol.density);
     if (item && s->pol.adaptive) /* `auto`: the wire chosen so far, and how often it changed */
       json_object_update_new(item, json_pack("{s:s, s:i, s:f}", "wire",
-                                             tagc_wire_mode_name(tagc_grad_segment_mode(s->codec)),
+                                             tagc_encoding_name(tagc_grad_segment_encoding(s->codec)),
                                              "switches", s->switches, "codec_s", s->codec_s));
     json_array_append_new(segs, item);
   }
   json_t *state = json_pack("{s:i, s:o}", "world_size", e->world, "segments", segs);
   if (state && e->gather_adaptive) /* `--gather auto`: the precision chosen so far */
-    json_object_update_new(state, json_pack("{s:s, s:i}", "gather", tagc_gather_mode_name(e->gather),
+    json_object_update_new(state, json_pack("{s:s, s:i}", "gather", tagc_encoding_name(e->gather),
                                             "gather_switches", e->gather_switches));
   return state;
 }
@@ -110,12 +110,13 @@ json_t *tagc_engine_compression_state(const tagc_engine *e) {
 tagc_status tagc_engine_set_compression_state(tagc_engine *e, const json_t *state) {
   json_t *segs = json_object_get(state, "segments");
   const char *gather = json_string_value(json_object_get(state, "gather"));
-  for (int m = TAGC_GATHER_BF16; gather && e->gather_adaptive && m < TAGC_GATHER_COUNT; m++)
-    if (!strcmp(gather, tagc_gather_mode_name((tagc_gather_mode)m))) { /* a resumed run gathers
-                                                                          as the saved one did */
-      e->gather = (tagc_gather_mode)m;
-      e->gather_switches = (int)json_integer_value(json_object_get(state, "gather_switches"));
-    }
+  tagc_encoding enc;
+  if (gather && e->gather_adaptive && /* a resumed run gathers as the saved one did */
+      tagc_encoding_parse(gather, TAGC_ENC_DENSE, "gather", &enc) == TAGC_OK) {
+    e->gather = enc;
+    e->gather_switches = (int)json_integer_value(json_object_get(state, "gather_switches"));
+  }
+  tagc_clear_error();
   size_t i;
   json_t *item;
   json_array_foreach(segs, i, item) {
@@ -128,12 +129,13 @@ tagc_status tagc_engine_set_compression_state(tagc_engine *e, const json_t *stat
         engine_segment *s = &e->segs[k];
         tagc_grad_segment_set_density_seen(s->codec, json_number_value(ld));
         const char *wire = json_string_value(json_object_get(item, "wire"));
-        for (int m = 0; wire && s->pol.adaptive && m < TAGC_MODE_COUNT; m++)
-          if (!strcmp(wire, tagc_wire_mode_name((tagc_wire_mode)m))) {
-            tagc_grad_segment_set_mode(s->codec, (tagc_wire_mode)m);
-            s->switches = (int)json_integer_value(json_object_get(item, "switches"));
-            s->codec_s = json_number_value(json_object_get(item, "codec_s"));
-          }
+        if (wire && s->pol.adaptive &&
+            tagc_encoding_parse(wire, s->pol.encodings, "wire", &enc) == TAGC_OK) {
+          tagc_grad_segment_set_encoding(s->codec, enc);
+          s->switches = (int)json_integer_value(json_object_get(item, "switches"));
+          s->codec_s = json_number_value(json_object_get(item, "codec_s"));
+        }
+        tagc_clear_error();
       }
     }
   }

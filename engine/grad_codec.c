@@ -6,15 +6,8 @@
 #include <stdlib.h>
 
 #include "common/timeutil.h"
+#include "engine/codec_params.h"
 #include "kernels/tagc_kernels.h"
-
-#define MIN_RHO 1.25   /* below this a sketch costs about as much as a dense bf16 shard */
-#define PROBE_EVERY 16 /* steps between density probes of a segment sent dense */
-#define DENSITY_HEADROOM 1.3 /* the next step's densest lane may exceed the last one's: size
-                                the sketch for 30% more (tests/train/tagc_train.py: 0 unpeeled;
-                                10% left 6-7 elements with the longer lanes of kernels/layout.h,
-                                20% 9 at one step of the C=256 model after the 60-step
-                                compression warm-up) */
 
 /* Scratch of the tagc reductions, grown on demand (device memory). */
 typedef struct reduce_scratch {
@@ -59,7 +52,8 @@ struct tagc_grad_segment {
   tagc_layout lay;          /* sketch geometry at rho_used */
   double rho_used;          /* rho of the current layout (0 = none built yet) */
   double lane_density_seen; /* the maximum over ranks at the last step: decides rho */
-  tagc_wire_mode mode;      /* tagc segments: sketch, or dense bf16/fp32 (with probes) */
+  tagc_encoding enc;        /* with error feedback: sketch, or dense bf16/fp32/int8 (with
+                               probes when the policy may sketch) */
 };
 
 tagc_status tagc_grad_codec_new(const tagc_grad_codec_config *cfg, tagc_grad_codec **out) {
@@ -104,8 +98,8 @@ tagc_status tagc_grad_segment_new(tagc_grad_codec *c, const tagc_role_policy *po
   s->len = len;
   s->S = S;
   s->hash_seed = hash_seed;
-  s->mode = pol->adaptive ? TAGC_MODE_BF16 : TAGC_MODE_SKETCH;
-  if (pol->kind == TAGC_POLICY_TAGC && c->world > 1) {
+  s->enc = tagc_role_policy_start(pol);
+  if (tagc_role_policy_feeds_back(pol) && c->world > 1) {
     tagc_status st = tagc_device_alloc(c->dev, S * (size_t)c->world * sizeof(float), (void **)&s->residual);
     if (st != TAGC_OK) {
       free(s);
@@ -135,19 +129,27 @@ double tagc_grad_segment_density_seen(const tagc_grad_segment *s) { return s->la
 
 double tagc_grad_segment_rho(const tagc_grad_segment *s) { return s->rho_used; }
 
-double tagc_grad_segment_advised_rho(const tagc_grad_segment *s) {
-  if (s->pol.dense_only)
-    return 0; /* never a sketch candidate */
-  double rho;
-  double d = fmin(1.0, DENSITY_HEADROOM * s->lane_density_seen);
-  if (!(d > 0) || tagc_rho_advise(d, (int64_t)s->S, tagc_layout_lanes((int64_t)s->S), &rho) != TAGC_OK)
-    return 0;
-  return rho >= MIN_RHO ? rho : 0;
+/* The densest lane the next sketch is sized for: the last one seen with headroom (0 when
+ * nothing was measured, or it was forgotten). */
+static double sized_density(const tagc_grad_segment *s) {
+  return fmin(1.0, TAGC_DENSITY_HEADROOM * s->lane_density_seen);
 }
 
-void tagc_grad_segment_set_mode(tagc_grad_segment *s, tagc_wire_mode mode) { s->mode = mode; }
+/* The kernels' advisor (kernels/rho.h): the rho whose sketch peels a densest lane of d. */
+static tagc_status advise(const tagc_grad_segment *s, double d, double *rho) {
+  return tagc_rho_advise(d, (int64_t)s->S, tagc_layout_lanes((int64_t)s->S), rho);
+}
 
-tagc_wire_mode tagc_grad_segment_mode(const tagc_grad_segment *s) { return s->mode; }
+double tagc_grad_segment_advised_rho(const tagc_grad_segment *s) {
+  double rho, d = sized_density(s);
+  if (!tagc_role_policy_sketches(&s->pol) || !(d > 0) || advise(s, d, &rho) != TAGC_OK)
+    return 0;
+  return rho >= TAGC_SKETCH_MIN_RHO ? rho : 0;
+}
+
+void tagc_grad_segment_set_encoding(tagc_grad_segment *s, tagc_encoding enc) { s->enc = enc; }
+
+tagc_encoding tagc_grad_segment_encoding(const tagc_grad_segment *s) { return s->enc; }
 
 void tagc_grad_codec_take_feedback(tagc_grad_codec *c, double sums[3]) {
   for (int k = 0; k < 3; k++) {
@@ -158,7 +160,8 @@ void tagc_grad_codec_take_feedback(tagc_grad_codec *c, double sums[3]) {
 
 /* ---------- reduction ---------- */
 
-static tagc_wire wire_of(int bf16) { return bf16 ? TAGC_WIRE_BF16 : TAGC_WIRE_NATIVE; }
+/* The comm layer's wire for a dense encoding: bf16 elements, or fp32 as they are. */
+static tagc_wire wire_of(tagc_encoding enc) { return enc == TAGC_ENC_BF16 ? TAGC_WIRE_BF16 : TAGC_WIRE_NATIVE; }
 
 /* The segment's gradient as W shards of S floats: grad itself, or a zero-padded copy in work
  * when len < W*S. */
@@ -203,19 +206,19 @@ static tagc_status choose_rho(const tagc_grad_segment *s, int64_t step, double *
     return TAGC_OK;
   }
   /* the densest lane decides whether the sketch peels (kernels/rho.h) */
-  double d = fmin(1.0, DENSITY_HEADROOM * s->lane_density_seen);
+  double d = sized_density(s);
   int unmeasured = d <= 0;
   if (unmeasured) /* nothing measured yet (or forgotten): assume the worst, full lanes */
     d = 1.0;
   double advised;
-  TAGC_CHECK(tagc_rho_advise(d, (int64_t)s->S, tagc_layout_lanes((int64_t)s->S), &advised));
+  TAGC_CHECK(advise(s, d, &advised));
   /* rounded down to a quarter power of two: few distinct layouts */
   double safe = exp2(floor(4 * log2(fmax(advised, TAGC_RHO_MIN))) / 4);
-  if (advised >= MIN_RHO)
+  if (advised >= TAGC_SKETCH_MIN_RHO)
     *rho = safe;
-  else /* too dense for the sketch to pay: dense, but every PROBE_EVERY steps, or at once when
-          nothing is measured, a (lossless, larger) sketch at the advised rho measures it */
-    *rho = step % PROBE_EVERY == 0 || unmeasured ? safe : 0;
+  else /* too dense for the sketch to pay: dense, but every TAGC_PROBE_EVERY steps, or at once
+          when nothing is measured, a (lossless, larger) sketch at the advised rho measures it */
+    *rho = step % TAGC_PROBE_EVERY == 0 || unmeasured ? safe : 0;
   return TAGC_OK;
 }
 
@@ -330,7 +333,7 @@ static tagc_status reduce_int8_group(tagc_grad_codec *c, const tagc_grad_job *jo
                                            (int64_t)S, send + j * per_rank + off, s->pending + j * S));
     }
     s->staged = STAGE_PENDING;
-    *jb->stats = (tagc_grad_stats){.tagc = 1, .dense = 1, .global_bits = -1, .wire = TAGC_MODE_INT8};
+    *jb->stats = (tagc_grad_stats){.feedback = 1, .encoding = TAGC_ENC_INT8, .global_bits = -1};
     off += chunk;
   }
   TAGC_CHECK(tagc_device_sync(c->dev, lane));
@@ -351,14 +354,14 @@ static tagc_status reduce_int8_group(tagc_grad_codec *c, const tagc_grad_job *jo
  * dense modes between their density probes, never ask the advisor). */
 static tagc_status plan_rho(const tagc_grad_segment *s, int64_t step, double *rho) {
   *rho = 0;
-  if (!s->pol.dense_only && (s->mode == TAGC_MODE_SKETCH || step % PROBE_EVERY == 0))
+  if (tagc_role_policy_sketches(&s->pol) && (s->enc == TAGC_ENC_SKETCH || step % TAGC_PROBE_EVERY == 0))
     return choose_rho(s, step, rho); /* dense wires still probe */
   return TAGC_OK;
 }
 
-/* 1 when tagc segment s goes on the int8 wire at a step it planned rho for (with peers). */
+/* 1 when segment s goes on the int8 wire at a step it planned rho for (with peers). */
 static int goes_int8(const tagc_grad_codec *c, const tagc_grad_segment *s, double rho) {
-  return c->world > 1 && s->pol.kind == TAGC_POLICY_TAGC && rho == 0 && s->mode == TAGC_MODE_INT8;
+  return c->world > 1 && tagc_role_policy_feeds_back(&s->pol) && rho == 0 && s->enc == TAGC_ENC_INT8;
 }
 
 /* One tagc segment: sparsify with error feedback, OR the bitmaps to their owners, encode the
@@ -375,16 +378,13 @@ static tagc_status reduce_tagc(tagc_grad_codec *c, tagc_grad_segment *s, tagc_la
     return reduce_int8_group(c, &job, &only, 1, lane);
   }
   TAGC_CHECK(padded(c, s, lane, grad, work, &grad)); /* the kernels read grad as [W][S] */
-  stats->tagc = 1;
-  stats->dense = rho == 0;
-  if (stats->dense) {
+  stats->feedback = 1;
+  if (rho == 0) { /* dense: a sketching segment whose sketch would not pay sends bf16 */
     stats->global_bits = -1; /* not measured */
-    stats->wire = s->mode == TAGC_MODE_SKETCH ? TAGC_MODE_BF16 : s->mode;
-    return reduce_tagc_dense(c, s, lane, grad, shard, work,
-                             s->mode == TAGC_MODE_SKETCH ? wire_of(c->cfg.sketch_bf16)
-                                                         : wire_of(s->mode == TAGC_MODE_BF16));
+    stats->encoding = s->enc == TAGC_ENC_SKETCH ? TAGC_ENC_BF16 : s->enc;
+    return reduce_tagc_dense(c, s, lane, grad, shard, work, wire_of(stats->encoding));
   }
-  stats->wire = TAGC_MODE_SKETCH;
+  stats->encoding = TAGC_ENC_SKETCH;
   double t0 = tagc_now();
   if (rho != s->rho_used)
     TAGC_CHECK(set_layout(c, s, lane, rho));
@@ -433,8 +433,8 @@ static tagc_status reduce_tagc(tagc_grad_codec *c, tagc_grad_segment *s, tagc_la
   TAGC_CHECK(tagc_device_sync(c->dev, lane));
   stats->codec_s = tagc_now() - t0 - t_index;
   TAGC_CHECK(tagc_comm_reduce_scatter(c->cfg.comm, sc->sketch, sc->my_sketch, cells,
-                                      TAGC_DTYPE_F32, TAGC_REDOP_SUM, wire_of(c->cfg.sketch_bf16),
-                                      c->cfg.op_timeout_s));
+                                      TAGC_DTYPE_F32, TAGC_REDOP_SUM, TAGC_WIRE_BF16,
+                                      c->cfg.op_timeout_s)); /* TAGC-2: bf16 sketch cells */
   double t1 = tagc_now();
   TAGC_CHECK(tagc_kernels_decode(&ctx, l, sc->my_sketch, sc->global_bitmap, shard, ds_dev));
   TAGC_CHECK(tagc_kernels_lane_max(&ctx, l, sc->global_bitmap, lane_max_dev));
@@ -463,10 +463,10 @@ tagc_status tagc_grad_reduce(tagc_grad_codec *c, tagc_grad_segment *s, tagc_lane
     }
     return TAGC_OK;
   }
-  if (s->pol.kind == TAGC_POLICY_TAGC)
+  if (tagc_role_policy_feeds_back(&s->pol))
     return reduce_tagc(c, s, lane, step, grad, shard, work, stats);
   TAGC_CHECK(padded(c, s, lane, grad, work, &grad));
-  return reduce_dense(c, s, lane, grad, shard, wire_of(s->pol.kind == TAGC_POLICY_BF16));
+  return reduce_dense(c, s, lane, grad, shard, wire_of(s->enc));
 }
 
 tagc_status tagc_grad_reduce_unit(tagc_grad_codec *c, const tagc_grad_job *jobs, int n,
@@ -540,7 +540,7 @@ float *tagc_grad_segment_residual_shard(const tagc_grad_codec *c, const tagc_gra
 tagc_status tagc_grad_segment_reset_residual(tagc_grad_codec *c, tagc_grad_segment *s,
                                              tagc_lane lane, float **shard) {
   *shard = NULL;
-  if (s->pol.kind != TAGC_POLICY_TAGC)
+  if (!tagc_role_policy_feeds_back(&s->pol))
     return TAGC_OK;
   size_t n = s->S * (size_t)c->world;
   if (!s->residual)

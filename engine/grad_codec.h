@@ -22,15 +22,15 @@
  *
  * Threading: one thread at a time per codec (the engine's communication thread during a
  * step, the compute thread between steps); the segments of a codec share its scratch. */
-#ifndef TAGC_WORKER_GRAD_CODEC_H
-#define TAGC_WORKER_GRAD_CODEC_H
+#ifndef TAGC_ENGINE_GRAD_CODEC_H
+#define TAGC_ENGINE_GRAD_CODEC_H
 
 #include <stddef.h>
 #include <stdint.h>
 
 #include "comm/comm.h"
+#include "common/encoding.h"
 #include "common/status.h"
-#include "engine/auto_policy.h"
 #include "engine/device.h"
 #include "engine/policy.h"
 
@@ -38,7 +38,6 @@ typedef struct tagc_grad_codec_config {
   tagc_device *device; /* borrowed; outlives the codec */
   tagc_comm *comm;     /* borrowed; NULL for world size 1 */
   double op_timeout_s; /* deadline of each collective */
-  int sketch_bf16;     /* tagc sketches (and dense fallbacks) travel as bf16 */
   int check_feedback;  /* test hook: sum the error-feedback mass (CPU device only) */
 } tagc_grad_codec_config;
 
@@ -50,13 +49,13 @@ typedef struct tagc_grad_segment tagc_grad_segment;
 
 /* What one reduction of a segment measured on this rank. */
 typedef struct tagc_grad_stats {
-  int tagc;             /* a tagc segment with peers; the fields below are 0 otherwise */
-  int dense;            /* sent dense this step (the sketch would not pay) */
+  int feedback;         /* a segment with error feedback (its policy allows the sketch or int8)
+                           and peers; the fields below are 0 otherwise */
+  tagc_encoding encoding; /* the wire used this step (a dense one when the sketch would not pay) */
   double rho;           /* rho of the sketch sent; 0 when dense */
   int64_t global_bits;  /* bits set in this rank's ORed bitmap shard; -1 when not measured */
   double lane_density;  /* items in the densest lane of that shard / blocks; 0 if not measured */
   int64_t estimated;    /* elements of this rank's shard left to the estimate (not peeled) */
-  tagc_wire_mode wire;  /* tagc segments: the wire used this step (a dense one when `dense`) */
   double codec_s;       /* seconds in the sketch kernels this step (0 when dense) */
   int64_t nonfinite;    /* sketched tagc segments: inf/NaN values in this rank's gradient +
                            residual (this rank then sent zeros; the engine skips the step).
@@ -133,15 +132,15 @@ double tagc_grad_segment_density_seen(const tagc_grad_segment *s);
 double tagc_grad_segment_rho(const tagc_grad_segment *s);
 
 /* The rho the advisor gives for the density seen last (0 when nothing was measured yet, the
- * sketch would not pay, or the segment is dense_only). */
+ * sketch would not pay, or the policy never sketches). */
 double tagc_grad_segment_advised_rho(const tagc_grad_segment *s);
 
-/* A tagc segment's wire: the sketch (the default), or dense bf16 / fp32 with the residual
- * folded in, still probing the density with a sketch every few steps. Adaptive segments
- * (policy `auto`) start on bf16; the engine moves them (engine/auto_policy.h). All ranks must
- * set the same mode. */
-void tagc_grad_segment_set_mode(tagc_grad_segment *s, tagc_wire_mode mode);
-tagc_wire_mode tagc_grad_segment_mode(const tagc_grad_segment *s);
+/* The wire of a segment with error feedback: the sketch (a fixed tagc policy's), or dense
+ * bf16 / fp32 / int8 with the residual folded in, still probing the density with a sketch
+ * every TAGC_PROBE_EVERY steps when the policy may sketch. Adaptive segments (policy `auto`)
+ * start on bf16; the engine moves them (engine/auto_policy.h). All ranks must set the same. */
+void tagc_grad_segment_set_encoding(tagc_grad_segment *s, tagc_encoding enc);
+tagc_encoding tagc_grad_segment_encoding(const tagc_grad_segment *s);
 
 /* The error-feedback sums of the reductions since the last call, then reset: [0] the raw
  * gradients plus old residuals, [1] what was kept (sent) plus the new residuals, [2] the sum

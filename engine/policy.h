@@ -12,36 +12,41 @@
  *           baseline)
  *   "tagc,attn_qkv=none,mlp_fc=tagc:0.05:4"  a preset followed by per-role overrides; a tagc
  *           rule may give the density target and rho ("auto" = from the kernels' advisor).
- * Role names are those of tagc_role_name(); "attn" and "mlp" name both of their roles. */
-#ifndef TAGC_WORKER_POLICY_H
-#define TAGC_WORKER_POLICY_H
+ * Role names are those of tagc_role_name(); "attn" and "mlp" name both of their roles.
+ *
+ * A role's policy is the set of encodings (common/encoding.h) its segments may use, and
+ * whether `auto` chooses among them at run time:
+ *   none  {fp32}           bf16  {bf16}
+ *   tagc  {sketch, bf16}   the sketch; dense bf16 (with the residual) where it would not pay
+ *                          and through the compression warm-up
+ *   auto  {sketch, bf16, fp32, int8} adaptive; the preset's attention and norm roles
+ *         {bf16, fp32, int8} adaptive (never a sketch, nor its density probes)
+ * A policy with the sketch or int8 keeps an error-feedback residual. */
+#ifndef TAGC_ENGINE_POLICY_H
+#define TAGC_ENGINE_POLICY_H
 
+#include "common/encoding.h"
 #include "common/status.h"
 #include "model/model.h"
 
-typedef enum tagc_policy_kind { TAGC_POLICY_NONE = 0, TAGC_POLICY_BF16, TAGC_POLICY_TAGC } tagc_policy_kind;
-
 typedef struct tagc_role_policy {
-  tagc_policy_kind kind;
-  double density; /* tagc: target density of the union of all ranks' kept elements (0 < d <= 1);
-                     each rank keeps tagc_policy_rank_density(density, W) */
-  double rho;     /* tagc: sketch compression ratio; 0 = auto */
-  int adaptive;   /* tagc role under `auto`: the engine picks its wire (fp32, bf16, int8 or the
-                     sketch) from the measured link rate and codec cost (engine/auto_policy.h) */
-  int dense_only; /* adaptive: never the sketch (nor its density probes), only fp32, bf16 or
-                     int8 (the attention roles of `auto`, bf16 in the tagc preset) */
+  unsigned encodings; /* TAGC_ENC_BIT set: the wires this role's segments may use */
+  int adaptive;       /* `auto` picks the wire among `encodings` from the measured link rate
+                         and codec cost (engine/auto_policy.h) */
+  double density;     /* sketch: target density of the union of all ranks' kept elements
+                         (0 < d <= 1); each rank keeps tagc_policy_rank_density(density, W) */
+  double rho;         /* sketch: compression ratio; 0 = from the kernels' advisor */
 } tagc_role_policy;
 
 typedef struct tagc_compress_policy {
   tagc_role_policy role[TAGC_ROLE_COUNT];
-  int sketch_bf16; /* tagc sketches travel as bf16 (TAGC-2) rather than fp32 */
 } tagc_compress_policy;
 
 #define TAGC_DEFAULT_DENSITY 0.1
 /* The union density of adaptive (`auto`) roles: they take the sketch only where bytes cost the
  * most time (slow links), and there half the default density gives rho ~2.8 instead of ~2.3
  * (5.2x instead of 4.8x fewer bytes than fp32 ZeRO-3 on the 3.3 M bench model with int8
- * gathers and no reshard) at no worse a loss than 0.1 (docs/benchmarks.md 3b). */
+ * gathers and no reshard) at no worse a loss than 0.1 (docs/compression.md). */
 #define TAGC_AUTO_DENSITY 0.05
 
 /* The density each of W ranks keeps so that the union of their kept sets has density about
@@ -60,18 +65,26 @@ int64_t tagc_compress_warmup_auto(int64_t lr_warmup, int64_t steps);
 /* Parses spec into *out. TAGC_EINVAL with a detail naming the bad rule. */
 tagc_status tagc_policy_parse(const char *spec, tagc_compress_policy *out);
 
-/* Whether parameters are all-gathered as bf16 for a --gather setting ("auto", "fp32", "bf16"):
- * "auto" gathers bf16 exactly when the policy compresses some role (bf16 or tagc), the
- * mixed-precision setting of FSDP/ZeRO++ that pairs with compressed gradients; a policy of
- * `none` everywhere stays the fp32 ZeRO-3 baseline. */
-int tagc_policy_gather_bf16(const char *gather, const tagc_compress_policy *p);
+/* The parameter all-gathers of a --gather setting ("auto", "fp32", "bf16" or "int8") under
+ * policy p: *start is the encoding of the first step; *adaptive is 1 for "auto" over adaptive
+ * (--compress auto) roles, whose gathers then move among fp32, bf16 and int8 with the link
+ * (auto_policy.h). "auto" otherwise gathers bf16 exactly when the policy compresses some
+ * role, the mixed-precision setting of FSDP/ZeRO++ that pairs with compressed gradients (a
+ * policy of `none` everywhere stays the fp32 ZeRO-3 baseline). TAGC_EINVAL for another name. */
+tagc_status tagc_policy_gather(const char *gather, const tagc_compress_policy *p,
+                               tagc_encoding *start, int *adaptive);
 
-/* The precision of the parameter all-gathers in effect: "int8", "bf16" or "fp32", or "auto"
- * for --gather auto over adaptive (--compress auto) roles. */
-const char *tagc_policy_gather_name(const char *gather, const tagc_compress_policy *p);
+/* The role's segments may sketch; keep an error-feedback residual (sketch or int8). */
+int tagc_role_policy_sketches(const tagc_role_policy *p);
+int tagc_role_policy_feeds_back(const tagc_role_policy *p);
 
-/* "none", "bf16" or "tagc". */
-const char *tagc_policy_kind_name(tagc_policy_kind kind);
+/* The encoding a segment starts with: bf16 for an adaptive one, the sketch for a fixed one
+ * that may sketch, else the fixed policy's only encoding. */
+tagc_encoding tagc_role_policy_start(const tagc_role_policy *p);
+
+/* The rule's name in manifests and logs: "none" ({fp32}), "bf16" ({bf16}) or "tagc" (a
+ * sketching or adaptive policy). */
+const char *tagc_role_policy_name(const tagc_role_policy *p);
 
 /* Two policies compress the same way (used to merge adjacent tensors into one segment). */
 int tagc_role_policy_equal(const tagc_role_policy *a, const tagc_role_policy *b);

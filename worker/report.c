@@ -13,7 +13,6 @@
 #include "common/json.h"
 #include "common/log.h"
 #include "common/timeutil.h"
-#include "engine/auto_policy.h"
 #include "engine/policy.h"
 
 void tagc_report_init(tagc_report *rp, const tagc_report_config *c) {
@@ -93,7 +92,7 @@ void tagc_report_step(tagc_report *rp, const tagc_step_stats *ss) {
   tt->density += ss->global_density;
   tt->rho += ss->rho;
   tt->coverage += ss->sketch_coverage;
-  for (int m = 0; m < TAGC_MODE_COUNT; m++)
+  for (int m = 0; m < TAGC_ENC_COUNT; m++)
     tt->paths[m] += ss->path_fraction[m];
   tt->resharded += ss->reshard;
 }
@@ -146,8 +145,8 @@ static uint32_t batch_crc(const tagc_report *rp, int64_t step) {
  * from sums over n steps. */
 static json_t *paths_json(const double *sums, double n) {
   json_t *o = json_object();
-  for (int m = 0; o && m < TAGC_MODE_COUNT; m++)
-    json_object_set_new(o, tagc_wire_mode_name((tagc_wire_mode)m), json_real(sums[m] / n));
+  for (int m = 0; o && m < TAGC_ENC_COUNT; m++)
+    json_object_set_new(o, tagc_encoding_name((tagc_encoding)m), json_real(sums[m] / n));
   return o;
 }
 
@@ -346,10 +345,12 @@ static tagc_status write_summary(tagc_report *rp, const tagc_report_final *f, co
     return tagc_errorf(TAGC_ENOMEM, "summary");
   json_object_set_new(s, "sketch_coverage", json_real(tt->coverage / n));
   json_object_set_new(s, "paths", paths_json(tt->paths, n));
-  tagc_compress_policy pol; /* the gather precision in effect (--gather auto follows it) */
-  if (tagc_policy_parse(cfg->compress, &pol) == TAGC_OK)
-    json_object_set_new(s, "gather",
-                        json_string(tagc_policy_gather_name(cfg->gather, &pol)));
+  tagc_compress_policy pol; /* the gather encoding in effect ("auto": metrics.jsonl has each step's) */
+  tagc_encoding gather;
+  int gather_auto;
+  if (tagc_policy_parse(cfg->compress, &pol) == TAGC_OK &&
+      tagc_policy_gather(cfg->gather, &pol, &gather, &gather_auto) == TAGC_OK)
+    json_object_set_new(s, "gather", json_string(gather_auto ? "auto" : tagc_encoding_name(gather)));
   json_object_set_new(s, "reshard_after_forward", json_string(cfg->reshard_after_forward));
   json_object_set_new(s, "resharded_fraction", json_real(tt->resharded / n));
   if (isnan(rp->loss)) /* no step of the job ran in this process */

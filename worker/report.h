@@ -45,7 +45,7 @@ typedef struct tagc_recovery_counts {
 typedef struct tagc_report_totals {
   double tokens, bytes_sent, comm_s, exposed_s, unpeeled, tagc_elements, density, rho;
   double coverage; /* sum over steps of the fraction of tagc elements sent as sketches */
-  double paths[TAGC_MODE_COUNT]; /* sums over steps of tagc_step_stats.path_fraction */
+  double paths[TAGC_ENC_COUNT]; /* sums over steps of tagc_step_stats.path_fraction */
   double resharded; /* steps that gathered units again for backward (ZeRO-3) */
   int64_t steps;  /* steps run by this process, recomputed ones included */
   double *step_s; /* per step, for the median */

@@ -211,9 +211,7 @@ static tagc_status gen_begin(tagc_run *t, const tagc_gen_spec *g) {
   ec.seed = (uint64_t)cfg->seed;
   ec.op_timeout_s = cfg->op_timeout;
   ec.check_feedback = cfg->check_feedback;
-  ec.gather_bf16 = tagc_policy_gather_bf16(cfg->gather, &t->policy);
-  ec.gather_int8 = strcmp(cfg->gather, "int8") == 0;
-  ec.gather_auto = strcmp(cfg->gather, "auto") == 0;
+  TAGC_CHECK(tagc_policy_gather(cfg->gather, &t->policy, &ec.gather, &ec.gather_auto));
   ec.link_rate = cfg->link_rate;
   ec.reshard_after_forward = strcmp(cfg->reshard_after_forward, "false") != 0;
   ec.reshard_auto = strcmp(cfg->reshard_after_forward, "auto") == 0;

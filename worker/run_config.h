@@ -52,7 +52,7 @@ typedef struct tagc_train_config {
   int64_t stop_at;    /* stop after this step (0 = no) */
   int check_feedback; /* test hook, see tagc_engine_config */
   double link_rate;   /* bytes/s assumed by the auto choices; 0 = measured */
-  char *gather;       /* "auto", "fp32" or "bf16" parameter all-gathers (tagc_policy_gather_bf16) */
+  char *gather;       /* "auto", "fp32", "bf16" or "int8" parameter all-gathers (tagc_policy_gather) */
   char *reshard_after_forward; /* "auto", "true" or "false" */
   double max_gather_mem; /* MiB of gathered parameters `auto` may hold for a step; 0 = default */
   char *fault;        /* fault spec (see worker/fault.h) */

@@ -1,4 +1,4 @@
-/* The int8 gradient wire of `--compress auto` (engine/grad_codec.h, TAGC_MODE_INT8) on the CPU
+/* The int8 gradient wire of `--compress auto` (engine/grad_codec.h, TAGC_ENC_INT8) on the CPU
  * device, three processes over Gloo, a segment of 3 shards of 4096 whose last 700 elements are
  * padding. Against a host oracle built from each rank's known gradients and the q8 kernels:
  *  - every rank's shard is, bit for bit, the rank-order sum of the W ranks' decoded int8
@@ -65,11 +65,11 @@ static void test_unit(tagc_grad_codec *c, tagc_comm *comm, int rank) {
   enum { NSEG = 6 };
   static const size_t len[NSEG] = {LEN, 2 * S, 2 * (W - 1) * S - 5, W * S, W * S - 1000, LEN};
   static const size_t shard_size[NSEG] = {S, S, 2 * S, S, S, S};
-  static const tagc_wire_mode mode[NSEG] = {TAGC_MODE_INT8, TAGC_MODE_FP32, TAGC_MODE_INT8,
-                                            TAGC_MODE_BF16, TAGC_MODE_FP32, TAGC_MODE_BF16};
+  static const tagc_encoding mode[NSEG] = {TAGC_ENC_INT8, TAGC_ENC_FP32, TAGC_ENC_INT8,
+                                            TAGC_ENC_BF16, TAGC_ENC_FP32, TAGC_ENC_BF16};
   /* exchanges per step: all-to-alls and reduce-scatters, of the unit and of the twins */
   static const uint64_t unit_ops[2][2] = {{1, 4}, {1, 5}}, twin_ops[2][2] = {{2, 4}, {1, 5}};
-  tagc_role_policy pol = {TAGC_POLICY_TAGC, 0.05, 0, 1, 1}, none = {TAGC_POLICY_NONE, 0, 0, 0, 0};
+  tagc_role_policy pol = {TAGC_ENC_DENSE, 1, 0.05, 0}, none = {TAGC_ENC_BIT(TAGC_ENC_FP32), 0, 0, 0};
   tagc_grad_segment *unit[NSEG] = {0}, *twin[NSEG] = {0};
   float *grad[NSEG], *got[NSEG], *want[NSEG], *work = malloc(2 * N * 4);
   tagc_grad_stats gs_unit[NSEG], gs_twin[NSEG];
@@ -79,16 +79,16 @@ static void test_unit(tagc_grad_codec *c, tagc_comm *comm, int rank) {
     CHECK_OK(tagc_grad_segment_new(c, p, len[i], shard_size[i], 20 + i, &twin[i]));
     if (!unit[i] || !twin[i])
       return;
-    tagc_grad_segment_set_mode(unit[i], mode[i]);
-    tagc_grad_segment_set_mode(twin[i], mode[i]);
+    tagc_grad_segment_set_encoding(unit[i], mode[i]);
+    tagc_grad_segment_set_encoding(twin[i], mode[i]);
     grad[i] = malloc(2 * N * 4);
     got[i] = malloc(shard_size[i] * 4);
     want[i] = malloc(shard_size[i] * 4);
   }
   for (int t = 3; t < 5; t++) {
     if (t == 4) {
-      tagc_grad_segment_set_mode(unit[2], TAGC_MODE_FP32);
-      tagc_grad_segment_set_mode(twin[2], TAGC_MODE_FP32);
+      tagc_grad_segment_set_encoding(unit[2], TAGC_ENC_FP32);
+      tagc_grad_segment_set_encoding(twin[2], TAGC_ENC_FP32);
     }
     for (int i = 0; i < NSEG; i++) {
       gradient(rank, 10 * t + i, grad[i]); /* N values; C takes two of them */
@@ -124,10 +124,10 @@ static void test_unit(tagc_grad_codec *c, tagc_comm *comm, int rank) {
     for (int i = 0; i < NSEG; i++) {
       CHECK_MSG(memcmp(got[i], want[i], shard_size[i] * 4) == 0,
                 "rank %d step %d segment %d: the unit's shard differs", rank, t, i);
-      CHECK_MSG(gs_unit[i].wire == gs_twin[i].wire && gs_unit[i].dense == gs_twin[i].dense &&
-                    gs_unit[i].tagc == gs_twin[i].tagc && gs_unit[i].global_bits == gs_twin[i].global_bits,
-                "rank %d step %d segment %d: stats differ (wire %d vs %d)", rank, t, i,
-                (int)gs_unit[i].wire, (int)gs_twin[i].wire);
+      CHECK_MSG(gs_unit[i].encoding == gs_twin[i].encoding && gs_unit[i].feedback == gs_twin[i].feedback &&
+                    gs_unit[i].global_bits == gs_twin[i].global_bits,
+                "rank %d step %d segment %d: stats differ (encoding %d vs %d)", rank, t, i,
+                (int)gs_unit[i].encoding, (int)gs_twin[i].encoding);
       CHECK_OK(tagc_grad_segment_commit(c, unit[i], TAGC_LANE_COMM, 1));
       CHECK_OK(tagc_grad_segment_commit(c, twin[i], TAGC_LANE_COMM, 1));
       const float *ru = tagc_grad_segment_residual_shard(c, unit[i]);
@@ -166,16 +166,16 @@ static int rank_main(int rank, int world, const char *dir, void *arg) {
   CHECK_OK(tagc_device_open("cpu", TAGC_DEVICE_FP32, &dev));
   if (!comm || !dev)
     return 1;
-  tagc_grad_codec_config gc = {dev, comm, 120, 1, 0};
+  tagc_grad_codec_config gc = {dev, comm, 120, 0};
   tagc_grad_codec *c = NULL;
   tagc_grad_segment *seg = NULL;
-  tagc_role_policy pol = {TAGC_POLICY_TAGC, 0.05, 0, 1, 1}; /* adaptive, dense only */
+  tagc_role_policy pol = {TAGC_ENC_DENSE, 1, 0.05, 0}; /* adaptive, dense only */
   CHECK_OK(tagc_grad_codec_new(&gc, &c));
   if (c)
     CHECK_OK(tagc_grad_segment_new(c, &pol, LEN, S, 11, &seg));
   if (!seg)
     return 1;
-  tagc_grad_segment_set_mode(seg, TAGC_MODE_INT8);
+  tagc_grad_segment_set_encoding(seg, TAGC_ENC_INT8);
   float *g[W], *res[W], *res_before[W], *q = malloc(N * 4), *v = malloc(N * 4), *grad = malloc(N * 4);
   float *work = malloc(N * 4), *shard = malloc(S * 4), *want = malloc(S * 4);
   for (int r = 0; r < W; r++) {
@@ -196,8 +196,8 @@ static int rank_main(int rank, int world, const char *dir, void *arg) {
     CHECK_OK(tagc_grad_reduce(c, seg, TAGC_LANE_COMM, t, grad, shard, work, &gs));
     CHECK_OK(tagc_device_sync(dev, TAGC_LANE_COMM));
     tagc_comm_stats_get(comm, &c1);
-    CHECK_MSG(gs.tagc && gs.dense && gs.wire == TAGC_MODE_INT8, "rank %d step %d: tagc %d dense %d wire %d",
-              rank, t, gs.tagc, gs.dense, (int)gs.wire);
+    CHECK_MSG(gs.feedback && gs.encoding == TAGC_ENC_INT8, "rank %d step %d: feedback %d encoding %d",
+              rank, t, gs.feedback, (int)gs.encoding);
     uint64_t sent = c1.op[TAGC_COMM_OP_ALLTOALL].bytes_sent - c0.op[TAGC_COMM_OP_ALLTOALL].bytes_sent;
     CHECK_MSG(sent == (uint64_t)((W - 1) * chunk), "rank %d step %d: all-to-all sent %llu bytes, want %lld",
               rank, t, (unsigned long long)sent, (long long)((W - 1) * chunk));
@@ -251,8 +251,8 @@ static int rank_main(int rank, int world, const char *dir, void *arg) {
   gradient(rank, 16, grad);
   tagc_grad_stats gs;
   CHECK_OK(tagc_grad_reduce(c, seg, TAGC_LANE_COMM, 16, grad, shard, work, &gs));
-  CHECK_MSG(gs.dense && gs.wire == TAGC_MODE_INT8, "rank %d: step 16 probed (dense %d wire %d)", rank,
-            gs.dense, (int)gs.wire);
+  CHECK_MSG(gs.encoding == TAGC_ENC_INT8, "rank %d: step 16 probed (encoding %d)", rank,
+            (int)gs.encoding);
   CHECK_OK(tagc_grad_segment_commit(c, seg, TAGC_LANE_COMM, 1));
   for (int r = 0; r < W; r++) { /* the oracle's residuals after step 16 */
     gradient(r, 16, g[r]);
@@ -264,14 +264,14 @@ static int rank_main(int rank, int world, const char *dir, void *arg) {
   }
   /* auto moves the segment to fp32: step 17 sends gradient + residual and leaves a zero
    * residual; step 18 (residual known zero) sends the gradient alone */
-  tagc_grad_segment_set_mode(seg, TAGC_MODE_FP32);
+  tagc_grad_segment_set_encoding(seg, TAGC_ENC_FP32);
   for (int t = 17; t <= 18; t++) {
     for (int r = 0; r < W; r++)
       gradient(r, t, g[r]);
     memcpy(grad, g[rank], LEN * 4);
     CHECK_OK(tagc_grad_reduce(c, seg, TAGC_LANE_COMM, t, grad, shard, work, &gs));
     CHECK_OK(tagc_device_sync(dev, TAGC_LANE_COMM));
-    CHECK_MSG(gs.dense && gs.wire == TAGC_MODE_FP32, "rank %d step %d: wire %d", rank, t, (int)gs.wire);
+    CHECK_MSG(gs.encoding == TAGC_ENC_FP32, "rank %d step %d: encoding %d", rank, t, (int)gs.encoding);
     double err = 0, mag = 0;
     for (int i = 0; i < S; i++) {
       double sum = 0, abs_sum = 0;

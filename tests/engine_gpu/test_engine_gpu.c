@@ -372,10 +372,10 @@ static int codec_rank(int rank, const char *dir) {
   CHECK_OK(tagc_device_open("cuda", TAGC_DEVICE_FP32, &dev));
   if (!comm || !dev)
     return 1;
-  tagc_grad_codec_config gc = {dev, comm, 600, 0, 0};
+  tagc_grad_codec_config gc = {dev, comm, 600, 0};
   tagc_grad_codec *c = NULL;
   tagc_grad_segment *seg = NULL;
-  tagc_role_policy pol = {TAGC_POLICY_TAGC, 0.1, 4, 0, 0};
+  tagc_role_policy pol = {TAGC_ENC_BIT(TAGC_ENC_SKETCH) | TAGC_ENC_BIT(TAGC_ENC_BF16), 0, 0.1, 4};
   size_t n = 2 * CODEC_S;
   CHECK_OK(tagc_grad_codec_new(&gc, &c));
   if (c)
@@ -403,7 +403,7 @@ static int codec_rank(int rank, const char *dir) {
     CHECK_OK(tagc_device_copy(dev, TAGC_LANE_COMM, grad, host, n * sizeof(float), TAGC_COPY_H2D));
     CHECK_OK(tagc_grad_reduce(c, seg, TAGC_LANE_COMM, step, grad, shard, work, &gs));
     CHECK_OK(tagc_device_sync(dev, TAGC_LANE_COMM));
-    CHECK_MSG(gs.tagc && !gs.dense, "rank %d step %d: not sent as a sketch", rank, step);
+    CHECK_MSG(gs.feedback && gs.encoding == TAGC_ENC_SKETCH, "rank %d step %d: not sent as a sketch", rank, step);
     CHECK_MSG((gs.nonfinite > 0) == (step == 1 && rank == 1),
               "rank %d step %d: the codec reports %lld non-finite values", rank, step,
               (long long)gs.nonfinite);
