@@ -33,7 +33,7 @@ void tagc_etcd_config_init(tagc_etcd_config *cfg) {
   memset(cfg, 0, sizeof *cfg);
   cfg->request_timeout_s = 5;
   cfg->connect_timeout_s = 1;
-  cfg->deadline_s = 15;
+  cfg->deadline_s = TAGC_ETCD_DEADLINE_S;
   cfg->max_attempts = 6;
   cfg->backoff_initial_s = 0.05;
   cfg->backoff_max_s = 1;

@@ -39,7 +39,7 @@ typedef struct tagc_etcd_config {
   const char *endpoints;       /* comma-separated base URLs, "http://127.0.0.1:2379,..." */
   double request_timeout_s;    /* one HTTP attempt (default 5) */
   double connect_timeout_s;    /* TCP/TLS connect of one attempt (default 1) */
-  double deadline_s;           /* a whole call, retries included (default 15) */
+  double deadline_s;           /* a whole call, retries included (TAGC_ETCD_DEADLINE_S) */
   int max_attempts;            /* attempts per call, across endpoints (default 6) */
   double backoff_initial_s;    /* first pause between attempts (default 0.05), doubled each time */
   double backoff_max_s;        /* cap of that pause (default 1) */
@@ -50,6 +50,9 @@ typedef struct tagc_etcd_config {
   const char *password;        /* its password */
   const tagc_etcd_transport *transport; /* NULL: libcurl. Borrowed; must outlive the client */
 } tagc_etcd_config;
+
+/* The default deadline of one call, retries included, in seconds. */
+#define TAGC_ETCD_DEADLINE_S 15.0
 
 /* Fills cfg with the defaults above and no endpoints. */
 void tagc_etcd_config_init(tagc_etcd_config *cfg);
@@ -77,10 +80,16 @@ typedef struct tagc_etcd_credentials {
 tagc_status tagc_etcd_config_credentials(tagc_etcd_config *cfg, const tagc_etcd_credentials *cred,
                                          char **password);
 
-/* tagc_etcd_config_credentials on a copy of cfg, then tagc_etcd_create; the password read is
- * wiped and freed before it returns. Errors of both. */
-tagc_status tagc_etcd_create_with_credentials(const tagc_etcd_config *cfg,
-                                              const tagc_etcd_credentials *cred, tagc_etcd **out);
+/* The client of a program's etcd options: the endpoints (--etcd) and cred, with every setting
+ * of tagc_etcd_config at its default but the deadline of one call, deadline_s seconds
+ * (TAGC_ETCD_DEADLINE_S for the default); no single attempt, authentication included, is
+ * given longer than that. The password is read as tagc_etcd_config_credentials reads it, and
+ * wiped and freed before this returns. Errors of tagc_etcd_config_credentials (TAGC_EINVAL
+ * with one line naming the option; TAGC_ENOTFOUND / TAGC_EIO for the password file) and of
+ * tagc_etcd_create; *out is NULL after any. Does not contact the server. Not thread-safe
+ * (reads the environment). */
+tagc_status tagc_etcd_connect(const char *endpoints, const tagc_etcd_credentials *cred,
+                              double deadline_s, tagc_etcd **out);
 
 /* The option rows of tagc_etcd_credentials for a program's option table (common/options.h):
  * OFF(field) is the offset of the char * fields etcd_ca, etcd_cert, etcd_key, etcd_user and
@@ -96,6 +105,12 @@ tagc_status tagc_etcd_create_with_credentials(const tagc_etcd_config *cfg,
    "etcd auth user (https only); password from TAGC_ETCD_PASSWORD or --etcd-password-file"}, \
   {"etcd-password-file", TAGC_OPT_STRING, OFF(etcd_password_file), "", 0, -1, NULL,        \
    "file whose first line is the etcd password (there is no password flag)"}
+
+/* The tagc_etcd_credentials held by the fields those rows fill, in the config struct that p
+ * points to (the strings are borrowed from it). */
+#define TAGC_ETCD_CREDENTIALS_OF(p)                                                        \
+  ((tagc_etcd_credentials){(p)->etcd_ca, (p)->etcd_cert, (p)->etcd_key, (p)->etcd_user,    \
+                           (p)->etcd_password_file})
 
 /* Creates a client. Copies everything it needs from cfg. TAGC_EINVAL for an empty or malformed
  * endpoint list or out-of-range numbers; TAGC_ENOMEM. Does not contact the server. */

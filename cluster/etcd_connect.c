@@ -70,10 +70,15 @@ tagc_status tagc_etcd_config_credentials(tagc_etcd_config *cfg, const tagc_etcd_
   return TAGC_OK;
 }
 
-tagc_status tagc_etcd_create_with_credentials(const tagc_etcd_config *cfg,
-                                              const tagc_etcd_credentials *cred, tagc_etcd **out) {
+tagc_status tagc_etcd_connect(const char *endpoints, const tagc_etcd_credentials *cred,
+                              double deadline_s, tagc_etcd **out) {
   *out = NULL;
-  tagc_etcd_config ec = *cfg;
+  tagc_etcd_config ec;
+  tagc_etcd_config_init(&ec);
+  ec.endpoints = endpoints;
+  ec.deadline_s = deadline_s;
+  if (ec.request_timeout_s > deadline_s)
+    ec.request_timeout_s = deadline_s;
   char *password = NULL;
   tagc_status st = tagc_etcd_config_credentials(&ec, cred, &password);
   if (st == TAGC_OK)

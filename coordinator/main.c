@@ -102,15 +102,8 @@ static tagc_status with_context(tagc_status st, const char *context) {
 static const char *or_null(const char *s) { return s && s[0] ? s : NULL; }
 
 static tagc_status connect_etcd(const coord_options *o, tagc_etcd **out) {
-  tagc_etcd_config ec;
-  tagc_etcd_config_init(&ec);
-  ec.endpoints = o->etcd;
-  ec.deadline_s = o->etcd_timeout;
-  if (ec.request_timeout_s > o->etcd_timeout)
-    ec.request_timeout_s = o->etcd_timeout;
-  tagc_etcd_credentials cred = {o->etcd_ca, o->etcd_cert, o->etcd_key, o->etcd_user,
-                                o->etcd_password_file};
-  TAGC_CHECK(tagc_etcd_create_with_credentials(&ec, &cred, out)); /* bad options: one line */
+  tagc_etcd_credentials cred = TAGC_ETCD_CREDENTIALS_OF(o);
+  TAGC_CHECK(tagc_etcd_connect(o->etcd, &cred, o->etcd_timeout, out)); /* bad options: one line */
   /* One read up front, so a wrong URL or refused credentials are a clear error now rather
      than retries forever. */
   char key[TAGC_KEY_MAX];

@@ -23,17 +23,6 @@ static const tagc_opt etcd_opts[] = {
 };
 #define N_ETCD_OPTS (sizeof etcd_opts / sizeof etcd_opts[0])
 
-/* The client of the parsed options. */
-static tagc_status connect_etcd(const tagctl_etcd_args *args, tagc_etcd **etcd) {
-  tagc_etcd_config ec;
-  tagc_etcd_config_init(&ec);
-  ec.endpoints = args->etcd;
-  ec.deadline_s = 5;
-  tagc_etcd_credentials cred = {args->etcd_ca, args->etcd_cert, args->etcd_key, args->etcd_user,
-                                args->etcd_password_file};
-  return tagc_etcd_create_with_credentials(&ec, &cred, etcd);
-}
-
 int tagctl_etcd_setup(const char *name, const char *usage, const char *summary, int argc,
                       char **argv, tagctl_etcd_args *args, char **pos, int max_pos, int *n_pos,
                       tagc_etcd **etcd) {
@@ -44,8 +33,9 @@ int tagctl_etcd_setup(const char *name, const char *usage, const char *summary, 
     return 0;
   if (st == TAGC_OK)
     st = tagc_key_check_id(args->job, "job");
+  tagc_etcd_credentials cred = TAGC_ETCD_CREDENTIALS_OF(args);
   if (st == TAGC_OK)
-    st = connect_etcd(args, etcd);
+    st = tagc_etcd_connect(args->etcd, &cred, TAGCTL_ETCD_DEADLINE_S, etcd);
   if (st != TAGC_OK) {
     fprintf(stderr, "%s: %s\n", name, tagc_last_error());
     return 2;

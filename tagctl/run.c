@@ -285,15 +285,10 @@ static tagc_status start_etcd(run_config *rc, supervise *sv, char *data_dir, siz
  * for bad credential options. */
 static tagc_status read_done(const run_config *rc, int *done) {
   *done = 0;
-  tagc_etcd_config ec;
-  tagc_etcd_config_init(&ec);
-  ec.endpoints = rc->train.etcd;
-  ec.deadline_s = 5;
-  tagc_etcd_credentials cred = {rc->train.etcd_ca, rc->train.etcd_cert, rc->train.etcd_key,
-                                rc->train.etcd_user, rc->train.etcd_password_file};
+  tagc_etcd_credentials cred = TAGC_ETCD_CREDENTIALS_OF(&rc->train);
   char key[TAGC_KEY_MAX], *value = NULL;
   tagc_etcd *c = NULL;
-  TAGC_CHECK(tagc_etcd_create_with_credentials(&ec, &cred, &c));
+  TAGC_CHECK(tagc_etcd_connect(rc->train.etcd, &cred, TAGCTL_ETCD_DEADLINE_S, &c));
   tagc_status st = tagc_key_done(rc->train.job, key, sizeof key);
   if (st == TAGC_OK)
     st = tagc_etcd_get(c, key, &value, NULL, NULL);
@@ -318,23 +313,21 @@ static tagc_status probe_etcd(const run_config *rc, int *done) {
   return TAGC_OK;
 }
 
+/* The seconds clear_chaos may take: the worker's restart waits for it. */
+#define CLEAR_CHAOS_DEADLINE_S 2.0
+
 /* Before a worker is restarted: deletes its chaos/<id> key, so that a fault injected with
  * tagctl inject fires once, like --fault (a restarted worker would arm it again). */
 static void clear_chaos(void *arg, supervise_child *c) {
   const run_config *rc = arg;
   if (c->kind != SUPERVISE_WORKER)
     return;
-  tagc_etcd_config ec;
-  tagc_etcd_config_init(&ec);
-  ec.endpoints = rc->train.etcd;
-  ec.deadline_s = 2;
-  tagc_etcd_credentials cred = {rc->train.etcd_ca, rc->train.etcd_cert, rc->train.etcd_key,
-                                rc->train.etcd_user, rc->train.etcd_password_file};
+  tagc_etcd_credentials cred = TAGC_ETCD_CREDENTIALS_OF(&rc->train);
   char key[TAGC_KEY_MAX];
   tagc_etcd *etcd = NULL;
   tagc_status st = tagc_key_chaos(rc->train.job, c->id, key, sizeof key);
   if (st == TAGC_OK)
-    st = tagc_etcd_create_with_credentials(&ec, &cred, &etcd);
+    st = tagc_etcd_connect(rc->train.etcd, &cred, CLEAR_CHAOS_DEADLINE_S, &etcd);
   if (st == TAGC_OK)
     st = tagc_etcd_delete(etcd, key, 0, NULL);
   if (st != TAGC_OK && st != TAGC_ENOTFOUND)

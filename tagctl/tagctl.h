@@ -27,6 +27,10 @@ int tagctl_metrics(int argc, char **argv); /* tagctl/metrics.c */
 int tagctl_parse_file_args(const tagc_opt_program *prog, void *cfg, int argc, char **argv,
                            char **pos, int n_pos);
 
+/* How long one etcd call of a subcommand may take, retries included, in seconds: a command
+ * answers within seconds or says why. */
+#define TAGCTL_ETCD_DEADLINE_S 5.0
+
 /* The options of the subcommands that work on a job's etcd keys (inject, status, job). */
 typedef struct tagctl_etcd_args {
   char *etcd;

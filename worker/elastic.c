@@ -332,12 +332,8 @@ int tagc_elastic_terminate(int sig) {
 /* ---- the run ---- */
 
 static tagc_status connect_etcd(const tagc_train_config *cfg, tagc_etcd **out) {
-  tagc_etcd_config ec;
-  tagc_etcd_config_init(&ec);
-  ec.endpoints = cfg->etcd;
-  tagc_etcd_credentials cred = {cfg->etcd_ca, cfg->etcd_cert, cfg->etcd_key, cfg->etcd_user,
-                                cfg->etcd_password_file};
-  return tagc_etcd_create_with_credentials(&ec, &cred, out);
+  tagc_etcd_credentials cred = TAGC_ETCD_CREDENTIALS_OF(cfg);
+  return tagc_etcd_connect(cfg->etcd, &cred, TAGC_ETCD_DEADLINE_S, out);
 }
 
 /* Reads the job's `done` record into *done (new reference, NULL when the job is not done).

@@ -3,11 +3,14 @@
  * closing the connection): a body up to the cap arrives whole; one byte more is TAGC_EPROTO,
  * and the transfer stops there, so a server that sends without end cannot exhaust memory.
  * Through the client (default cap TAGC_ETCD_MAX_REPLY_BYTES) the oversize reply is refused
- * and not retried. */
+ * and not retried. And
+ * tagc_etcd_connect, the client of a program's options over this transport: bad options are one
+ * line and no client; its deadline bounds the authentication as well as the request. */
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <pthread.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -204,6 +207,60 @@ static void test_client_default_cap(server *s, const char *endpoint) {
   tagc_etcd_destroy(c);
 }
 
+/* A socket that listens and never accepts: the TCP connect succeeds, the TLS handshake never
+ * gets an answer. */
+static int silent_listener(int *port) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+  socklen_t alen = sizeof a;
+  if (fd < 0 || bind(fd, (struct sockaddr *)&a, sizeof a) != 0 || listen(fd, 8) != 0 ||
+      getsockname(fd, (struct sockaddr *)&a, &alen) != 0) {
+    if (fd >= 0)
+      close(fd);
+    return -1;
+  }
+  *port = ntohs(a.sin_port);
+  return fd;
+}
+
+static void test_connect(void) {
+  tagc_etcd *c = NULL;
+  tagc_etcd_credentials none = {0};
+  CHECK_OK(tagc_etcd_connect("http://127.0.0.1:1", &none, TAGC_ETCD_DEADLINE_S, &c));
+  CHECK(c != NULL);
+  tagc_etcd_destroy(c);
+  CHECK_EQ_INT(tagc_etcd_connect("http://127.0.0.1:1", &none, 0, &c), TAGC_EINVAL);
+  CHECK(c == NULL);
+
+  tagc_etcd_credentials half = {.cert_file = "c.pem"};
+  CHECK_EQ_INT(tagc_etcd_connect("https://127.0.0.1:1", &half, 5, &c), TAGC_EINVAL);
+  CHECK(strstr(tagc_last_error(), "--etcd-cert and --etcd-key go together") != NULL);
+  tagc_etcd_credentials user = {.user = "root"};
+  unsetenv(TAGC_ETCD_PASSWORD_ENV);
+  CHECK_EQ_INT(tagc_etcd_connect("https://127.0.0.1:1", &user, 5, &c), TAGC_EINVAL);
+  CHECK(strstr(tagc_last_error(), "--etcd-user root needs a password") != NULL);
+  setenv(TAGC_ETCD_PASSWORD_ENV, "secret", 1);
+  CHECK_EQ_INT(tagc_etcd_connect("http://127.0.0.1:1", &user, 5, &c), TAGC_EINVAL);
+  CHECK(strstr(tagc_last_error(), "refusing to send the etcd password") != NULL);
+  CHECK(c == NULL);
+
+  /* Each attempt may take the client's 5 s, its TLS connect 1 s: with a 0.2 s deadline the
+   * authentication gives up within the deadline too. */
+  int port = 0, fd = silent_listener(&port);
+  CHECK(fd >= 0);
+  char endpoint[64];
+  snprintf(endpoint, sizeof endpoint, "https://127.0.0.1:%d", port);
+  CHECK_OK(tagc_etcd_connect(endpoint, &user, 0.2, &c));
+  double t0 = tagc_now();
+  char *v = NULL;
+  CHECK(tagc_etcd_get(c, "/k", &v, NULL, NULL) != TAGC_OK);
+  double took = tagc_now() - t0;
+  CHECK_MSG(took < 0.7, "a call with a 0.2 s deadline took %.2f s", took);
+  tagc_etcd_destroy(c);
+  close(fd);
+  unsetenv(TAGC_ETCD_PASSWORD_ENV);
+}
+
 int main(void) {
   server s;
   if (server_start(&s) != 0) {
@@ -215,5 +272,6 @@ int main(void) {
   test_transport_cap(&s, endpoint);
   test_client_default_cap(&s, endpoint);
   server_stop(&s);
+  test_connect();
   return TEST_END();
 }
