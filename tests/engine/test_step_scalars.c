@@ -1,0 +1,61 @@
+/* The per-step scalar exchange (engine/step_scalars.h): the packed layout every rank sends,
+ * and each field's reduction over ranks (sums in rank order, maxima, the minimum link rate),
+ * on hand-made gathers of three ranks. */
+#include "test.h"
+#include "engine/step_scalars.h"
+
+enum { W = 3, NSEG = 2 };
+
+/* Rank r's scalars: distinct values per field and rank, so a wrong slot or operation shows. */
+static void fill(tagc_step_scalars *x, int r) {
+  x->loss = 1.0 + r;
+  x->sumsq = 0.1 * (r + 1);
+  x->estimated = 10 * r;
+  x->fb_in = 1e-3 * r;
+  x->fb_out = 2e-3 * r;
+  x->fb_abs = 3e-3 * r;
+  x->nonfinite = r == 1;
+  x->cannot_hold = r == 2;
+  x->link_rate = 1e8 * (3 - r); /* rank 2 is the slowest */
+  for (int i = 0; i < NSEG; i++) {
+    x->global_bits[i] = 100 * (i + 1) + r;
+    x->lane_density[i] = i == 0 ? 0.1 * r : 0.5 - 0.1 * r;
+    x->codec_s[i] = r == i ? 9e-3 : 1e-3;
+  }
+}
+
+int main(void) {
+  tagc_step_scalars x, mine;
+  CHECK_OK(tagc_step_scalars_init(&x, NSEG));
+  CHECK_OK(tagc_step_scalars_init(&mine, NSEG));
+  size_t n = tagc_step_scalars_count(&x);
+  CHECK_EQ_INT((long long)n, 8 + 3 * NSEG + 1);
+  double all[W][8 + 3 * NSEG + 1];
+  for (int r = 0; r < W; r++) {
+    fill(&mine, r);
+    tagc_step_scalars_pack(&mine, all[r]);
+  }
+  /* the wire layout: 8 sums, the segments' bits, their lane densities, the rate, the codec
+   * seconds (what one rank sends; the order is part of the exchange between builds) */
+  CHECK(all[1][0] == 2.0 && all[1][6] == 1.0 && all[2][7] == 1.0);
+  CHECK(all[2][8] == 102 && all[2][9] == 202);
+  CHECK(all[2][10] == 0.1 * 2 && all[2][12] == 1e8);
+  CHECK(all[0][13] == 9e-3 && all[1][14] == 9e-3);
+
+  tagc_step_scalars_reduce(&x, &all[0][0], W);
+  CHECK(x.loss == (0.0 + 1.0 + 2.0 + 3.0)); /* rank-order sum */
+  CHECK(x.sumsq == ((0.0 + 0.1) + 0.2) + 0.1 * 3);
+  CHECK(x.estimated == 30 && x.nonfinite == 1 && x.cannot_hold == 1);
+  CHECK(x.fb_in == (0.0 + 1e-3) + 2e-3);
+  CHECK_MSG(x.link_rate == 1e8, "link rate %g: the slowest rank's", x.link_rate);
+  CHECK(x.global_bits[0] == 303 && x.global_bits[1] == 603);
+  CHECK(x.lane_density[0] == 0.1 * 2 && x.lane_density[1] == 0.5);
+  CHECK(x.codec_s[0] == 9e-3 && x.codec_s[1] == 9e-3);
+
+  tagc_step_scalars_clear(&x);
+  CHECK(x.loss == 0 && x.link_rate == 0 && x.global_bits[1] == 0 && x.codec_s[0] == 0);
+  tagc_step_scalars_free(&x);
+  tagc_step_scalars_free(&x); /* idempotent */
+  tagc_step_scalars_free(&mine);
+  return TEST_END();
+}
