@@ -144,9 +144,7 @@ tagc_comm_backend tagc_comm_backend_of(const tagc_comm *comm) {
 }
 
 const char *tagc_comm_opkind_name(tagc_comm_opkind kind) {
-  static const char *const names[TAGC_COMM_OP_COUNT] = {
-      "allgather", "reduce_scatter", "allreduce", "alltoall", "broadcast", "barrier"};
-  return (unsigned)kind < TAGC_COMM_OP_COUNT ? names[kind] : "unknown";
+  return comm_opkind_name((uint32_t)kind);
 }
 
 void tagc_comm_stats_get(const tagc_comm *comm, tagc_comm_stats *out) {

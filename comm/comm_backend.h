@@ -41,6 +41,15 @@ typedef struct comm_tag {
   uint32_t step;  /* exchange of the operation, from 0 (all-reduce has two) */
 } comm_tag;
 
+/* The short name of an operation kind, as tagc_comm_opkind_name() gives it; "unknown" out of
+ * range. Here so that a backend naming a tag's kind (a peer's, in an error) needs only this
+ * header, not the front end. */
+static inline const char *comm_opkind_name(uint32_t kind) {
+  static const char *const names[TAGC_COMM_OP_COUNT] = {
+      "allgather", "reduce_scatter", "allreduce", "alltoall", "broadcast", "barrier"};
+  return kind < TAGC_COMM_OP_COUNT ? names[kind] : "unknown";
+}
+
 typedef struct comm_backend_ops {
   /* Runs all transfers of x[0..n) and waits until they complete or the absolute monotonic
    * deadline (tagc_now() seconds) passes. On failure sets *peer to the suspected rank.

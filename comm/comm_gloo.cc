@@ -243,7 +243,7 @@ tagc_status check_header(const Header &mine, const Header &theirs, int peer) {
   if (theirs.magic != kHeaderMagic)
     return tagc_errorf(TAGC_EPEER, "gloo exchange: rank %d sent a malformed header", peer);
   auto kind = [](const Header &h) {
-    return tagc_comm_opkind_name(static_cast<tagc_comm_opkind>(h.kind_step >> 32));
+    return comm_opkind_name(static_cast<uint32_t>(h.kind_step >> 32));
   };
   return tagc_errorf(
       TAGC_EPEER,
