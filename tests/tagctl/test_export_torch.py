@@ -18,7 +18,7 @@ except ImportError:
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "chaos"))
-sys.path.insert(0, os.path.join(HERE, "..", "worker"))
+sys.path.insert(0, os.path.join(HERE, "..", "model"))
 sys.path.insert(0, HERE)
 from harness import Checks  # noqa: E402
 from torch_gpt import GPT, max_rel_err  # noqa: E402
