@@ -1,9 +1,9 @@
-#include "cluster/member.h"
+/* Worker-side membership (cluster/member.h): registration, watches, plans, leaving. The
+ * records a member writes for the training thread are in member_records.c. */
+#include "cluster/member_internal.h"
 
 #include <errno.h>
 #include <inttypes.h>
-#include <pthread.h>
-#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,55 +12,9 @@
 #include "common/log.h"
 #include "common/timeutil.h"
 #include "cluster/etcd_store.h"
-#include "cluster/keys.h"
 
 /* Pause between two reads while another lease still holds workers/<id>. */
 #define HELD_POLL_S 0.25
-/* Attempts of a compare-and-swap write before giving up. */
-#define CAS_ATTEMPTS 8
-/* Longest wait of the training thread's calls for information only (progress, chaos): they
- * are skipped rather than stall training while etcd does not answer. */
-#define INFO_DEADLINE_S 0.5
-/* Earlier registrations a re-registration names as the ones it continues ("previous"). */
-#define MAX_PREVIOUS 16
-
-struct tagc_member {
-  tagc_etcd *c;
-  char job[TAGC_KEY_ID_MAX + 1];
-  char id[TAGC_KEY_ID_MAX + 1];
-  char worker_key[TAGC_KEY_MAX];
-  char gen_key[TAGC_KEY_MAX];
-  char done_key[TAGC_KEY_MAX];
-  double ttl_s;
-  atomic_int_least64_t registration; /* create revision of workers/<id> under the current lease */
-
-  pthread_mutex_t reg_lock; /* serialises registration: keeper, lease and info below */
-  char *info;               /* registration JSON text */
-  int64_t previous[MAX_PREVIOUS]; /* this process's earlier registrations since its join or
-                                     last rejoin, newest last: the ones a re-registration
-                                     after a lost lease continues */
-  int n_previous;
-  tagc_etcd_keeper *keeper;
-  atomic_int_least64_t lease;
-
-  pthread_mutex_t lock; /* guards the fields below and signals `changed` */
-  pthread_cond_t changed;
-  int64_t gen;
-  int done;
-  int lost_pending; /* the supervisor has a lost lease to replace */
-  int stopping;
-  int leaving;      /* tagc_member_announce_leave: no plan waits, no re-registration */
-  int withdrawn;    /* tagc_member_withdraw: tagc_member_gen() says every generation ended */
-  void (*fn)(void *arg, int64_t gen);
-  void *fn_arg;
-
-  atomic_int lease_lost;
-  atomic_int losses;
-  tagc_etcd_watch *gen_watch;
-  tagc_etcd_watch *done_watch;
-  pthread_t supervisor;
-  int supervisor_started;
-};
 
 /* ---- plans ---- */
 
@@ -151,18 +105,16 @@ tagc_status tagc_plan_parse(const char *text, size_t len, const char *my_id, tag
 
 /* ---- small helpers ---- */
 
-/* A JSON object as text, freed by the caller. */
-static tagc_status dump(const json_t *obj, char **out) {
+tagc_status member_dump(const json_t *obj, char **out) {
   *out = tagc_json_dump(obj);
   return *out ? TAGC_OK : tagc_errorf(TAGC_ENOMEM, "JSON text");
 }
 
-/* Puts a JSON object (stolen) at key under lease. */
-static tagc_status put_json(tagc_member *m, const char *key, json_t *obj, int64_t lease) {
+tagc_status member_put_json(tagc_member *m, const char *key, json_t *obj, int64_t lease) {
   if (!obj)
     return tagc_errorf(TAGC_ENOMEM, "JSON value of %s", key);
   char *text;
-  tagc_status st = dump(obj, &text);
+  tagc_status st = member_dump(obj, &text);
   json_decref(obj);
   TAGC_CHECK(st);
   st = tagc_etcd_put(m->c, key, text, strlen(text), lease, NULL);
@@ -206,7 +158,7 @@ static void see_gen(tagc_member *m, int64_t g) {
   }
 }
 
-static void see_done(tagc_member *m) {
+void member_see_done(tagc_member *m) {
   pthread_mutex_lock(&m->lock);
   m->done = 1;
   pthread_cond_broadcast(&m->changed);
@@ -231,7 +183,7 @@ static int on_done(void *arg, const tagc_etcd_watch_msg *msg) {
   for (size_t i = 0; i < msg->n_events; i++)
     put |= msg->events[i].type == TAGC_ETCD_PUT;
   if (put)
-    see_done(arg);
+    member_see_done(arg);
   return 0;
 }
 
@@ -276,7 +228,7 @@ static tagc_status worker_value(const tagc_member *m, char **out) {
   for (int i = 0; prev && i < m->n_previous; i++)
     json_array_append_new(prev, json_integer(m->previous[i]));
   tagc_status st = prev && json_object_set_new(v, "previous", prev) == 0
-                       ? dump(v, out)
+                       ? member_dump(v, out)
                        : tagc_errorf(TAGC_ENOMEM, "member: worker info");
   json_decref(v);
   return st;
@@ -413,7 +365,7 @@ static tagc_status registration_text(const char *id, json_t *info, char **out) {
     json_decref(copy);
     return tagc_errorf(TAGC_ENOMEM, "member: worker info");
   }
-  tagc_status st = dump(copy, out);
+  tagc_status st = member_dump(copy, out);
   json_decref(copy);
   return st;
 }
@@ -586,10 +538,9 @@ tagc_status tagc_member_announce_leave(tagc_member *m, const char *reason) {
   TAGC_CHECK(tagc_key_leaving(m->job, m->id, key, sizeof key));
   int64_t registration = atomic_load(&m->registration);
   LOG_INFO("member", "%s leaves the job (%s)", m->id, reason ? reason : "");
-  return put_json(m, key,
-                  json_pack("{s:I, s:s, s:f}", "registration", (json_int_t)registration, "reason",
-                            reason ? reason : "", "time", tagc_wall_time()),
-                  0);
+  json_t *rec = json_pack("{s:I, s:s, s:f}", "registration", (json_int_t)registration, "reason",
+                          reason ? reason : "", "time", tagc_wall_time());
+  return member_put_json(m, key, rec, 0);
 }
 
 void tagc_member_withdraw(tagc_member *m) {
@@ -599,83 +550,8 @@ void tagc_member_withdraw(tagc_member *m) {
   pthread_mutex_unlock(&m->lock);
 }
 
-tagc_status tagc_member_committed_step(tagc_member *m, int64_t *step) {
-  *step = 0;
-  char key[TAGC_KEY_MAX];
-  TAGC_CHECK(tagc_key_ckpt_committed(m->job, key, sizeof key));
-  char *text = NULL;
-  size_t len = 0;
-  tagc_status st = tagc_etcd_get(m->c, key, &text, &len, NULL);
-  if (st == TAGC_ENOTFOUND) {
-    tagc_clear_error();
-    return TAGC_OK;
-  }
-  TAGC_CHECK(st);
-  json_t *rec;
-  st = tagc_json_parse(text, len, &rec);
-  free(text);
-  TAGC_CHECK(st);
-  if (tagc_json_get_int(rec, "step", step) != TAGC_OK)
-    st = tagc_errorf(TAGC_EPROTO, "%s has no \"step\"", key);
-  json_decref(rec);
-  return st;
-}
-
 tagc_status tagc_member_store(tagc_member *m, int64_t gen, tagc_store **out) {
   return tagc_etcd_store_new(m->c, m->job, gen, out);
-}
-
-/* ---- reports ---- */
-
-tagc_status tagc_member_ready(tagc_member *m, int64_t gen, int rank) {
-  char key[TAGC_KEY_MAX];
-  TAGC_CHECK(tagc_key_gen_ready(m->job, gen, rank, key, sizeof key));
-  /* etcd refuses a put under a lease it no longer has (ENOTFOUND): the keeper reports the loss
-   * at its next renewal and the supervisor registers again; the key then goes under the new
-   * lease. A lost lease is no reason for the worker to die here. */
-  double until = tagc_now() + 2 * m->ttl_s + 1;
-  for (int64_t tried = -1;;) {
-    int64_t lease = atomic_load(&m->lease);
-    if (lease != tried && lease != 0) {
-      tagc_status st = put_json(m, key, json_pack("{s:s, s:f}", "id", m->id, "time",
-                                                  tagc_wall_time()), lease);
-      if (st != TAGC_ENOTFOUND || tagc_now() >= until)
-        return st;
-      tried = lease;
-    } else if (tagc_now() >= until) {
-      return tagc_errorf(TAGC_ENOTFOUND, "member %s: lease lost and not registered again in "
-                         "%.0f s", m->id, 2 * m->ttl_s + 1);
-    }
-    tagc_sleep(0.05);
-  }
-}
-
-static int known_kind(const char *kind) {
-  static const char *const kinds[] = {"comm", "timeout", "oom", "crash", "hang", "partition",
-                                      "injected"}; /* docs/etcd-schema.md failures/<g>/<id> */
-  for (size_t i = 0; kind && i < sizeof kinds / sizeof kinds[0]; i++) {
-    if (strcmp(kind, kinds[i]) == 0)
-      return 1;
-  }
-  return 0;
-}
-
-tagc_status tagc_member_report_failure(tagc_member *m, int64_t gen, const char *kind,
-                                       int64_t step, int suspected_rank, const char *detail) {
-  if (!known_kind(kind))
-    return tagc_errorf(TAGC_EINVAL,
-                       "failure kind '%s' is not one of comm, timeout, oom, crash, hang, partition, "
-                       "injected",
-                       kind ? kind : "(null)");
-  char key[TAGC_KEY_MAX];
-  TAGC_CHECK(tagc_key_failure(m->job, gen, m->id, key, sizeof key));
-  LOG_WARN("member", "%s reports %s in generation %" PRId64 " at step %" PRId64
-           " (suspected rank %d): %s", m->id, kind, gen, step, suspected_rank, detail ? detail : "");
-  return put_json(m, key,
-                  json_pack("{s:s, s:I, s:i, s:s, s:f}", "kind", kind, "step", (json_int_t)step,
-                            "peer", suspected_rank < 0 ? -1 : suspected_rank, "detail",
-                            detail ? detail : "", "time", tagc_wall_time()),
-                  0);
 }
 
 int tagc_member_etcd_silent(tagc_member *m) {
@@ -684,127 +560,4 @@ int tagc_member_etcd_silent(tagc_member *m) {
   int silent = !m->keeper || tagc_etcd_keeper_silence_s(m->keeper) > m->ttl_s / 2;
   pthread_mutex_unlock(&m->reg_lock);
   return silent;
-}
-
-tagc_status tagc_member_progress(tagc_member *m, json_t *progress) {
-  if (!json_is_object(progress))
-    return tagc_errorf(TAGC_EINVAL, "member progress: not a JSON object");
-  if (tagc_member_etcd_silent(m))
-    return tagc_errorf(TAGC_EIO, "etcd is not answering the lease renewals: progress skipped");
-  char key[TAGC_KEY_MAX];
-  TAGC_CHECK(tagc_key_progress(m->job, key, sizeof key));
-  json_t *copy = json_copy(progress);
-  if (copy && (json_object_set_new(copy, "worker", json_string(m->id)) != 0 ||
-               json_object_set_new(copy, "time", json_real(tagc_wall_time())) != 0)) {
-    json_decref(copy);
-    copy = NULL;
-  }
-  char *text = copy ? tagc_json_dump(copy) : NULL;
-  json_decref(copy);
-  if (!text)
-    return tagc_errorf(TAGC_ENOMEM, "JSON value of %s", key);
-  tagc_status st = tagc_etcd_put_within(m->c, key, text, strlen(text), 0, INFO_DEADLINE_S);
-  free(text);
-  return st;
-}
-
-/* Whether a ckpt/committed record (JSON text) is newer than (gen, step). */
-static int record_newer(const char *text, size_t len, int64_t gen, int64_t step) {
-  json_t *old;
-  if (tagc_json_parse(text, len, &old) != TAGC_OK)
-    return 0; /* a malformed record is replaced */
-  int64_t old_gen = 0, old_step = 0;
-  int newer = tagc_json_get_int(old, "gen", &old_gen) == TAGC_OK &&
-              tagc_json_get_int(old, "step", &old_step) == TAGC_OK &&
-              (old_gen > gen || (old_gen == gen && old_step > step));
-  json_decref(old);
-  return newer;
-}
-
-tagc_status tagc_member_commit_ckpt(tagc_member *m, int64_t gen, int64_t step, const char *path,
-                                    int world, uint32_t manifest_crc) {
-  if (!path || gen < 0 || step < 0 || world < 1)
-    return tagc_errorf(TAGC_EINVAL, "commit ckpt: NULL path or bad gen, step or world");
-  char key[TAGC_KEY_MAX];
-  TAGC_CHECK(tagc_key_ckpt_committed(m->job, key, sizeof key));
-  json_t *rec = json_pack("{s:I, s:I, s:s, s:i, s:I, s:f}", "gen", (json_int_t)gen, "step",
-                          (json_int_t)step, "path", path, "world", world, "manifest_crc",
-                          (json_int_t)manifest_crc, "time", tagc_wall_time());
-  char *text = NULL;
-  tagc_status st = rec ? dump(rec, &text) : tagc_errorf(TAGC_ENOMEM, "ckpt record");
-  json_decref(rec);
-  TAGC_CHECK(st);
-  for (int attempt = 0; attempt < CAS_ATTEMPTS; attempt++) {
-    tagc_etcd_range_result r;
-    TAGC_CHECK_GOTO(tagc_etcd_range(m->c, key, NULL, &r), st, out);
-    int64_t mod = r.n ? r.kvs[0].mod_revision : 0;
-    int newer = r.n && record_newer((char *)r.kvs[0].value, r.kvs[0].value_len, gen, step);
-    tagc_etcd_range_result_free(&r);
-    if (newer) {
-      st = tagc_errorf(TAGC_ECONFLICT, "ckpt/committed already holds a newer record than gen %" PRId64
-                       " step %" PRId64, gen, step);
-      goto out;
-    }
-    tagc_etcd_compare same = {.key = key, .target = TAGC_ETCD_MOD, .result = TAGC_ETCD_EQUAL,
-                              .number = mod};
-    tagc_etcd_op put = {.type = TAGC_ETCD_OP_PUT, .key = key, .value = text, .value_len = strlen(text)};
-    tagc_etcd_txn_result t;
-    TAGC_CHECK_GOTO(tagc_etcd_txn(m->c, &same, 1, &put, 1, NULL, 0, &t), st, out);
-    int ok = t.succeeded;
-    tagc_etcd_txn_result_free(&t);
-    if (ok) {
-      LOG_INFO("member", "checkpoint of step %" PRId64 " (gen %" PRId64 ") committed: %s", step,
-               gen, path);
-      goto out;
-    }
-  }
-  st = tagc_errorf(TAGC_ECONFLICT, "ckpt/committed kept changing; gave up after %d attempts",
-                   CAS_ATTEMPTS);
-out:
-  free(text);
-  return st;
-}
-
-tagc_status tagc_member_finish(tagc_member *m, int64_t gen, int64_t step) {
-  char gen_text[32];
-  snprintf(gen_text, sizeof gen_text, "%" PRId64, gen);
-  json_t *rec = json_pack("{s:s, s:I, s:I, s:s, s:f}", "status", "finished", "gen", (json_int_t)gen,
-                          "step", (json_int_t)step, "by", m->id, "time", tagc_wall_time());
-  char *text = NULL;
-  tagc_status st = rec ? dump(rec, &text) : tagc_errorf(TAGC_ENOMEM, "done record");
-  json_decref(rec);
-  TAGC_CHECK(st);
-  tagc_etcd_compare cmp[2] = {
-      {.key = m->gen_key, .target = TAGC_ETCD_VALUE, .result = TAGC_ETCD_EQUAL, .value = gen_text,
-       .value_len = strlen(gen_text)},
-      {.key = m->done_key, .target = TAGC_ETCD_CREATE, .result = TAGC_ETCD_EQUAL}};
-  tagc_etcd_op put = {.type = TAGC_ETCD_OP_PUT, .key = m->done_key, .value = text,
-                      .value_len = strlen(text)};
-  tagc_etcd_op get = {.type = TAGC_ETCD_OP_RANGE, .key = m->done_key};
-  tagc_etcd_txn_result t;
-  st = tagc_etcd_txn(m->c, cmp, 2, &put, 1, &get, 1, &t);
-  free(text);
-  TAGC_CHECK(st);
-  int ok = t.succeeded || (t.n_responses == 1 && t.responses[0].range.n == 1);
-  tagc_etcd_txn_result_free(&t);
-  if (!ok)
-    return tagc_errorf(TAGC_ECONFLICT, "finish: generation %" PRId64 " is no longer current", gen);
-  LOG_INFO("member", "%s: job finished at step %" PRId64 " (generation %" PRId64 ")", m->id, step,
-           gen);
-  see_done(m);
-  return TAGC_OK;
-}
-
-tagc_status tagc_member_chaos(tagc_member *m, char **spec) {
-  *spec = NULL;
-  if (tagc_member_etcd_silent(m))
-    return tagc_errorf(TAGC_EIO, "etcd is not answering the lease renewals: chaos not read");
-  char key[TAGC_KEY_MAX];
-  TAGC_CHECK(tagc_key_chaos(m->job, m->id, key, sizeof key));
-  tagc_status st = tagc_etcd_get_within(m->c, key, INFO_DEADLINE_S, spec, NULL);
-  if (st == TAGC_ENOTFOUND) {
-    tagc_clear_error();
-    return TAGC_OK;
-  }
-  return st;
 }
