@@ -75,6 +75,29 @@ tagc_status tagc_key_leaving_prefix(const char *job, char *buf, size_t cap);
 /* "done": the job's final status. */
 tagc_status tagc_key_done(const char *job, char *buf, size_t cap);
 
+/* The kind of a failure: the "kind" of failures/<g>/<id> and the keys of the plan's
+ * "failures_total" (docs/etcd-schema.md). The names below are what etcd holds; the rule a worker
+ * chooses its kind by is worker/failure_kind.h's. */
+typedef enum tagc_failure_kind {
+  TAGC_FAIL_UNKNOWN = -1, /* tagc_failure_kind_parse(): not a kind */
+  TAGC_FAIL_CRASH,        /* "crash": the suspected peer's process is gone */
+  TAGC_FAIL_HANG,         /* "hang": a collective timed out, or an injected hang */
+  TAGC_FAIL_PARTITION,    /* "partition": a connection broke, the peer verifiably alive */
+  TAGC_FAIL_COMM,         /* "comm": a connection broke, the peer not checkable */
+  TAGC_FAIL_OOM,          /* "oom": an allocation failed */
+  TAGC_FAIL_INJECTED,     /* "injected": an injected connection drop */
+  TAGC_FAIL_TIMEOUT,      /* "timeout": written by older workers (now hang or crash) */
+  TAGC_FAIL_LEASE,        /* "lease": counted by the coordinator for a member whose lease
+                             expired; no worker reports it */
+  TAGC_FAIL_KINDS
+} tagc_failure_kind;
+
+/* The name of kind k as etcd holds it ("crash", ...); "unknown" outside the enum. Static. */
+const char *tagc_failure_kind_name(tagc_failure_kind k);
+
+/* The kind named name, or TAGC_FAIL_UNKNOWN (also for NULL). Sets no error detail. */
+tagc_failure_kind tagc_failure_kind_parse(const char *name);
+
 /* The part of key after prefix (which the key must start with), as a borrowed pointer into
  * key; TAGC_EINVAL when key is not under prefix or nothing follows it. For example the worker
  * id of a key under tagc_key_workers_prefix(). */

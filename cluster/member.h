@@ -1,6 +1,6 @@
 /* The worker side of a tagc job's membership: registration under a lease, the generation
  * watch, plans, readiness, failure reports, progress, checkpoint records and the end of the
- * job. Keys and values: docs/etcd-schema.md (built with coordinator/keys.h only).
+ * job. Keys and values: docs/etcd-schema.md (built with cluster/keys.h only).
  *
  * Life of a worker (ARCHITECTURE.md §4):
  *   tagc_member_join()          lease + workers/<id>, keep-alive and watches start
@@ -151,8 +151,8 @@ tagc_status tagc_member_store(tagc_member *m, int64_t gen, tagc_store **out);
 tagc_status tagc_member_ready(tagc_member *m, int64_t gen, int rank);
 
 /* Reports a failure seen in generation gen: failures/<gen>/<id> = {"kind","step","peer",
- * "detail","time"}. kind is one of comm, timeout, oom, crash, hang, partition, injected
- * (worker/failure_kind.h); suspected_rank
+ * "detail","time"}. kind is a tagc_failure_kind_name() (cluster/keys.h) other than "lease"
+ * (the worker's rule: worker/failure_kind.h); suspected_rank
  * is the rank blamed (-1 when unknown); detail may be NULL. The leader then makes a new
  * generation (rules: docs/etcd-schema.md, coordinator/planner.h). TAGC_EINVAL for an unknown
  * kind or negative gen. */

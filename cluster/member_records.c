@@ -62,19 +62,15 @@ tagc_status tagc_member_ready(tagc_member *m, int64_t gen, int rank) {
   }
 }
 
-static int known_kind(const char *kind) {
-  static const char *const kinds[] = {"comm", "timeout", "oom", "crash", "hang", "partition",
-                                      "injected"}; /* docs/etcd-schema.md failures/<g>/<id> */
-  for (size_t i = 0; kind && i < sizeof kinds / sizeof kinds[0]; i++) {
-    if (strcmp(kind, kinds[i]) == 0)
-      return 1;
-  }
-  return 0;
+/* The kinds a worker reports (every kind but the coordinator's own "lease"). */
+static int reportable(const char *kind) {
+  tagc_failure_kind k = tagc_failure_kind_parse(kind);
+  return k != TAGC_FAIL_UNKNOWN && k != TAGC_FAIL_LEASE;
 }
 
 tagc_status tagc_member_report_failure(tagc_member *m, int64_t gen, const char *kind,
                                        int64_t step, int suspected_rank, const char *detail) {
-  if (!known_kind(kind))
+  if (!reportable(kind))
     return tagc_errorf(TAGC_EINVAL,
                        "failure kind '%s' is not one of comm, timeout, oom, crash, hang, partition, "
                        "injected",

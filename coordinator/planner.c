@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cluster/keys.h"
 #include "common/json.h"
 
 /* Working state of one decision. Objects are new references owned by the work. */
@@ -321,7 +322,7 @@ static tagc_status apply_report(work *w, const tagc_planner_report *r) {
     return TAGC_OK;
   }
   note(w, "%s reported %s at step %" PRId64, r->worker, r->kind, r->step);
-  if (strcmp(r->kind, "oom") == 0)
+  if (tagc_failure_kind_parse(r->kind) == TAGC_FAIL_OOM)
     TAGC_CHECK(out_of_memory(w, r->worker));
   const char *suspect = accused(w, r);
   if (!suspect || excluded(w, suspect))
@@ -394,7 +395,7 @@ static int fruitless_now(const work *w) {
   if (!failed_before_first_step(w) || w->excluded_now > 0)
     return 0;
   for (size_t i = 0; i < w->in->n_reports; i++) {
-    if (!strcmp(w->in->reports[i].kind, "oom"))
+    if (tagc_failure_kind_parse(w->in->reports[i].kind) == TAGC_FAIL_OOM)
       return 0;
   }
   return 1;
@@ -479,7 +480,7 @@ static tagc_status next_members(work *w, json_t *members, int *changed) {
       *changed = 1;
     } else if (reg < 0) {
       note(w, "lost %s (lease expired)", id);
-      TAGC_CHECK(bump(w->totals, "lease"));
+      TAGC_CHECK(bump(w->totals, tagc_failure_kind_name(TAGC_FAIL_LEASE)));
       *changed = 1;
     } else if (excluded(w, id)) {
       *changed = 1;

@@ -116,9 +116,9 @@ static int stop_requested(void) {
 
 /* The kind to report for a failed generation whose suspect is `suspect` (NULL: none), by the
  * rule of worker/failure_kind.h: its registration (workers/<id>) and, on this host, its pid. */
-static const char *report_kind(tagc_etcd *etcd, const json_t *info, const char *suspect,
-                               const tagc_gen_result *res) {
-  double settle = res->kind && !strcmp(res->kind, "timeout") ? 0 : PEER_SETTLE_S;
+static tagc_failure_kind report_kind(tagc_etcd *etcd, const json_t *info, const char *suspect,
+                                     const tagc_gen_result *res) {
+  double settle = res->cause == TAGC_CAUSE_TIMEOUT ? 0 : PEER_SETTLE_S;
   tagc_peer_state peer = TAGC_PEER_UNKNOWN;
   char key[512];
   char *text = NULL;
@@ -134,7 +134,7 @@ static const char *report_kind(tagc_etcd *etcd, const json_t *info, const char *
     free(text);
     tagc_error_restore(&why);
   }
-  return tagc_failure_kind(res->kind, peer);
+  return tagc_failure_kind_for(res->cause, peer);
 }
 
 /* What a failure report of one generation needs (tagc_gen_spec.on_failure). */
@@ -156,10 +156,47 @@ static void report_failure(void *arg, const tagc_gen_result *res) {
                                 res->suspected_rank != f->plan->rank
                             ? f->plan->members[res->suspected_rank]
                             : NULL;
-  const char *kind = report_kind(f->etcd, f->info, suspect, res);
-  if (tagc_member_report_failure(f->m, f->plan->gen, kind, res->step, res->suspected_rank,
-                                 res->detail) != TAGC_OK)
+  tagc_failure_kind kind = report_kind(f->etcd, f->info, suspect, res);
+  if (tagc_member_report_failure(f->m, f->plan->gen, tagc_failure_kind_name(kind), res->step,
+                                 res->suspected_rank, res->detail) != TAGC_OK)
     LOG_WARN("elastic", "failure report not recorded: %s", tagc_last_error());
+}
+
+/* ---- the runner's hooks (worker/run.h) over the member ---- */
+
+static int hook_superseded(void *ctx, int64_t gen) { return tagc_member_gen(ctx) > gen; }
+
+static int hook_superseded_now(void *ctx, int64_t gen) {
+  int64_t now = 0;
+  return tagc_member_read_gen(ctx, &now) == TAGC_OK && now > gen;
+}
+
+static tagc_status hook_ready(void *ctx, int64_t gen, int rank) {
+  return tagc_member_ready(ctx, gen, rank);
+}
+
+static tagc_status hook_chaos(void *ctx, char **spec) { return tagc_member_chaos(ctx, spec); }
+
+static tagc_status hook_commit_ckpt(void *ctx, int64_t gen, int64_t step, const char *path,
+                                    int world, uint32_t manifest_crc) {
+  return tagc_member_commit_ckpt(ctx, gen, step, path, world, manifest_crc);
+}
+
+static tagc_status hook_progress(void *ctx, json_t *progress) {
+  return tagc_member_progress(ctx, progress);
+}
+
+/* Elastic mode of the runner: generations, checkpoint records, chaos and progress through m
+ * (borrowed; outlives the run's generations). */
+static void set_hooks(tagc_run *run, tagc_member *m) {
+  tagc_run_hooks hooks = {.ctx = m,
+                          .superseded = hook_superseded,
+                          .superseded_now = hook_superseded_now,
+                          .ready = hook_ready,
+                          .chaos = hook_chaos,
+                          .commit_ckpt = hook_commit_ckpt,
+                          .progress = hook_progress};
+  tagc_run_set_hooks(run, &hooks);
 }
 
 /* Trains the generations of a job until it is done or the worker leaves. */
@@ -424,7 +461,7 @@ tagc_status tagc_elastic_run(const tagc_train_config *cfg) {
     goto out;
   TAGC_CHECK_GOTO(tagc_member_join(etcd, cfg->job, id, info, cfg->lease_ttl, &m), st, out);
   LOG_INFO("elastic", "joined job %s as %s", cfg->job, id);
-  tagc_run_set_member(run, m);
+  set_hooks(run, m);
   int signalled = publish(run, m);
   tagc_member_on_change(m, on_change, NULL);
   if (signalled && tagc_member_announce_leave(m, "signalled while joining") != TAGC_OK)

@@ -35,13 +35,17 @@ tagc_peer_state tagc_peer_check(const json_t *info, const char *my_host, double 
   return TAGC_PEER_GONE;
 }
 
-const char *tagc_failure_kind(const char *run_kind, tagc_peer_state peer) {
-  int timeout = run_kind && !strcmp(run_kind, "timeout");
-  if (run_kind && !timeout && strcmp(run_kind, "comm") != 0)
-    return run_kind; /* oom, hang, injected: the run knows */
+tagc_failure_kind tagc_failure_kind_for(tagc_gen_cause cause, tagc_peer_state peer) {
+  switch (cause) { /* the run knows these */
+  case TAGC_CAUSE_OOM: return TAGC_FAIL_OOM;
+  case TAGC_CAUSE_HANG: return TAGC_FAIL_HANG;
+  case TAGC_CAUSE_INJECTED: return TAGC_FAIL_INJECTED;
+  case TAGC_CAUSE_COMM:
+  case TAGC_CAUSE_TIMEOUT: break;
+  }
   if (peer == TAGC_PEER_GONE)
-    return "crash";
-  if (timeout)
-    return "hang";
-  return peer == TAGC_PEER_ALIVE ? "partition" : "comm";
+    return TAGC_FAIL_CRASH;
+  if (cause == TAGC_CAUSE_TIMEOUT)
+    return TAGC_FAIL_HANG;
+  return peer == TAGC_PEER_ALIVE ? TAGC_FAIL_PARTITION : TAGC_FAIL_COMM;
 }

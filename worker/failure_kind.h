@@ -1,5 +1,6 @@
 /* The kind a worker reports a failed generation as (failures/<g>/<id>, counted by the
- * coordinator in failures_total). The rule (docs/operations.md, "Failure kinds"):
+ * coordinator in failures_total; the kinds and their names: cluster/keys.h). The rule
+ * (docs/operations.md, "Failure kinds"):
  *   oom, hang, injected   decided by the run itself (ENOMEM, an injected hang or drop)
  *   crash                 the suspected peer's process is gone: its registration (lease) has
  *                         ended, or it ran on this host and its pid is dead or a zombie
@@ -16,6 +17,9 @@
 
 #include <jansson.h>
 
+#include "cluster/keys.h"
+#include "worker/run.h"
+
 typedef enum { TAGC_PEER_UNKNOWN, TAGC_PEER_GONE, TAGC_PEER_ALIVE } tagc_peer_state;
 
 /* Whether the worker registered as `info` (its workers/<id> value, borrowed; NULL when the
@@ -24,8 +28,8 @@ typedef enum { TAGC_PEER_UNKNOWN, TAGC_PEER_GONE, TAGC_PEER_ALIVE } tagc_peer_st
  * on another host it is TAGC_PEER_UNKNOWN while registered. */
 tagc_peer_state tagc_peer_check(const json_t *info, const char *my_host, double settle_s);
 
-/* The kind to report: run_kind is what the run decided (oom, hang, injected, timeout, comm),
- * peer what tagc_peer_check found (TAGC_PEER_UNKNOWN without a suspect). Static strings. */
-const char *tagc_failure_kind(const char *run_kind, tagc_peer_state peer);
+/* The kind to report: cause is what the run saw fail (tagc_gen_result.cause), peer what
+ * tagc_peer_check found (TAGC_PEER_UNKNOWN without a suspect). Pure. */
+tagc_failure_kind tagc_failure_kind_for(tagc_gen_cause cause, tagc_peer_state peer);
 
 #endif

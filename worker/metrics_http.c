@@ -21,6 +21,11 @@ struct tagc_metrics_http {
 const double tagc_step_bounds[TAGC_STEP_BUCKETS] = {0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1,
                                                     2.5, 5, 10, 30, 60, 300};
 
+void tagc_worker_sample_observe_step(tagc_worker_sample *s, double step_s) {
+  tagc_prom_observe(tagc_step_bounds, s->step_le, TAGC_STEP_BUCKETS, &s->step_count, &s->step_sum,
+                    step_s);
+}
+
 tagc_worker_sample tagc_worker_sample_empty(void) {
   return (tagc_worker_sample){.loss = NAN, .rank = -1, .val_loss = NAN, .lr = NAN,
                               .grad_norm = NAN, .sketch_coverage = NAN, .reshard = NAN,

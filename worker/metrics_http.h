@@ -66,6 +66,9 @@ typedef struct tagc_metrics_http tagc_metrics_http;
 /* The sample before any step: zeros, NaN losses and gauges, rank -1, no checkpoint. */
 tagc_worker_sample tagc_worker_sample_empty(void);
 
+/* A step of step_s seconds into s's step duration histogram. */
+void tagc_worker_sample_observe_step(tagc_worker_sample *s, double step_s);
+
 /* Renders s as Prometheus text (version 0.0.4) at time `now` (tagc_now()), uptime_s included,
  * with the process metrics of cluster/prom.h. Returns a new string (caller frees) or NULL when
  * out of memory. Reads /proc. */

@@ -7,8 +7,6 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "cluster/member.h"
-#include "cluster/prom.h"
 #include "common/crc32c.h"
 #include "common/json.h"
 #include "common/log.h"
@@ -38,7 +36,10 @@ void tagc_report_free(tagc_report *rp) {
   rp->metrics = NULL;
 }
 
-void tagc_report_set_member(tagc_report *rp, struct tagc_member *member) { rp->member = member; }
+void tagc_report_set_progress(tagc_report *rp, tagc_report_progress_fn fn, void *ctx) {
+  rp->progress = fn;
+  rp->progress_ctx = ctx;
+}
 
 void tagc_report_generation(tagc_report *rp, int64_t gen, int rank, int world) {
   rp->gen = gen;
@@ -207,7 +208,7 @@ void tagc_report_metrics_line(tagc_report *rp, int64_t step, const tagc_step_sta
 
 void tagc_report_progress(tagc_report *rp, int64_t step, const tagc_step_stats *ss, int force) {
   double now = tagc_now();
-  if (!rp->member || rp->rank != 0 || (!force && now - rp->last_progress < 1.0))
+  if (!rp->progress || rp->rank != 0 || (!force && now - rp->last_progress < 1.0))
     return;
   if (!force && step + 1 >= rp->c.cfg->steps)
     return;
@@ -220,7 +221,7 @@ void tagc_report_progress(tagc_report *rp, int64_t step, const tagc_step_stats *
                         "loss", isfinite(ss->loss) ? ss->loss : 0.0, "tokens_per_s", tokens_per_s,
                         "bytes_per_step", (json_int_t)ss->bytes_sent, "world_size", rp->world,
                         "generation", (json_int_t)rp->gen, "recoveries", rp->recoveries);
-  if (p && tagc_member_progress(rp->member, p) != TAGC_OK)
+  if (p && rp->progress(rp->progress_ctx, p) != TAGC_OK)
     LOG_WARN("train", "progress not recorded: %s", tagc_last_error());
   json_decref(p);
 }
@@ -265,8 +266,7 @@ static void sample_step(tagc_report *rp, const tagc_step_stats *ss) {
   m->grad_norm = ss->grad_norm;
   m->sketch_coverage = ss->sketch_coverage;
   m->reshard = ss->reshard;
-  tagc_prom_observe(tagc_step_bounds, m->step_le, TAGC_STEP_BUCKETS, &m->step_count,
-                    &m->step_sum, ss->step_s);
+  tagc_worker_sample_observe_step(m, ss->step_s);
 }
 
 void tagc_report_sample(tagc_report *rp, int64_t steps_done, const tagc_step_stats *ss,

@@ -26,7 +26,8 @@
 #include "model/model.h"
 #include "worker/run_config.h"
 
-struct tagc_member; /* cluster/member.h */
+/* Where rank 0's progress records go (elastic mode: tagc_run_hooks.progress). */
+typedef tagc_status (*tagc_report_progress_fn)(void *ctx, json_t *progress);
 
 /* Failures and recoveries over the process, as summary.json and /metrics show them. */
 typedef struct tagc_recovery_counts {
@@ -65,7 +66,8 @@ typedef struct tagc_report_config {
 typedef struct tagc_report {
   tagc_report_config c;
   tagc_device_info dev_info;
-  struct tagc_member *member; /* elastic mode: progress records; else NULL */
+  tagc_report_progress_fn progress; /* elastic mode: progress records; else NULL */
+  void *progress_ctx;
   int64_t gen;                /* the current (or last) generation */
   int rank, world;
   FILE *metrics;              /* OUT/metrics.jsonl while this process is rank 0 */
@@ -86,8 +88,8 @@ void tagc_report_init(tagc_report *rp, const tagc_report_config *c);
 /* Closes the metrics file and frees the totals. Idempotent. */
 void tagc_report_free(tagc_report *rp);
 
-/* Elastic mode: rank 0's progress goes to etcd through member (borrowed). */
-void tagc_report_set_member(tagc_report *rp, struct tagc_member *member);
+/* Elastic mode: rank 0's progress records go to fn(ctx, record) (NULL fn: none). */
+void tagc_report_set_progress(tagc_report *rp, tagc_report_progress_fn fn, void *ctx);
 
 /* The generation the following reports come from. */
 void tagc_report_generation(tagc_report *rp, int64_t gen, int rank, int world);
@@ -112,10 +114,10 @@ void tagc_report_val_loss(tagc_report *rp, double val_loss);
 void tagc_report_metrics_line(tagc_report *rp, int64_t step, const tagc_step_stats *ss,
                               double val_loss, int force);
 
-/* Elastic mode, rank 0: the progress record in etcd after step `step` (0-based), at most once
- * a second unless `force`. The final step is published only with force, once summary.json
+/* Elastic mode, rank 0: the progress record (to tagc_report_set_progress's fn) after step
+ * `step` (0-based), at most once a second unless `force`. The final step is published only with force, once summary.json
  * is written: the coordinator ends the job when progress reaches it. A failed write is
- * logged. Blocks for an etcd round trip when it writes. */
+ * logged. Blocks while fn does when it writes. */
 void tagc_report_progress(tagc_report *rp, int64_t step, const tagc_step_stats *ss, int force);
 
 /* --metrics-addr: the served sample after a step (ss) or, with ss NULL, at a generation's

@@ -105,9 +105,10 @@ void tagc_run_free(tagc_run *r) {
   free(r);
 }
 
-void tagc_run_set_member(tagc_run *r, tagc_member *member) {
-  r->member = member;
-  tagc_report_set_member(&r->report, member);
+void tagc_run_set_hooks(tagc_run *r, const tagc_run_hooks *hooks) {
+  r->hooks = *hooks;
+  r->elastic = 1;
+  tagc_report_set_progress(&r->report, hooks->progress, hooks->ctx);
 }
 
 void tagc_run_abort(tagc_run *r) {
@@ -130,6 +131,11 @@ void tagc_run_supersede(tagc_run *r, int64_t gen) {
 
 /* ---------- one generation: set-up and tear-down ---------- */
 
+/* A generation newer than gen was announced (tagc_run_hooks.superseded). */
+static int superseded(const tagc_run *t, int64_t gen) {
+  return t->hooks.superseded && t->hooks.superseded(t->hooks.ctx, gen);
+}
+
 /* The communicator's bootstrap gives up once this generation is aborted or superseded
  * (tagc_comm_config.cancelled): a peer it waits for may be gone for good. */
 static int gen_cancelled(void *arg) {
@@ -138,7 +144,7 @@ static int gen_cancelled(void *arg) {
   int stop = t->aborted;
   int64_t gen = t->gen;
   pthread_mutex_unlock(&t->comm_mu);
-  return stop || (t->member && tagc_member_gen(t->member) > gen);
+  return stop || superseded(t, gen);
 }
 
 static tagc_status connect(tagc_run *t, const tagc_gen_spec *g) {
@@ -179,7 +185,7 @@ static tagc_status gen_begin(tagc_run *t, const tagc_gen_spec *g) {
                        (long long)cfg->batch, g->world);
   pthread_mutex_lock(&t->comm_mu);
   t->gen = g->gen;
-  t->aborted = t->member && tagc_member_gen(t->member) > g->gen;
+  t->aborted = superseded(t, g->gen);
   pthread_mutex_unlock(&t->comm_mu);
   t->rank = g->rank;
   t->world = g->world;
@@ -243,15 +249,15 @@ static void gen_end(tagc_run *t) {
 
 /* ---------- faults and failures ---------- */
 
-/* Elastic mode: arms a new chaos/<id> spec (once per distinct value), polled once a second.
- * A fault whose step has already passed fires at the next step. */
+/* Elastic mode: arms a new chaos spec (tagc_run_hooks.chaos; once per distinct value), polled
+ * once a second. A fault whose step has already passed fires at the next step. */
 static void poll_chaos(tagc_run *t, int64_t step) {
   double now = tagc_now();
-  if (!t->member || now - t->last_chaos < 1.0)
+  if (!t->hooks.chaos || now - t->last_chaos < 1.0)
     return;
   t->last_chaos = now;
   char *spec = NULL;
-  if (tagc_member_chaos(t->member, &spec) != TAGC_OK || !spec || !strcmp(spec, t->chaos_seen)) {
+  if (t->hooks.chaos(t->hooks.ctx, &spec) != TAGC_OK || !spec || !strcmp(spec, t->chaos_seen)) {
     free(spec);
     return;
   }
@@ -276,8 +282,8 @@ static void poll_chaos(tagc_run *t, int64_t step) {
 }
 
 /* Fires the fault armed for this step, if any. Returns a failure status for faults that the
- * worker survives (oom, hang, drop), TAGC_OK otherwise. */
-static tagc_status fire_fault(tagc_run *t, int64_t step, tagc_gen_result *res) {
+ * worker survives (oom, hang, drop), with its cause in t->fault_cause; TAGC_OK otherwise. */
+static tagc_status fire_fault(tagc_run *t, int64_t step) {
   int k = tagc_faults_take(&t->faults, step);
   if (k < 0)
     return TAGC_OK;
@@ -289,17 +295,17 @@ static tagc_status fire_fault(tagc_run *t, int64_t step, tagc_gen_result *res) {
   case TAGC_FAULT_EXIT:
     _exit(3);
   case TAGC_FAULT_OOM:
-    res->kind = "oom";
+    t->fault_cause = TAGC_CAUSE_OOM;
     return tagc_errorf(TAGC_ENOMEM, "injected allocation failure at step %lld", (long long)step);
   case TAGC_FAULT_HANG: { /* stop making progress until this generation is given up */
     double until = tagc_now() + 3 * t->cfg->op_timeout;
     while (!t->aborted && tagc_now() < until)
       tagc_sleep(0.05);
   }
-    res->kind = "hang";
+    t->fault_cause = TAGC_CAUSE_HANG;
     return tagc_errorf(TAGC_EABORTED, "injected hang at step %lld", (long long)step);
   case TAGC_FAULT_DROP: /* the connections close once it is reported (fail_generation) */
-    res->kind = "injected";
+    t->fault_cause = TAGC_CAUSE_INJECTED;
     return tagc_errorf(TAGC_EPEER, "injected connection drop at step %lld", (long long)step);
   case TAGC_FAULT_KINDS:
     break;
@@ -307,49 +313,66 @@ static tagc_status fire_fault(tagc_run *t, int64_t step, tagc_gen_result *res) {
   return TAGC_OK;
 }
 
-static const char *kind_of(tagc_status st) {
-  switch (st) {
-  case TAGC_ETIMEDOUT: return "timeout";
-  case TAGC_ENOMEM: return "oom";
-  default: return "comm";
+const char *tagc_gen_cause_name(tagc_gen_cause c) {
+  switch (c) {
+  case TAGC_CAUSE_COMM: return "comm";
+  case TAGC_CAUSE_TIMEOUT: return "timeout";
+  case TAGC_CAUSE_OOM: return "oom";
+  case TAGC_CAUSE_HANG: return "hang";
+  case TAGC_CAUSE_INJECTED: return "injected";
   }
+  return "comm";
 }
 
-/* Ends the generation as failed or superseded, with recovery accounting. */
-static void fail_generation(tagc_run *t, tagc_status st, int64_t step, tagc_gen_result *res) {
-  int superseded = t->member && tagc_member_gen(t->member) > t->gen;
-  if (!superseded && t->member) {
+tagc_gen_outcome tagc_run_classify(tagc_status st) {
+  tagc_gen_outcome o = {TAGC_VERDICT_FAILED, TAGC_CAUSE_COMM};
+  switch (st) {
+  case TAGC_OK: o.verdict = TAGC_VERDICT_GOES_ON; break;
+  case TAGC_ETIMEDOUT: o.cause = TAGC_CAUSE_TIMEOUT; break;
+  case TAGC_ENOMEM: o.cause = TAGC_CAUSE_OOM; break;
+  case TAGC_EPEER:
+  case TAGC_EABORTED:
+  case TAGC_ECONFLICT: break;
+  default: o.verdict = TAGC_VERDICT_FATAL; break;
+  }
+  return o;
+}
+
+/* Ends the generation (res->step steps done) as failed or superseded, with recovery
+ * accounting. */
+static void fail_generation(tagc_run *t, tagc_status st, tagc_gen_cause cause, tagc_gen_result *res) {
+  int gone = superseded(t, t->gen);
+  if (!gone && t->hooks.superseded_now) {
     /* A peer leaving (or failing) breaks our connections a few milliseconds before our watch
      * delivers the new generation: ask etcd itself before calling this a failure. */
     tagc_error_saved why;
     tagc_error_save(&why);
-    int64_t now = 0;
-    superseded = tagc_member_read_gen(t->member, &now) == TAGC_OK && now > t->gen;
+    gone = t->hooks.superseded_now(t->hooks.ctx, t->gen);
     tagc_error_restore(&why);
   }
-  res->end = superseded ? TAGC_GEN_SUPERSEDED : TAGC_GEN_FAILED;
+  int64_t step = res->step;
+  res->end = gone ? TAGC_GEN_SUPERSEDED : TAGC_GEN_FAILED;
   res->status = st;
-  if (!res->kind)
-    res->kind = kind_of(st);
-  res->step = step;
+  res->cause = cause;
   pthread_mutex_lock(&t->comm_mu);
   res->suspected_rank = t->suspect >= 0 ? t->suspect
                        : t->comm      ? tagc_comm_failed_peer(t->comm)
                                       : t->boot_peer;
   pthread_mutex_unlock(&t->comm_mu);
   snprintf(res->detail, sizeof res->detail, "%s", tagc_last_error());
+  const char *kind = tagc_gen_cause_name(cause);
   if (!t->rec.n.recovering) {
-    t->rec.n.failures += !superseded; /* a new plan (a member left or joined) is no failure */
+    t->rec.n.failures += !gone; /* a new plan (a member left or joined) is no failure */
     t->rec.n.recovering = 1;
     /* the pause began with the last step that completed, not when the failure was noticed
        (a hung or stopped process notices late, a peer's timeout later still) */
     t->rec.pending_since = t->rec.last_step_at > 0 ? t->rec.last_step_at : tagc_now();
     t->rec.failed_at_step = step;
-    snprintf(t->rec.pending_kind, sizeof t->rec.pending_kind, "%s", superseded ? "membership" : res->kind);
+    snprintf(t->rec.pending_kind, sizeof t->rec.pending_kind, "%s", gone ? "membership" : kind);
   }
   LOG_WARN("train", "generation %lld ended at step %lld (%s): %s", (long long)t->gen,
-           (long long)step, superseded ? "superseded" : res->kind, res->detail);
-  if (!superseded && t->on_failure) { /* now, not after the tear-down */
+           (long long)step, gone ? "superseded" : kind, res->detail);
+  if (!gone && t->on_failure) { /* now, not after the tear-down */
     t->on_failure(t->failure_arg, res);
     t->on_failure = NULL;
   }
@@ -357,6 +380,22 @@ static void fail_generation(tagc_run *t, tagc_status st, int64_t step, tagc_gen_
      report, so that the leader never sees their accusations without it (an oom or a drop
      would otherwise look like a member that went silent). */
   tagc_run_abort(t);
+}
+
+/* The one place a generation's status is judged (tagc_run_classify): a failure a new
+ * generation may fix ends the generation now (fail_generation) and gives TAGC_OK; TAGC_OK and
+ * what no new generation can fix pass through. */
+static tagc_status judge(tagc_run *t, tagc_status st, tagc_gen_result *res) {
+  tagc_gen_outcome o = tagc_run_classify(st);
+  if (o.verdict != TAGC_VERDICT_FAILED)
+    return st;
+  fail_generation(t, st, t->fault_cause >= 0 ? (tagc_gen_cause)t->fault_cause : o.cause, res);
+  return TAGC_OK;
+}
+
+/* Whether fail_generation ended the generation. */
+static int gen_ended(const tagc_gen_result *res) {
+  return res->end == TAGC_GEN_FAILED || res->end == TAGC_GEN_SUPERSEDED;
 }
 
 /* A completed step: the longest pause so far and, after a failure, the recovery is done. */
@@ -445,41 +484,55 @@ static tagc_status write_summary(tagc_run *t, int64_t step, int stopped, uint32_
   return st;
 }
 
-/* The end of the run in this generation (res->end and res->step set): waits for the last
- * save, gathers the final parameters (their CRC identifies the result; collective) and rank
- * 0 writes summary.json. A failure of the gather ends the generation as failed. */
-static tagc_status finish_job(tagc_run *t, int64_t step, tagc_gen_result *res) {
-  tagc_status saved = t->saver ? tagc_ckpt_saver_wait(t->saver) : TAGC_OK;
-  if (saved == TAGC_ETIMEDOUT || saved == TAGC_EPEER || saved == TAGC_EABORTED) {
-    /* a rank's shard of the final checkpoint never came: that peer is gone, and the next
-       generation redoes the steps since the last committed checkpoint */
-    fail_generation(t, saved, step, res);
-    return TAGC_OK;
-  }
-  char unsaved[512] = ""; /* e.g. the disk is full: the result is still gathered and summarised */
-  if (saved != TAGC_OK) {
-    snprintf(unsaved, sizeof unsaved, "%s", tagc_last_error());
-    LOG_ERROR("train", "the final checkpoint (step %lld) was not saved: %s", (long long)step, unsaved);
-  }
-  uint32_t crc = 0;
+/* What the end of the run gathered, for its records (write_end). */
+typedef struct final_state {
+  tagc_status saved;  /* the final checkpoint's save */
+  char unsaved[512];  /* why it was not saved, when it was not */
+  uint32_t crc;       /* of the final parameters */
   tagc_recovery_counts job;
-  tagc_status st = finish_params(t, &crc);
-  if (st == TAGC_OK)
-    st = gather_recovery(t, &job);
-  if (st != TAGC_OK) { /* a peer died after the last step: its checkpoint holds the result */
-    fail_generation(t, st, step, res);
-    return TAGC_OK;
+} final_state;
+
+/* A final save that failed because a peer's shard never came (the data path: a timeout, an
+ * abort, a broken connection) fails the generation; one that failed on this rank (the disk is
+ * full, memory) leaves the result unsaved. */
+static int save_lost_to_peer(tagc_status saved) {
+  tagc_gen_outcome o = tagc_run_classify(saved);
+  return o.verdict == TAGC_VERDICT_FAILED && o.cause != TAGC_CAUSE_OOM;
+}
+
+/* The end of the run in this generation (res->end and res->step set): waits for the last
+ * save and gathers the final parameters (their CRC identifies the result) and the recovery
+ * figures; collective. A peer lost meanwhile is the status (its checkpoint holds the result;
+ * the next generation redoes the steps since the last committed checkpoint). */
+static tagc_status finish_job(tagc_run *t, int64_t step, final_state *fin) {
+  fin->saved = t->saver ? tagc_ckpt_saver_wait(t->saver) : TAGC_OK;
+  fin->unsaved[0] = '\0';
+  if (save_lost_to_peer(fin->saved))
+    return fin->saved;
+  if (fin->saved != TAGC_OK) { /* e.g. the disk is full: the result is still gathered and summarised */
+    snprintf(fin->unsaved, sizeof fin->unsaved, "%s", tagc_last_error());
+    LOG_ERROR("train", "the final checkpoint (step %lld) was not saved: %s", (long long)step,
+              fin->unsaved);
   }
+  TAGC_CHECK(finish_params(t, &fin->crc));
+  return gather_recovery(t, &fin->job);
+}
+
+/* Rank 0: summary.json and, when the job is finished, the final progress record. A final
+ * checkpoint that was not saved makes the run fail (its result is not durable). */
+static tagc_status write_end(tagc_run *t, const tagc_gen_result *res, const final_state *fin) {
   if (t->rank == 0)
-    TAGC_CHECK(write_summary(t, step, res->end == TAGC_GEN_STOPPED, crc, &job));
+    TAGC_CHECK(write_summary(t, res->step, res->end == TAGC_GEN_STOPPED, fin->crc, &fin->job));
   if (t->rank == 0 && res->end == TAGC_GEN_FINISHED)
-    tagc_report_progress(&t->report, step - 1, &t->last_ss, 1);
-  if (saved != TAGC_OK) /* the run's result is not durable: the run did not succeed */
-    return tagc_errorf(saved, "the final checkpoint (step %lld) was not saved: %s", (long long)step,
-                       unsaved);
+    tagc_report_progress(&t->report, res->step - 1, &t->last_ss, 1);
+  if (fin->saved != TAGC_OK)
+    return tagc_errorf(fin->saved, "the final checkpoint (step %lld) was not saved: %s",
+                       (long long)res->step, fin->unsaved);
   return TAGC_OK;
 }
 
+/* The training loop: res->step follows the steps completed (a failure's step), res->end is
+ * set once the loop is done. Returns the first failure, fired faults included. */
 static tagc_status train(tagc_run *t, tagc_gen_result *res) {
   const tagc_train_config *cfg = t->cfg;
   int64_t end = cfg->stop_at > t->start_step && cfg->stop_at < cfg->steps ? cfg->stop_at : cfg->steps;
@@ -487,9 +540,10 @@ static tagc_status train(tagc_run *t, tagc_gen_result *res) {
   publish_sample(t, step, NULL);
   for (; step < end; step++) {
     tagc_step_stats ss;
+    res->step = step;
     poll_chaos(t, step);
-    tagc_status st = fire_fault(t, step, res);
-    if (st == TAGC_OK && t->member && tagc_member_gen(t->member) > t->gen)
+    tagc_status st = fire_fault(t, step);
+    if (st == TAGC_OK && superseded(t, t->gen))
       st = tagc_errorf(TAGC_EABORTED, "generation %lld was superseded", (long long)t->gen);
     if (st == TAGC_OK && tagc_faults_nan(&t->faults, step)) {
       LOG_WARN("train", "fault injected at step %lld: nan", (long long)step);
@@ -497,12 +551,8 @@ static tagc_status train(tagc_run *t, tagc_gen_result *res) {
     }
     if (st == TAGC_OK)
       st = tagc_engine_step(t->engine, &t->corpus, step, &ss);
-    if (st == TAGC_ENUMERIC || st == TAGC_EINVAL)
-      return st; /* the math went wrong: a new generation would not help */
-    if (st != TAGC_OK) {
-      fail_generation(t, st, step, res);
-      return TAGC_OK;
-    }
+    TAGC_CHECK(st);
+    res->step = step + 1;
     note_recovery(t, step);
     /* a non-finite step was skipped by every rank alike (engine/engine.h); too many in a row
        roll back to the newest valid checkpoint */
@@ -524,23 +574,14 @@ static tagc_status train(tagc_run *t, tagc_gen_result *res) {
       if (st == TAGC_OK)
         tagc_report_val_loss(&t->report, val);
     }
-    if (st != TAGC_OK) {
-      fail_generation(t, st, step + 1, res);
-      return TAGC_OK;
-    }
+    TAGC_CHECK(st);
     t->last_ss = ss;
     tagc_report_progress(&t->report, step, &ss, 0);
     if (t->rank == 0)
       tagc_report_metrics_line(&t->report, step, &ss, val, step == t->start_step || last);
     if (rollback) {
       int64_t to = 0;
-      st = run_rollback(t, step, &to);
-      if (st == TAGC_ENUMERIC || st == TAGC_EINVAL || st == TAGC_ECORRUPT)
-        return st; /* the run cannot get past these steps */
-      if (st != TAGC_OK) {
-        fail_generation(t, st, step + 1, res);
-        return TAGC_OK;
-      }
+      TAGC_CHECK(run_rollback(t, step, &to));
       t->rec.n.rollbacks++;
       t->skip_streak = 0;
       publish_sample(t, to, NULL);
@@ -553,51 +594,63 @@ static tagc_status train(tagc_run *t, tagc_gen_result *res) {
      save (this rank's shard is durable; rank 0: committed), before the gather and summary */
   if (end == cfg->steps && t->faults.next == step && t->saver)
     (void)tagc_ckpt_saver_wait(t->saver); /* its status is finish_job's business */
-  tagc_status st = end == cfg->steps ? fire_fault(t, step, res) : TAGC_OK;
-  if (st != TAGC_OK) {
-    fail_generation(t, st, step, res);
-    return TAGC_OK;
+  return end == cfg->steps ? fire_fault(t, step) : TAGC_OK;
+}
+
+/* Rank 0 of a first generation: the configuration and the model, once per process. */
+static void log_start(const tagc_run *r) {
+  if (r->rank != 0 || r->gen > 1 || r->rec.n.failures != 0)
+    return;
+  tagc_opts_log(&tagc_train_program, r->cfg);
+  LOG_INFO("train", "model: %d layers, width %d, %d heads, context %d, %zu parameters; batch "
+           "%lld; world %d; %d threads; BLAS %s", r->layout.cfg.n_layer, r->layout.cfg.d_model,
+           r->layout.cfg.n_head, r->layout.cfg.ctx, r->layout.n_params, (long long)r->cfg->batch,
+           r->world, r->threads, openblas_get_config());
+}
+
+/* A generation after its set-up: trains to its end (or finishes a job whose checkpoint is
+ * final), gathers the result and writes the end's records. Training and the gather are
+ * judged (a failure a new generation may fix ends the generation, TAGC_OK); a failed
+ * hooks.ready and the records' errors are returned as they are. */
+static tagc_status gen_run(tagc_run *r, tagc_gen_result *res) {
+  log_start(r);
+  if (r->start_step >= r->cfg->steps) {
+    if (r->rank == 0)
+      LOG_INFO("train", "the checkpoint is already at step %lld of %lld: nothing to train",
+               (long long)r->start_step, (long long)r->cfg->steps);
+    res->end = TAGC_GEN_FINISHED;
+    /* A generation change came between the last step and its summary (elastic: the job
+       ends only once the final progress is published after the summary), or this process
+       trained the job's steps earlier: finish here (an existing summary stays when this
+       process trained nothing). A static rerun over a finished checkpoint changes nothing. */
+    if (!r->elastic && tagc_report_steps_run(&r->report) == 0)
+      return TAGC_OK;
+  } else {
+    if (r->hooks.ready)
+      TAGC_CHECK(r->hooks.ready(r->hooks.ctx, r->gen, r->rank));
+    tagc_status st = judge(r, train(r, res), res);
+    if (st != TAGC_OK || gen_ended(res))
+      return st;
   }
-  return finish_job(t, step, res);
+  final_state fin;
+  tagc_status st = judge(r, finish_job(r, res->step, &fin), res);
+  if (st != TAGC_OK || gen_ended(res))
+    return st;
+  return write_end(r, res, &fin);
 }
 
 tagc_status tagc_run_generation(tagc_run *r, const tagc_gen_spec *g, tagc_gen_result *res) {
   memset(res, 0, sizeof *res);
   res->suspected_rank = -1;
   r->on_failure = NULL; /* gen_begin sets it once the generation is this one */
+  r->fault_cause = -1;
+  /* peers vanished while we connected, OOM, or the ranks chose different resume points:
+     failed; bad configuration, checkpoints or output: fatal */
   tagc_status st = gen_begin(r, g);
-  if (st == TAGC_OK) {
-    if (r->rank == 0 && r->gen <= 1 && r->rec.n.failures == 0) {
-      tagc_opts_log(&tagc_train_program, r->cfg);
-      LOG_INFO("train", "model: %d layers, width %d, %d heads, context %d, %zu parameters; batch "
-               "%lld; world %d; %d threads; BLAS %s", r->layout.cfg.n_layer, r->layout.cfg.d_model,
-               r->layout.cfg.n_head, r->layout.cfg.ctx, r->layout.n_params, (long long)r->cfg->batch,
-               r->world, r->threads, openblas_get_config());
-    }
-    if (r->start_step >= r->cfg->steps) {
-      if (r->rank == 0)
-        LOG_INFO("train", "the checkpoint is already at step %lld of %lld: nothing to train",
-                 (long long)r->start_step, (long long)r->cfg->steps);
-      res->end = TAGC_GEN_FINISHED;
-      res->step = r->start_step;
-      /* A generation change came between the last step and its summary (elastic: the job
-         ends only once the final progress is published after the summary), or this process
-         trained the job's steps earlier: finish here (an existing summary stays when this
-         process trained nothing). A static rerun over a finished checkpoint changes nothing. */
-      if (r->member || tagc_report_steps_run(&r->report) > 0)
-        st = finish_job(r, r->start_step, res);
-    } else {
-      if (r->member)
-        st = tagc_member_ready(r->member, r->gen, r->rank);
-      if (st == TAGC_OK)
-        st = train(r, res);
-    }
-  } else if (st == TAGC_ETIMEDOUT || st == TAGC_EPEER || st == TAGC_EABORTED || st == TAGC_ENOMEM ||
-             st == TAGC_ECONFLICT) {
-    /* peers vanished while we connected, OOM, or the ranks chose different resume points */
-    fail_generation(r, st, r->start_step, res);
-    st = TAGC_OK;
-  }
+  res->step = r->start_step;
+  st = judge(r, st, res);
+  if (st == TAGC_OK && !gen_ended(res))
+    st = gen_run(r, res);
   res->start_step = r->start_step;
   tagc_error_saved first; /* the tear-down must not replace the detail of st */
   tagc_error_save(&first);

@@ -13,13 +13,77 @@
 
 #include <stdint.h>
 
+#include <jansson.h>
+
 #include "comm/store.h"
 #include "common/status.h"
 #include "worker/run_config.h"
 
 typedef struct tagc_run tagc_run;
-struct tagc_member; /* coordinator/member.h */
 struct tagc_gen_result;
+
+/* What the runner asks of the job around it. Elastic mode sets them (worker/elastic.c, over
+ * cluster/member.h); static mode sets none. The runner is in elastic mode exactly when hooks
+ * were set (tagc_run_set_hooks): it then also finishes a job whose checkpoint is already
+ * final (the job ends only once the final progress is published). A NULL callback is a no-op:
+ * never superseded, no chaos, nothing recorded. */
+typedef struct tagc_run_hooks {
+  void *ctx; /* passed to every callback (borrowed; outlives the run) */
+  /* 1 when a generation newer than gen was announced (or this worker withdrew from every
+   * generation), from what is known already. Any thread (the communicator's bootstrap asks on
+   * its own); must not block. */
+  int (*superseded)(void *ctx, int64_t gen);
+  /* The same, asked of the source itself now: a broken connection may be a peer that saw a
+   * newer generation a moment before we did. 0 when it cannot tell. Training thread; blocks
+   * for a round trip. */
+  int (*superseded_now)(void *ctx, int64_t gen);
+  /* This rank built its communicator and loaded its state in generation gen. A failure ends
+   * the process with its status. Training thread; blocks. */
+  tagc_status (*ready)(void *ctx, int64_t gen, int rank);
+  /* The fault spec to arm now (*spec: new malloc'd string, caller frees; NULL: none); called
+   * about once a second. A failure is ignored. Training thread; gives up quickly. */
+  tagc_status (*chaos)(void *ctx, char **spec);
+  /* Rank 0, once a checkpoint is durable: record it as the job's resume point. TAGC_ECONFLICT
+   * when a newer record is there already (no error). Runs on the checkpoint saver's thread;
+   * blocks. */
+  tagc_status (*commit_ckpt)(void *ctx, int64_t gen, int64_t step, const char *path, int world,
+                             uint32_t manifest_crc);
+  /* Rank 0: the progress record (borrowed JSON object), at most once a second and at the
+   * end (worker/report.h). A failure is logged. Training thread; gives up quickly. */
+  tagc_status (*progress)(void *ctx, json_t *progress);
+} tagc_run_hooks;
+
+/* What ended a failed generation, as the run saw it (worker/failure_kind.h turns it into the
+ * kind a failure report names). */
+typedef enum tagc_gen_cause {
+  TAGC_CAUSE_COMM,     /* a collective, the bootstrap or an agreement of the ranks failed */
+  TAGC_CAUSE_TIMEOUT,  /* a deadline passed */
+  TAGC_CAUSE_OOM,      /* an allocation failed, or an injected one */
+  TAGC_CAUSE_HANG,     /* an injected hang */
+  TAGC_CAUSE_INJECTED  /* an injected connection drop */
+} tagc_gen_cause;
+
+/* "comm", "timeout", "oom", "hang", "injected": for logs. Static. */
+const char *tagc_gen_cause_name(tagc_gen_cause c);
+
+/* How a status ends a generation: the one rule of the runner, tagc_run_classify(). */
+typedef enum tagc_gen_verdict {
+  TAGC_VERDICT_GOES_ON, /* TAGC_OK */
+  TAGC_VERDICT_FAILED,  /* a new generation may fix it: the peers, a deadline, memory, the
+                           ranks' disagreement (TAGC_ETIMEDOUT, TAGC_EPEER, TAGC_EABORTED,
+                           TAGC_ENOMEM, TAGC_ECONFLICT); reported, then the next plan */
+  TAGC_VERDICT_FATAL    /* no new generation can: bad configuration or input, the math, damaged
+                           checkpoints, output not writable (every other status); the process
+                           stops with it */
+} tagc_gen_verdict;
+
+typedef struct tagc_gen_outcome {
+  tagc_gen_verdict verdict;
+  tagc_gen_cause cause; /* TAGC_VERDICT_FAILED: timeout, oom, else comm */
+} tagc_gen_outcome;
+
+/* The verdict on st (see tagc_gen_verdict). Pure; any thread. */
+tagc_gen_outcome tagc_run_classify(tagc_status st);
 
 typedef struct tagc_gen_spec {
   int64_t gen;             /* generation number (0 in static mode) */
@@ -46,29 +110,32 @@ typedef enum tagc_gen_end {
 typedef struct tagc_gen_result {
   tagc_gen_end end;
   tagc_status status;     /* the failure (TAGC_GEN_FAILED) */
-  const char *kind;       /* failure kind for the report: comm, timeout, oom, hang, injected */
+  tagc_gen_cause cause;   /* what the run saw fail (TAGC_GEN_FAILED) */
   int64_t step;           /* steps completed when the generation ended */
   int64_t start_step;     /* the step it resumed at (step > start_step: it trained) */
   int suspected_rank;     /* rank blamed by the data path, -1 when unknown */
   char detail[256];
 } tagc_gen_result;
 
-/* Validates the configuration and loads the corpus. Errors as tagc_train_run (worker/train.h). */
+/* Validates the configuration and loads the corpus. OUT's lock (worker/out_lock.h) is taken
+ * here, before any hooks: shared within the job when cfg->etcd is set, else by rank 0. Errors
+ * as tagc_train_run (worker/train.h). */
 tagc_status tagc_run_new(const tagc_train_config *cfg, tagc_run **out);
 void tagc_run_free(tagc_run *r);
 
-/* Elastic mode: progress, checkpoint records and the generation watch go through member. */
-void tagc_run_set_member(tagc_run *r, struct tagc_member *member);
+/* Elastic mode: the run asks hooks (copied; see tagc_run_hooks) from now on. Call it before
+ * the first generation, from the thread that runs them. */
+void tagc_run_set_hooks(tagc_run *r, const tagc_run_hooks *hooks);
 
 /* Runs one generation (see above). Before the first step every rank chooses its resume point
  * (resume_path, else the newest valid checkpoint, else step 0 when there is none) and the
  * ranks agree on it with one collective: different choices (step or manifest CRC32C) end the
  * generation as failed, naming them. A checkpoint commits only when every rank's snapshot
  * of that step succeeded (one collective per save). Returns TAGC_OK with *res telling how
- * it ended; an error only for what no new generation can fix (bad configuration, a
- * checkpoint that is not of this job, checkpoints that are all invalid — unless
- * TAGC_ALLOW_RESTART_FROM_SCRATCH=1 —, output not writable, a final checkpoint that could not
- * be saved). */
+ * it ended; an error only for what no new generation can fix (TAGC_VERDICT_FATAL: bad
+ * configuration, a checkpoint that is not of this job, checkpoints that are all invalid —
+ * unless TAGC_ALLOW_RESTART_FROM_SCRATCH=1 —, output not writable), a final checkpoint that could
+ * not be saved on this rank, or a failed hooks.ready. */
 tagc_status tagc_run_generation(tagc_run *r, const tagc_gen_spec *g, tagc_gen_result *res);
 
 /* Aborts the current generation's communicator (any thread): a collective that hangs returns

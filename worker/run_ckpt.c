@@ -71,13 +71,14 @@ static tagc_status shard_files_barrier(void *arg, int64_t step) {
   return TAGC_OK;
 }
 
-/* Rank 0, on the saver's thread: records the committed checkpoint in etcd. */
+/* Rank 0, on the saver's thread: records the committed checkpoint (elastic mode: in etcd,
+ * tagc_run_hooks.commit_ckpt). */
 static tagc_status record_commit(void *arg, const tagc_ckpt_committed *c) {
   tagc_run *t = arg;
-  if (!t->member)
+  if (!t->hooks.commit_ckpt)
     return TAGC_OK;
-  tagc_status st = tagc_member_commit_ckpt(t->member, t->gen, c->step, c->path, c->world_size,
-                                           c->manifest_crc32c);
+  tagc_status st = t->hooks.commit_ckpt(t->hooks.ctx, t->gen, c->step, c->path, c->world_size,
+                                        c->manifest_crc32c);
   if (st == TAGC_ECONFLICT) /* a newer generation or step is already recorded */
     return TAGC_OK;
   return st;

@@ -12,7 +12,6 @@
 #include <jansson.h>
 
 #include "ckpt/ckpt_saver.h"
-#include "cluster/member.h"
 #include "data/data.h"
 #include "engine/engine.h"
 #include "worker/fault.h"
@@ -40,7 +39,8 @@ struct tagc_run {
   tagc_report report; /* progress, metrics.jsonl, summary.json, /metrics */
   recovery rec;
   tagc_faults faults;
-  tagc_member *member; /* elastic mode only */
+  tagc_run_hooks hooks; /* tagc_run_set_hooks; zeroed in static mode */
+  int elastic;          /* hooks were set */
   double last_chaos;
   char chaos_seen[256];
   tagc_metrics_http *http; /* --metrics-addr, else NULL */
@@ -64,6 +64,7 @@ struct tagc_run {
   tagc_ckpt_saver *saver;
   int64_t start_step;
   int suspect; /* the rank blamed for a disagreement this rank detected, or -1 */
+  int fault_cause; /* the tagc_gen_cause of the fault fired in this generation, or -1 */
   void (*on_failure)(void *arg, const struct tagc_gen_result *res); /* tagc_gen_spec's */
   void *failure_arg;
 };

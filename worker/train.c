@@ -23,7 +23,7 @@ static tagc_status static_run(const tagc_train_config *cfg) {
   }
   if (st == TAGC_OK && (res.end == TAGC_GEN_FAILED || res.end == TAGC_GEN_SUPERSEDED))
     st = tagc_errorf(res.status, "training failed at step %lld (%s): %s", (long long)res.step,
-                     res.kind, res.detail);
+                     tagc_gen_cause_name(res.cause), res.detail);
   tagc_store_free(store);
   tagc_run_free(run);
   return st;

@@ -1,6 +1,7 @@
 /* Failure kinds of worker reports (worker/failure_kind.h) with real processes: a child that
  * runs is alive, a SIGKILLed one is gone whether reaped or still a zombie, a peer on another
- * host cannot be checked, a gone registration is a crash; then the kind rule itself. Also the
+ * host cannot be checked, a gone registration is a crash; then the kind rule itself and the
+ * kinds' names as etcd holds them (cluster/keys.h). Also the
  * Prometheus text of the worker's /metrics sample (histogram buckets, job label). */
 #include <signal.h>
 #include <string.h>
@@ -40,15 +41,36 @@ static void test_peer_check(void) {
 }
 
 static void test_kinds(void) {
-  CHECK_EQ_STR(tagc_failure_kind("comm", TAGC_PEER_GONE), "crash");
-  CHECK_EQ_STR(tagc_failure_kind("timeout", TAGC_PEER_GONE), "crash");
-  CHECK_EQ_STR(tagc_failure_kind("timeout", TAGC_PEER_ALIVE), "hang");
-  CHECK_EQ_STR(tagc_failure_kind("timeout", TAGC_PEER_UNKNOWN), "hang");
-  CHECK_EQ_STR(tagc_failure_kind("comm", TAGC_PEER_ALIVE), "partition");
-  CHECK_EQ_STR(tagc_failure_kind("comm", TAGC_PEER_UNKNOWN), "comm");
-  CHECK_EQ_STR(tagc_failure_kind("oom", TAGC_PEER_GONE), "oom");
-  CHECK_EQ_STR(tagc_failure_kind("hang", TAGC_PEER_UNKNOWN), "hang");
-  CHECK_EQ_STR(tagc_failure_kind("injected", TAGC_PEER_ALIVE), "injected");
+  CHECK_EQ_INT(tagc_failure_kind_for(TAGC_CAUSE_COMM, TAGC_PEER_GONE), TAGC_FAIL_CRASH);
+  CHECK_EQ_INT(tagc_failure_kind_for(TAGC_CAUSE_TIMEOUT, TAGC_PEER_GONE), TAGC_FAIL_CRASH);
+  CHECK_EQ_INT(tagc_failure_kind_for(TAGC_CAUSE_TIMEOUT, TAGC_PEER_ALIVE), TAGC_FAIL_HANG);
+  CHECK_EQ_INT(tagc_failure_kind_for(TAGC_CAUSE_TIMEOUT, TAGC_PEER_UNKNOWN), TAGC_FAIL_HANG);
+  CHECK_EQ_INT(tagc_failure_kind_for(TAGC_CAUSE_COMM, TAGC_PEER_ALIVE), TAGC_FAIL_PARTITION);
+  CHECK_EQ_INT(tagc_failure_kind_for(TAGC_CAUSE_COMM, TAGC_PEER_UNKNOWN), TAGC_FAIL_COMM);
+  CHECK_EQ_INT(tagc_failure_kind_for(TAGC_CAUSE_OOM, TAGC_PEER_GONE), TAGC_FAIL_OOM);
+  CHECK_EQ_INT(tagc_failure_kind_for(TAGC_CAUSE_HANG, TAGC_PEER_UNKNOWN), TAGC_FAIL_HANG);
+  CHECK_EQ_INT(tagc_failure_kind_for(TAGC_CAUSE_INJECTED, TAGC_PEER_ALIVE), TAGC_FAIL_INJECTED);
+}
+
+/* The names are what etcd holds (failures/<g>/<id> "kind", failures_total): exactly these. */
+static void test_kind_names(void) {
+  static const char *const names[TAGC_FAIL_KINDS] = {"crash", "hang", "partition", "comm",
+                                                     "oom", "injected", "timeout", "lease"};
+  for (int k = 0; k < TAGC_FAIL_KINDS; k++) {
+    CHECK_EQ_STR(tagc_failure_kind_name((tagc_failure_kind)k), names[k]);
+    CHECK_EQ_INT(tagc_failure_kind_parse(names[k]), k);
+  }
+  CHECK_EQ_INT(tagc_failure_kind_parse("bogus"), TAGC_FAIL_UNKNOWN);
+  CHECK_EQ_INT(tagc_failure_kind_parse("OOM"), TAGC_FAIL_UNKNOWN);
+  CHECK_EQ_INT(tagc_failure_kind_parse(NULL), TAGC_FAIL_UNKNOWN);
+  CHECK_EQ_STR(tagc_failure_kind_name(TAGC_FAIL_UNKNOWN), "unknown");
+  CHECK_EQ_STR(tagc_failure_kind_name(TAGC_FAIL_KINDS), "unknown");
+  /* the causes as the run logs them */
+  CHECK_EQ_STR(tagc_gen_cause_name(TAGC_CAUSE_COMM), "comm");
+  CHECK_EQ_STR(tagc_gen_cause_name(TAGC_CAUSE_TIMEOUT), "timeout");
+  CHECK_EQ_STR(tagc_gen_cause_name(TAGC_CAUSE_OOM), "oom");
+  CHECK_EQ_STR(tagc_gen_cause_name(TAGC_CAUSE_HANG), "hang");
+  CHECK_EQ_STR(tagc_gen_cause_name(TAGC_CAUSE_INJECTED), "injected");
 }
 
 static void test_metrics_text(void) {
@@ -78,6 +100,7 @@ static void test_metrics_text(void) {
 int main(void) {
   test_peer_check();
   test_kinds();
+  test_kind_names();
   test_metrics_text();
   return TEST_END();
 }
