@@ -87,7 +87,7 @@ static json_t *worker_info(const tagc_train_config *cfg) {
   char host[256] = "";
   gethostname(host, sizeof host - 1);
   return json_pack("{s:s, s:s, s:i, s:s, s:I}", "host", host, "address", cfg->host, "pid",
-                   (int)getpid(), "device", "cpu", "threads", (json_int_t)cfg->threads);
+                   (int)getpid(), "device", cfg->device, "threads", (json_int_t)cfg->threads);
 }
 
 /* Marks the generation about to be trained (world > 0) or its end (world 0). Returns 0

@@ -1,24 +1,20 @@
 #include "worker/run_internal.h"
 
-#include <cblas.h>
+#include <cblas.h> /* openblas_get_config */
 #include <errno.h>
-#include <fcntl.h>
 #include <math.h>
 #include <omp.h>
 #include <pthread.h>
 #include <signal.h>
-#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/file.h>
-#include <sys/stat.h>
 #include <unistd.h>
+
 #include <jansson.h>
 
 #include "common/crc32c.h"
 #include "common/fsutil.h"
-#include "common/json.h"
 #include "common/log.h"
 #include "common/timeutil.h"
 #include "worker/out_lock.h"

@@ -134,7 +134,7 @@ void tagc_run_set_hooks(tagc_run *r, const tagc_run_hooks *hooks);
  * of that step succeeded (one collective per save). Returns TAGC_OK with *res telling how
  * it ended; an error only for what no new generation can fix (TAGC_VERDICT_FATAL: bad
  * configuration, a checkpoint that is not of this job, checkpoints that are all invalid —
- * unless TAGC_ALLOW_RESTART_FROM_SCRATCH=1 —, output not writable), a final checkpoint that could
+ * unless --allow-restart-from-scratch —, output not writable), a final checkpoint that could
  * not be saved on this rank, or a failed hooks.ready. */
 tagc_status tagc_run_generation(tagc_run *r, const tagc_gen_spec *g, tagc_gen_result *res);
 

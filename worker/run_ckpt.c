@@ -2,24 +2,13 @@
  * resuming at a point every rank agrees on. */
 #include "worker/run_internal.h"
 
-#include <cblas.h>
 #include <errno.h>
-#include <fcntl.h>
-#include <math.h>
-#include <omp.h>
-#include <pthread.h>
-#include <signal.h>
-#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "common/crc32c.h"
-#include "common/fsutil.h"
-#include "common/json.h"
 #include "common/log.h"
 #include "common/timeutil.h"
 
@@ -193,12 +182,6 @@ tagc_status run_save_checkpoint(tagc_run *t, int64_t step) {
 
 /* ---------- resuming ---------- */
 
-/* TAGC_ALLOW_RESTART_FROM_SCRATCH=1: when every checkpoint is invalid, train from step 0. */
-static int restart_from_scratch_allowed(void) {
-  const char *v = getenv("TAGC_ALLOW_RESTART_FROM_SCRATCH");
-  return v && (!strcmp(v, "1") || !strcmp(v, "true"));
-}
-
 /* This rank's resume point: *rd open and fully verified, or NULL for step 0 — which is
  * chosen silently only when nothing was ever saved. The plan's checkpoint first, else (it is
  * damaged or gone) the newest valid one; when the plan names the committed manifest's CRC
@@ -230,14 +213,15 @@ static tagc_status choose_resume(tagc_run *t, const tagc_gen_spec *g, tagc_ckpt_
   }
   if (st != TAGC_ENOTFOUND && st != TAGC_ECORRUPT)
     return st;
-  if (restart_from_scratch_allowed()) {
-    LOG_ERROR("train", "%s: RESTARTING FROM STEP 0, as TAGC_ALLOW_RESTART_FROM_SCRATCH allows",
-              tagc_last_error());
+  if (t->cfg->allow_restart_from_scratch) {
+    LOG_ERROR("train", "%s: RESTARTING FROM STEP 0, as --allow-restart-from-scratch "
+              "(TAGC_ALLOW_RESTART_FROM_SCRATCH) allows", tagc_last_error());
     tagc_clear_error();
     return TAGC_OK;
   }
   return prefixed(TAGC_ECORRUPT, "no checkpoint to resume from, and refusing to restart from "
-                  "step 0 (set TAGC_ALLOW_RESTART_FROM_SCRATCH=1 for that, or use --no-resume)");
+                  "step 0 (--allow-restart-from-scratch or TAGC_ALLOW_RESTART_FROM_SCRATCH=1 for that, "
+                  "or --no-resume)");
 }
 
 /* The checkpoint belongs to this job: same model, batch, seed and corpus. A manifest without

@@ -73,6 +73,9 @@ static const tagc_opt train_opts[] = {
      "... and every checkpoint whose step is a multiple of N (0 = none)"},
     {"resume", TAGC_OPT_BOOL, OFF(resume), "true", 0, -1, NULL,
      "continue from the newest valid checkpoint in the checkpoint root"},
+    {"allow-restart-from-scratch", TAGC_OPT_BOOL, OFF(allow_restart_from_scratch), "false", 0, -1,
+     NULL, "when checkpoints exist but none is valid, train from step 0 (saying so in an error "
+     "line) instead of refusing to start"},
     {"stop-at", TAGC_OPT_INT, OFF(stop_at), "0", 0, 1e9, NULL,
      "stop after this step as if interrupted, without changing the schedule (0 = run to --steps)"},
     {"check-feedback", TAGC_OPT_BOOL, OFF(check_feedback), "false", 0, -1, NULL,

@@ -49,6 +49,7 @@ typedef struct tagc_train_config {
   char *ckpt_dir;     /* "" = OUT/ckpt */
   int64_t ckpt_keep_last, ckpt_keep_every;
   int resume;
+  int allow_restart_from_scratch; /* every checkpoint invalid: train from step 0, loudly */
   int64_t stop_at;    /* stop after this step (0 = no) */
   int check_feedback; /* test hook, see tagc_engine_config */
   double link_rate;   /* bytes/s assumed by the auto choices; 0 = measured */
