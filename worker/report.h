@@ -115,9 +115,9 @@ void tagc_report_metrics_line(tagc_report *rp, int64_t step, const tagc_step_sta
                               double val_loss, int force);
 
 /* Elastic mode, rank 0: the progress record (to tagc_report_set_progress's fn) after step
- * `step` (0-based), at most once a second unless `force`. The final step is published only with force, once summary.json
- * is written: the coordinator ends the job when progress reaches it. A failed write is
- * logged. Blocks while fn does when it writes. */
+ * `step` (0-based), at most once a second unless `force`. The final step is published only
+ * with force, once summary.json is written: the coordinator ends the job when progress
+ * reaches it. A failed write is logged. Blocks while fn does when it writes. */
 void tagc_report_progress(tagc_report *rp, int64_t step, const tagc_step_stats *ss, int force);
 
 /* --metrics-addr: the served sample after a step (ss) or, with ss NULL, at a generation's

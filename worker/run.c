@@ -336,7 +336,8 @@ tagc_gen_outcome tagc_run_classify(tagc_status st) {
 
 /* Ends the generation (res->step steps done) as failed or superseded, with recovery
  * accounting. */
-static void fail_generation(tagc_run *t, tagc_status st, tagc_gen_cause cause, tagc_gen_result *res) {
+static void fail_generation(tagc_run *t, tagc_status st, tagc_gen_cause cause,
+                            tagc_gen_result *res) {
   int gone = superseded(t, t->gen);
   if (!gone && t->hooks.superseded_now) {
     /* A peer leaving (or failing) breaks our connections a few milliseconds before our watch
@@ -505,7 +506,7 @@ static tagc_status finish_job(tagc_run *t, int64_t step, final_state *fin) {
   fin->unsaved[0] = '\0';
   if (save_lost_to_peer(fin->saved))
     return fin->saved;
-  if (fin->saved != TAGC_OK) { /* e.g. the disk is full: the result is still gathered and summarised */
+  if (fin->saved != TAGC_OK) { /* e.g. the disk is full: the result is still gathered, summarised */
     snprintf(fin->unsaved, sizeof fin->unsaved, "%s", tagc_last_error());
     LOG_ERROR("train", "the final checkpoint (step %lld) was not saved: %s", (long long)step,
               fin->unsaved);

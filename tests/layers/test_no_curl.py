@@ -15,7 +15,8 @@ import sys
 def needed(path):
     """The DT_NEEDED entries of an ELF file (objdump -p, else readelf -d)."""
     if shutil.which("objdump"):
-        out = subprocess.run(["objdump", "-p", path], capture_output=True, text=True, check=True).stdout
+        out = subprocess.run(["objdump", "-p", path], capture_output=True, text=True,
+                             check=True).stdout
         return re.findall(r"^\s*NEEDED\s+(\S+)", out, re.M)
     out = subprocess.run(["readelf", "-d", path], capture_output=True, text=True, check=True).stdout
     return re.findall(r"\(NEEDED\).*\[(.+?)\]", out)
