@@ -101,6 +101,8 @@ json_t *tagc_engine_compression_state(const tagc_engine *e) {
     json_array_append_new(segs, item);
   }
   json_t *state = json_pack("{s:i, s:o}", "world_size", e->world, "segments", segs);
+  if (state && e->n_adaptive) /* `auto` made its first decision: it next decides on schedule */
+    json_object_set_new(state, "auto_decided", json_boolean(e->auto_decided));
   if (state && e->gather_adaptive) /* `--gather auto`: the precision chosen so far */
     json_object_update_new(state, json_pack("{s:s, s:i}", "gather", tagc_encoding_name(e->gather),
                                             "gather_switches", e->gather_switches));
@@ -117,6 +119,8 @@ tagc_status tagc_engine_set_compression_state(tagc_engine *e, const json_t *stat
     e->gather_switches = (int)json_integer_value(json_object_get(state, "gather_switches"));
   }
   tagc_clear_error();
+  /* a resumed run re-decides when the saved one would have, not at its first step */
+  e->auto_decided = e->auto_decided || json_is_true(json_object_get(state, "auto_decided"));
   size_t i;
   json_t *item;
   json_array_foreach(segs, i, item) {

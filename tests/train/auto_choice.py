@@ -140,5 +140,17 @@ with tempfile.TemporaryDirectory() as tmp:
     resumed = ([r["loss"] for r in rows[5:]], s["params_crc32c"])
     check("resumed at step 5: same gathers, losses and parameters", straight == resumed
           and all(r["gather"] == "int8" for r in rows[5:]), str([r["gather"] for r in rows[5:]]))
+    # The same on a fast link, where auto gathers fp32 (a resume used to restore bf16 or int8
+    # only, and re-decided at its first step: "parameter gathers: bf16 -> fp32" at step 6).
+    ckpt = SMALL + auto(5e9) + ["--ckpt-every", "5"]
+    rows, _, s = run(tmp, "straight-fast", 10, ckpt)
+    straight = ([r["loss"] for r in rows[5:]], s["params_crc32c"])
+    run(tmp, "resumed-fast", 10, ckpt + ["--stop-at", "5"])
+    rows, changes, s = run(tmp, "resumed-fast", 10, ckpt)
+    resumed = ([r["loss"] for r in rows[5:]], s["params_crc32c"])
+    check("fast link, resumed at step 5: fp32 gathers, same losses and parameters",
+          straight == resumed and all(r["gather"] == "fp32" for r in rows[5:])
+          and not any("parameter gathers" in c for c in changes),
+          str([r["gather"] for r in rows[5:]]) + " " + str(changes))
 print("%d failed" % len(failed))
 sys.exit(1 if failed else 0)
