@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cluster/keys.h"
 #include "cluster/prom.h"
 #include "common/log.h"
 #include "common/timeutil.h"
@@ -62,15 +63,13 @@ void coord_status_etcd_failed(coord_status *s, const char *what) {
 
 /* Failure kinds always exported (0 until seen), in the order of docs/operations.md; a kind
  * outside this list that appears in failures_total is exported too. */
-static const char *const kinds[] = {"crash", "lease", "hang", "partition", "oom",
-                                    "injected", "timeout", "comm"};
+static const tagc_failure_kind kinds[] = {TAGC_FAIL_CRASH, TAGC_FAIL_LEASE, TAGC_FAIL_HANG,
+                                           TAGC_FAIL_PARTITION, TAGC_FAIL_OOM, TAGC_FAIL_INJECTED,
+                                           TAGC_FAIL_TIMEOUT, TAGC_FAIL_COMM};
+_Static_assert(sizeof kinds / sizeof kinds[0] == TAGC_FAIL_KINDS, "every failure kind exported");
 
 static int listed_kind(const char *kind) {
-  for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++) {
-    if (!strcmp(kinds[i], kind))
-      return 1;
-  }
-  return 0;
+  return tagc_failure_kind_parse(kind) != TAGC_FAIL_UNKNOWN;
 }
 
 static void failure_metrics(tagc_prom *p, const json_t *totals) {
@@ -78,9 +77,10 @@ static void failure_metrics(tagc_prom *p, const json_t *totals) {
                    "kind, over the job");
   char label[128];
   for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++) {
-    snprintf(label, sizeof label, "kind=\"%s\"", kinds[i]);
+    const char *name = tagc_failure_kind_name(kinds[i]);
+    snprintf(label, sizeof label, "kind=\"%s\"", name);
     tagc_prom_sample(p, "tagc_failures_total", label,
-                     (double)json_integer_value(json_object_get(totals, kinds[i])));
+                     (double)json_integer_value(json_object_get(totals, name)));
   }
   const char *kind;
   json_t *n;
