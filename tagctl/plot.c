@@ -1,12 +1,17 @@
 /* tagctl plot OUT: train and validation loss and tokens/s against step from OUT/metrics.jsonl,
  * with the run's failures, recoveries and world-size changes marked. SVG written here (no
  * dependency); PNG through gnuplot when it is installed. */
+#include <errno.h>
+#include <fcntl.h>
 #include <math.h>
+#include <signal.h>
+#include <spawn.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "tagctl/metrics_file.h"
@@ -163,6 +168,11 @@ static double tick_step(double range, int n) {
   return (f < 1.5 ? 1 : f < 3.5 ? 2 : f < 7.5 ? 5 : 10) * mag;
 }
 
+/* A control character (which XML 1.0 cannot hold, nor a gnuplot line) as shown in a label. */
+static int is_control(char c) {
+  return (unsigned char)c < 0x20 || c == 0x7f;
+}
+
 static void svg_text_escaped(FILE *f, const char *t) {
   for (; *t; t++) {
     if (*t == '<')
@@ -172,7 +182,7 @@ static void svg_text_escaped(FILE *f, const char *t) {
     else if (*t == '&')
       fputs("&amp;", f);
     else
-      fputc(*t, f);
+      fputc(is_control(*t) ? '?' : *t, f);
   }
 }
 
@@ -258,12 +268,12 @@ static void svg_legend(FILE *f) {
   }
 }
 
-static int write_svg(const series *s, const char *title, const char *path) {
+static tagc_status write_svg(const series *s, const char *title, const char *path) {
   char tmp[4300];
   snprintf(tmp, sizeof tmp, "%s.tmp", path);
   FILE *f = fopen(tmp, "w");
   if (!f)
-    return 0;
+    return tagc_errnof(TAGC_EIO, "%s", tmp);
   panel top = {50, 360, s->lmin, s->lmax}, bottom = {400, 590, 0, s->tmax};
   fprintf(f, "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<svg xmlns=\"http://www.w3.org/2000/svg\" "
              "width=\"%d\" height=\"%d\" viewBox=\"0 0 %d %d\" font-family=\"sans-serif\">\n"
@@ -283,9 +293,11 @@ static int write_svg(const series *s, const char *title, const char *path) {
   fputs("</svg>\n", f);
   int ok = !ferror(f);
   ok = fclose(f) == 0 && ok && rename(tmp, path) == 0;
-  if (!ok)
-    unlink(tmp);
-  return ok;
+  if (ok)
+    return TAGC_OK;
+  tagc_status st = tagc_errnof(TAGC_EIO, "%s was not written", path);
+  unlink(tmp);
+  return st;
 }
 
 /* ---------------------------------------------------------------------------------------- */
@@ -304,36 +316,39 @@ static int have_gnuplot(void) {
   return 0;
 }
 
-/* A gnuplot string in single quotes (which cannot hold one). */
+/* A gnuplot string in single quotes: a quote doubled, a control character (a newline would end
+ * the command and start another) shown as '?'. Inside single quotes gnuplot expands neither
+ * backquotes nor @ macros nor backslashes. */
 static void gp_string(FILE *g, const char *t) {
   fputc('\'', g);
-  for (; *t; t++)
-    fputc(*t == '\'' ? '"' : *t, g);
+  for (; *t; t++) {
+    if (*t == '\'')
+      fputc('\'', g);
+    fputc(is_control(*t) ? '?' : *t, g);
+  }
   fputc('\'', g);
 }
 
-static void gp_block(FILE *g, const series *s, const char *name, size_t field) {
+static int gp_block(FILE *g, const series *s, const char *name, size_t field) {
+  int points = 0;
   fprintf(g, "$%s << EOD\n", name);
   for (size_t k = 0; k < s->n_seg; k++) {
     for (size_t i = s->seg_start[k]; i < s->seg_start[k + 1]; i++) {
       double y = *(const double *)((const char *)&s->p[i] + field);
       if (isfinite(y))
-        fprintf(g, "%.0f %.9g\n", s->p[i].step, y);
+        fprintf(g, "%.0f %.9g\n", s->p[i].step, y), points++;
     }
     fputs("\n", g); /* a blank line breaks the line between segments */
   }
   fputs("EOD\n", g);
+  return points;
 }
 
-static int write_png(const series *s, const char *title, const char *path) {
-  FILE *g = popen("gnuplot", "w");
-  if (!g)
-    return 0;
-  fputs("set terminal pngcairo size 1000,700 font 'sans,10'\nset output ", g);
-  gp_string(g, path);
-  fputc('\n', g);
+/* The script: the data inline, no file name in it (the image goes to gnuplot's stdout). */
+static void gp_script(FILE *g, const series *s, const char *title) {
+  fputs("set terminal pngcairo noenhanced size 1000,700 font 'sans,10'\nset output\n", g);
   gp_block(g, s, "loss", offsetof(point, loss));
-  gp_block(g, s, "val", offsetof(point, val));
+  int vals = gp_block(g, s, "val", offsetof(point, val));
   gp_block(g, s, "tps", offsetof(point, tps));
   fprintf(g, "set xrange [%g:%g]\nset grid ytics\nset key outside right top\nset lmargin 10\nset rmargin 16\n", s->xmin, s->xmax);
   for (size_t i = 0; i < s->n_ev; i++) {
@@ -347,13 +362,68 @@ static int write_png(const series *s, const char *title, const char *path) {
   }
   fputs("set multiplot layout 2,1 title ", g);
   gp_string(g, title);
-  fputs("\nset ylabel 'loss'\nplot $loss with lines lw 1.5 lc rgb '#1f77b4' title 'train', "
-        "$val with linespoints pt 7 ps 0.6 lc rgb '#ff7f0e' title 'validation'\n"
-        "unset label\nset ylabel 'tokens/s'\nset xlabel 'step'\nset yrange [0:*]\n"
+  fputs("\nset ylabel 'loss'\nplot $loss with lines lw 1.5 lc rgb '#1f77b4' title 'train'", g);
+  if (vals)
+    fputs(", $val with linespoints pt 7 ps 0.6 lc rgb '#ff7f0e' title 'validation'", g);
+  fputs("\nunset label\nset ylabel 'tokens/s'\nset xlabel 'step'\nset yrange [0:*]\n"
         "plot $tps with lines lw 1.5 lc rgb '#9467bd' title 'tokens/s'\nunset multiplot\n", g);
-  int status = pclose(g);
+}
+
+/* Runs gnuplot with the script on its stdin and its stdout on `out_fd`; returns its exit status
+ * (-1 when it could not be started). SIGPIPE is ignored meanwhile, so a gnuplot that dies
+ * early fails the write instead of killing tagctl. */
+static int run_gnuplot(const series *s, const char *title, int out_fd) {
+  int script[2];
+  if (pipe(script) != 0)
+    return -1;
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_adddup2(&fa, script[0], STDIN_FILENO);
+  posix_spawn_file_actions_adddup2(&fa, out_fd, STDOUT_FILENO);
+  posix_spawn_file_actions_addclose(&fa, script[1]);
+  char *argv[] = {"gnuplot", NULL};
+  pid_t pid;
+  int spawned = posix_spawnp(&pid, "gnuplot", &fa, NULL, argv, environ) == 0;
+  posix_spawn_file_actions_destroy(&fa);
+  close(script[0]);
+  if (!spawned) {
+    close(script[1]);
+    return -1;
+  }
+  void (*old_pipe)(int) = signal(SIGPIPE, SIG_IGN);
+  FILE *g = fdopen(script[1], "w");
+  if (g) {
+    gp_script(g, s, title);
+    fclose(g);
+  } else {
+    close(script[1]);
+  }
+  signal(SIGPIPE, old_pipe);
+  int status;
+  while (waitpid(pid, &status, 0) < 0)
+    if (errno != EINTR)
+      return -1;
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+/* The PNG goes to PATH.tmp through gnuplot's stdout and is renamed to PATH once whole: the
+ * path never enters the script, whatever characters it holds. */
+static tagc_status write_png(const series *s, const char *title, const char *path) {
+  char tmp[4300];
+  snprintf(tmp, sizeof tmp, "%s.tmp", path);
+  int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0)
+    return tagc_errnof(TAGC_EIO, "%s", tmp);
+  int status = run_gnuplot(s, title, fd);
   struct stat sb;
-  return status == 0 && stat(path, &sb) == 0 && sb.st_size > 0;
+  int whole = status == 0 && fstat(fd, &sb) == 0 && sb.st_size > 0;
+  whole = close(fd) == 0 && whole;
+  if (whole && rename(tmp, path) == 0)
+    return TAGC_OK;
+  tagc_status st = whole ? tagc_errnof(TAGC_EIO, "%s was not written", path)
+                         : tagc_errorf(TAGC_EIO, "%s was not written (gnuplot failed)", path);
+  unlink(tmp);
+  return st;
 }
 
 /* ---------------------------------------------------------------------------------------- */
@@ -368,7 +438,7 @@ static void default_path(char *buf, size_t cap, const char *out, const char *nam
   }
 }
 
-typedef int (*image_writer)(const series *s, const char *title, const char *path);
+typedef tagc_status (*image_writer)(const series *s, const char *title, const char *path);
 
 /* Writes one image to `chosen`, or to `name` beside the metrics when that is empty, and
  * prints its path. Returns the exit status. */
@@ -379,8 +449,8 @@ static int emit(image_writer write, const series *s, const char *title, const ch
     snprintf(path, sizeof path, "%s", chosen);
   else
     default_path(path, sizeof path, out, name);
-  if (!write(s, title, path)) {
-    fprintf(stderr, "tagctl plot: %s was not written%s\n", path, write == write_png ? " (gnuplot failed)" : "");
+  if (write(s, title, path) != TAGC_OK) {
+    fprintf(stderr, "tagctl plot: %s\n", tagc_last_error());
     return 1;
   }
   printf("%s\n", path);
