@@ -37,14 +37,20 @@ int tagctl_export(int argc, char **argv) {
     tagc_opts_free(&prog, &args);
     return rc;
   }
+  int llmc = strcmp(args.format, "llmc") == 0;
+  tagc_status st = tagctl_model_check_out(args.out, !llmc); /* before a long load */
+  if (st != TAGC_OK) {
+    fprintf(stderr, "tagctl ckpt export: %s\n", tagc_last_error());
+    tagc_opts_free(&prog, &args);
+    return 2;
+  }
   tagctl_model m;
-  tagc_status st = tagctl_model_load(ckpt, &m);
+  st = tagctl_model_load(ckpt, &m);
   if (st != TAGC_OK) {
     fprintf(stderr, "tagctl ckpt export: %s\n", tagc_last_error());
     tagc_opts_free(&prog, &args);
     return st == TAGC_ENOTFOUND || st == TAGC_EINVAL ? 2 : 1;
   }
-  int llmc = strcmp(args.format, "llmc") == 0;
   st = llmc ? tagctl_model_write_llmc(&m, args.out) : tagctl_model_write_safetensors(&m, args.out);
   if (st == TAGC_OK)
     printf("%s: %s, %zu parameters%s\n", args.out, llmc ? "llm.c model" : "safetensors",

@@ -314,13 +314,40 @@ static json_t *st_header(const tagctl_model *m, const st_entry *e, int n) {
   return h;
 }
 
+/* The file name part of `path` (after its last '/'). Borrowed from path. */
+static const char *base_name(const char *path) {
+  const char *slash = strrchr(path, '/');
+  return slash ? slash + 1 : path;
+}
+
+/* config.json in the folder of the safetensors file `st_path`. */
+static void config_path(char *buf, size_t cap, const char *st_path) {
+  snprintf(buf, cap, "%.*sconfig.json", (int)(base_name(st_path) - st_path), st_path);
+}
+
+tagc_status tagctl_model_check_out(const char *path, int safetensors) {
+  struct stat sb;
+  const char *base = base_name(path);
+  if (!*base || !strcmp(base, ".") || !strcmp(base, "..") || (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode)))
+    return tagc_errorf(TAGC_EINVAL, "--out %s is a folder: name the model file to write", path);
+  if (!safetensors)
+    return TAGC_OK;
+  /* config.json is written through config.json.tmp.<pid> (common/json.h) */
+  if (!strcmp(base, "config.json") || !strncmp(base, "config.json.tmp", strlen("config.json.tmp")))
+    return tagc_errorf(TAGC_EINVAL, "--out %s: the config.json written beside it would replace it; "
+                       "name the model file otherwise (model.safetensors)", path);
+  char cfg[PATH_CAP];
+  config_path(cfg, sizeof cfg, path);
+  if (stat(cfg, &sb) == 0 && S_ISDIR(sb.st_mode))
+    return tagc_errorf(TAGC_EINVAL, "%s is a folder: the config.json of --out %s cannot be written", cfg, path);
+  return TAGC_OK;
+}
+
 /* Hugging Face's config.json of the model, beside the safetensors file. */
 static tagc_status write_hf_config(const tagctl_model *m, const char *st_path) {
   const tagc_model_config *c = &m->layout.cfg;
   char path[PATH_CAP];
-  const char *slash = strrchr(st_path, '/');
-  int dir_len = slash ? (int)(slash - st_path) : 0;
-  snprintf(path, sizeof path, "%.*s%sconfig.json", dir_len, st_path, slash ? "/" : "");
+  config_path(path, sizeof path, st_path);
   json_t *cfg = json_pack(
       "{s:[s], s:s, s:i, s:i, s:i, s:i, s:i, s:i, s:s, s:f, s:b, s:f, s:f, s:f, s:b, s:s}",
       "architectures", "GPT2LMHeadModel", "model_type", "gpt2", "vocab_size", c->padded_vocab,
@@ -368,6 +395,7 @@ static tagc_status write_st_file(const tagctl_model *m, const st_entry *e, int n
 }
 
 tagc_status tagctl_model_write_safetensors(const tagctl_model *m, const char *path) {
+  TAGC_CHECK(tagctl_model_check_out(path, 1));
   st_entry *e = calloc(TAGC_MAX_TENSORS, sizeof *e);
   char *text = NULL;
   float *scratch = NULL;
@@ -450,6 +478,7 @@ tagc_status tagctl_model_write_llmc(const tagctl_model *m, const char *path) {
   header[6] = c->d_model;
   header[7] = padded_vocab(c->padded_vocab);
   header[LLMC_UNTIED_HEAD_SLOT] = 1;
+  TAGC_CHECK(tagctl_model_check_out(path, 0));
   out_file o;
   TAGC_CHECK(out_open(&o, path));
   out_write(&o, header, sizeof header);

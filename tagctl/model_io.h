@@ -29,13 +29,21 @@ typedef struct tagctl_model {
  * cannot hold), TAGC_EIO, TAGC_ENOMEM; the detail names the file. */
 tagc_status tagctl_model_load(const char *path, tagctl_model *m);
 
+/* Whether `path` can take an exported model without replacing what the export itself writes:
+ * TAGC_EINVAL (the detail says why) when it names a folder (or ends in '/'), or, for
+ * safetensors (`safetensors` != 0), when it is the config.json written beside it (or that file's
+ * temporary name) or that config.json's name is a folder. Reads only the file system's metadata. */
+tagc_status tagctl_model_check_out(const char *path, int safetensors);
+
 /* Writes the model as safetensors to `path` (temporary name, fsync, rename) and a Hugging Face
- * config.json in the same folder. The tensors are GPT2LMHeadModel's state-dict entries
+ * config.json in the same folder; TAGC_EINVAL, before anything is written, where
+ * tagctl_model_check_out refuses the path. The tensors are GPT2LMHeadModel's state-dict entries
  * (transformer.wte.weight, ..., lm_head.weight), F32, Conv1D weights stored (in, out).
  * The bytes depend only on the model and its step, so any world size gives the same file. */
 tagc_status tagctl_model_write_safetensors(const tagctl_model *m, const char *path);
 
-/* Writes the model as an llm.c fp32 model file (version 3: padded vocabulary) to `path`. tagc's
+/* Writes the model as an llm.c fp32 model file (version 3: padded vocabulary) to `path`
+ * (TAGC_EINVAL when it names a folder). tagc's
  * head is not tied to wte: it follows the 16 llm.c tensors and header[8] = 1 says so (llm.c's
  * own loader ignores it and uses wte as the head). */
 tagc_status tagctl_model_write_llmc(const tagctl_model *m, const char *path);

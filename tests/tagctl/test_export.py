@@ -136,6 +136,14 @@ try:
     refused(["ckpt", "export", "--out", "x"], 2, "usage: tagctl ckpt export")
     refused(["ckpt", "export", out, "--bogus", "--out", "x"], 2, "unknown option '--bogus'")
     refused(["ckpt", "export", os.path.join(tmp, "nothing"), "--out", "x"], 2, "No such file")
+    before = {f: open(os.path.join(st_dir, f), "rb").read() for f in ("model.safetensors", "config.json")}
+    refused(["ckpt", "export", out, "--out", os.path.join(st_dir, "config.json")], 2,
+            "the config.json written beside it")
+    refused(["ckpt", "export", out, "--out", st_dir], 2, "is a folder")
+    refused(["ckpt", "export", out, "--format", "llmc", "--out", st_dir + "/"], 2, "is a folder")
+    check(before == {f: open(os.path.join(st_dir, f), "rb").read() for f in before}
+          and sorted(os.listdir(st_dir)) == ["config.json", "model.safetensors"],
+          "a refused --out leaves the folder as it was")
     bad = os.path.join(tmp, "bad")
     shutil.copytree(os.path.join(out, "ckpt"), bad)
     shard = os.path.join(bad, "step-6", "rank-00001.bin")

@@ -151,6 +151,26 @@ static void check_safetensors(const tagctl_model *m) {
   unlink(path);
 }
 
+/* An output that is a folder, or a safetensors file named like the config.json written beside
+ * it (or that file's temporary name), is refused before anything is written. */
+static void check_collisions(const tagctl_model *m) {
+  char path[4096];
+  path_in(path, "config.json");
+  CHECK(tagctl_model_write_safetensors(m, path) == TAGC_EINVAL);
+  CHECK(strstr(tagc_last_error(), "config.json") != NULL);
+  CHECK(access(path, F_OK) != 0);
+  path_in(path, "config.json.tmp.1");
+  CHECK(tagctl_model_write_safetensors(m, path) == TAGC_EINVAL);
+  CHECK_OK(tagctl_model_check_out(path, 0)); /* an llm.c file writes nothing beside it */
+  CHECK(tagctl_model_check_out("config.json", 1) == TAGC_EINVAL);
+  CHECK_OK(tagctl_model_check_out("model.safetensors", 1));
+  CHECK(tagctl_model_write_llmc(m, dir) == TAGC_EINVAL);
+  CHECK(strstr(tagc_last_error(), "is a folder") != NULL);
+  CHECK(tagctl_model_write_safetensors(m, dir) == TAGC_EINVAL);
+  path_in(path, "");
+  CHECK(tagctl_model_write_llmc(m, path) == TAGC_EINVAL); /* "DIR/" */
+}
+
 int main(void) {
   CHECK(mkdtemp(dir) != NULL);
   tagctl_model m = {0};
@@ -173,6 +193,7 @@ int main(void) {
   path_in(path, "no-such-dir/m.bin");
   CHECK(tagctl_model_write_llmc(&m, path) == TAGC_EIO);
   CHECK(tagctl_model_write_safetensors(&m, path) == TAGC_EIO);
+  check_collisions(&m);
   tagctl_model_free(&m);
   tagctl_model_free(&m); /* idempotent */
   CHECK(rmdir(dir) == 0); /* nothing left behind */
