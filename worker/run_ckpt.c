@@ -185,10 +185,13 @@ tagc_status run_save_checkpoint(tagc_run *t, int64_t step) {
 /* This rank's resume point: *rd open and fully verified, or NULL for step 0 — which is
  * chosen silently only when nothing was ever saved. The plan's checkpoint first, else (it is
  * damaged or gone) the newest valid one; when the plan names the committed manifest's CRC
- * and the plan's checkpoint has another, TAGC_ECORRUPT: the folder was written over. */
+ * and the plan's checkpoint has another, TAGC_ECORRUPT: the folder was written over.
+ * --no-resume leaves out what the folder held at the start, never the plan's checkpoint:
+ * that is the job's own record (elastic mode: committed by its generations since it started
+ * or was reset), so a generation after a failure resumes from it; without one, step 0. */
 static tagc_status choose_resume(tagc_run *t, const tagc_gen_spec *g, tagc_ckpt_reader **rd) {
   *rd = NULL;
-  if (!t->cfg->resume)
+  if (!t->cfg->resume && !g->resume_path)
     return TAGC_OK;
   tagc_status st;
   if (g->resume_path) {
@@ -203,6 +206,9 @@ static tagc_status choose_resume(tagc_run *t, const tagc_gen_spec *g, tagc_ckpt_
     }
     if (st == TAGC_OK)
       return TAGC_OK;
+    if (!t->cfg->resume) /* the folder's other checkpoints may be from before this job */
+      return prefixed(TAGC_ECORRUPT, "the plan's checkpoint cannot be resumed from, and "
+                      "--no-resume leaves out the folder's others");
     LOG_WARN("train", "checkpoint %s: %s; looking for the newest valid one", g->resume_path,
              tagc_last_error());
   }

@@ -72,7 +72,8 @@ static const tagc_opt train_opts[] = {
     {"ckpt-keep-every", TAGC_OPT_INT, OFF(ckpt_keep_every), "0", 0, 1e9, NULL,
      "... and every checkpoint whose step is a multiple of N (0 = none)"},
     {"resume", TAGC_OPT_BOOL, OFF(resume), "true", 0, -1, NULL,
-     "continue from the newest valid checkpoint in the checkpoint root"},
+     "continue from the newest valid checkpoint in the checkpoint root (false: the first "
+     "generation starts at step 0; later ones still resume from their plan's checkpoint)"},
     {"allow-restart-from-scratch", TAGC_OPT_BOOL, OFF(allow_restart_from_scratch), "false", 0, -1,
      NULL, "when checkpoints exist but none is valid, train from step 0 (saying so in an error "
      "line) instead of refusing to start"},
