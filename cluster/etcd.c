@@ -74,6 +74,17 @@ static tagc_status parse_endpoints(tagc_etcd *c, const char *list) {
   return c->n_endpoints ? TAGC_OK : tagc_errorf(TAGC_EINVAL, "etcd: no endpoints in '%s'", list);
 }
 
+/* TLS files with a plain http:// endpoint: libcurl would connect in clear text and never read
+ * them. Refused, naming the option that gives the file. */
+static tagc_status refuse_tls_over_http(const tagc_etcd *c, const tagc_etcd_config *cfg) {
+  const char *tls = cfg->ca_file ? "--etcd-ca" : cfg->cert_file ? "--etcd-cert" : cfg->key_file ? "--etcd-key" : NULL;
+  for (size_t i = 0; tls && i < c->n_endpoints; i++)
+    if (strncmp(c->endpoints[i], "http://", 7) == 0)
+      return tagc_errorf(TAGC_EINVAL, "%s with the plain http:// etcd endpoint %s: TLS files need "
+                         "https:// endpoints (over http:// they would be ignored)", tls, c->endpoints[i]);
+  return TAGC_OK;
+}
+
 static tagc_status check_config(const tagc_etcd_config *cfg) {
   if (!(cfg->request_timeout_s > 0) || !(cfg->connect_timeout_s > 0) || !(cfg->deadline_s > 0))
     return tagc_errorf(TAGC_EINVAL, "etcd: timeouts must be positive");
@@ -99,6 +110,7 @@ tagc_status tagc_etcd_create(const tagc_etcd_config *cfg, tagc_etcd **out) {
   c->transport = cfg->transport ? cfg->transport : tagc_etcd_curl_transport();
   tagc_status st;
   TAGC_CHECK_GOTO(parse_endpoints(c, cfg->endpoints), st, fail);
+  TAGC_CHECK_GOTO(refuse_tls_over_http(c, cfg), st, fail);
   TAGC_CHECK_GOTO(copy_opt(cfg->ca_file, &c->ca_file), st, fail);
   TAGC_CHECK_GOTO(copy_opt(cfg->cert_file, &c->cert_file), st, fail);
   TAGC_CHECK_GOTO(copy_opt(cfg->key_file, &c->key_file), st, fail);

@@ -85,8 +85,9 @@ tagc_status tagc_etcd_config_credentials(tagc_etcd_config *cfg, const tagc_etcd_
  * (TAGC_ETCD_DEADLINE_S for the default); no single attempt, authentication included, is
  * given longer than that. The password is read as tagc_etcd_config_credentials reads it, and
  * wiped and freed before this returns. Errors of tagc_etcd_config_credentials (TAGC_EINVAL
- * with one line naming the option; TAGC_ENOTFOUND / TAGC_EIO for the password file) and of
- * tagc_etcd_create; *out is NULL after any. Does not contact the server. Not thread-safe
+ * with one line naming the option; TAGC_ENOTFOUND / TAGC_EIO for the password file), of
+ * tagc_etcd_create, and TAGC_ENOTFOUND / TAGC_EINVAL for a TLS file that cannot be read (named
+ * with its option); *out is NULL after any. Does not contact the server. Not thread-safe
  * (reads the environment). */
 tagc_status tagc_etcd_connect(const char *endpoints, const tagc_etcd_credentials *cred,
                               double deadline_s, tagc_etcd **out);
@@ -113,7 +114,8 @@ tagc_status tagc_etcd_connect(const char *endpoints, const tagc_etcd_credentials
                            (p)->etcd_password_file})
 
 /* Creates a client. Copies everything it needs from cfg. TAGC_EINVAL for an empty or malformed
- * endpoint list or out-of-range numbers; TAGC_ENOMEM. Does not contact the server. */
+ * endpoint list, out-of-range numbers, or TLS files with a plain http:// endpoint (where they
+ * would be ignored); TAGC_ENOMEM. Does not contact the server. */
 tagc_status tagc_etcd_create(const tagc_etcd_config *cfg, tagc_etcd **out);
 
 /* Frees the client. NULL is ignored. All watches and keepers on it must be stopped first. */

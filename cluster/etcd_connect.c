@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 static const char *given(const char *s) { return s && *s ? s : NULL; }
 
@@ -70,6 +71,18 @@ tagc_status tagc_etcd_config_credentials(tagc_etcd_config *cfg, const tagc_etcd_
   return TAGC_OK;
 }
 
+/* A TLS file that cannot be read, named with its option, before libcurl reports it as a failed
+ * handshake on every attempt. */
+static tagc_status check_tls_files(const tagc_etcd_config *cfg) {
+  const struct {
+    const char *opt, *path;
+  } files[] = {{"--etcd-ca", cfg->ca_file}, {"--etcd-cert", cfg->cert_file}, {"--etcd-key", cfg->key_file}};
+  for (size_t i = 0; i < sizeof files / sizeof files[0]; i++)
+    if (files[i].path && access(files[i].path, R_OK) != 0)
+      return tagc_errnof(errno == ENOENT ? TAGC_ENOTFOUND : TAGC_EINVAL, "%s %s", files[i].opt, files[i].path);
+  return TAGC_OK;
+}
+
 tagc_status tagc_etcd_connect(const char *endpoints, const tagc_etcd_credentials *cred,
                               double deadline_s, tagc_etcd **out) {
   *out = NULL;
@@ -82,7 +95,11 @@ tagc_status tagc_etcd_connect(const char *endpoints, const tagc_etcd_credentials
   char *password = NULL;
   tagc_status st = tagc_etcd_config_credentials(&ec, cred, &password);
   if (st == TAGC_OK)
-    st = tagc_etcd_create(&ec, out);
+    st = tagc_etcd_create(&ec, out); /* refuses TLS files with an http:// endpoint */
+  if (st == TAGC_OK && (st = check_tls_files(&ec)) != TAGC_OK) {
+    tagc_etcd_destroy(*out);
+    *out = NULL;
+  }
   if (password)
     memset(password, 0, strlen(password));
   free(password);

@@ -244,6 +244,22 @@ static void test_connect(void) {
   CHECK(strstr(tagc_last_error(), "refusing to send the etcd password") != NULL);
   CHECK(c == NULL);
 
+  /* TLS files with an http:// endpoint would be ignored: refused, also by tagc_etcd_create. */
+  tagc_etcd_credentials ca = {.ca_file = "/nonexistent/ca.pem"};
+  CHECK_EQ_INT(tagc_etcd_connect("https://127.0.0.1:1,http://127.0.0.1:2", &ca, 5, &c), TAGC_EINVAL);
+  CHECK_MSG(strstr(tagc_last_error(), "--etcd-ca with the plain http:// etcd endpoint http://127.0.0.1:2"),
+            "%s", tagc_last_error());
+  CHECK(c == NULL);
+  tagc_etcd_config cfg;
+  tagc_etcd_config_init(&cfg);
+  cfg.endpoints = "http://127.0.0.1:1";
+  cfg.cert_file = cfg.key_file = "/etc/hostname";
+  CHECK_EQ_INT(tagc_etcd_create(&cfg, &c), TAGC_EINVAL);
+  CHECK(strstr(tagc_last_error(), "--etcd-cert with the plain http://") != NULL && c == NULL);
+  /* with https, a TLS file that is not there is named before any connection */
+  CHECK_EQ_INT(tagc_etcd_connect("https://127.0.0.1:1", &ca, 5, &c), TAGC_ENOTFOUND);
+  CHECK(strstr(tagc_last_error(), "--etcd-ca /nonexistent/ca.pem: No such file") != NULL && c == NULL);
+
   /* Each attempt may take the client's 5 s, its TLS connect 1 s: with a 0.2 s deadline the
    * authentication gives up within the deadline too. */
   int port = 0, fd = silent_listener(&port);
