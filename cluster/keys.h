@@ -64,7 +64,10 @@ tagc_status tagc_key_ckpt_committed(const char *job, char *buf, size_t cap);
 /* "progress": rank 0's progress record. */
 tagc_status tagc_key_progress(const char *job, char *buf, size_t cap);
 
-/* "chaos/<id>": a fault to inject into a worker; "chaos/" its prefix. */
+/* "chaos/<id>": a fault to inject into a worker; "chaos/" its prefix. Its value is a fault
+ * spec (worker/fault.h) of at most TAGC_CHAOS_SPEC_MAX bytes: a worker ignores a longer one,
+ * with one warning naming the key and the limit. */
+enum { TAGC_CHAOS_SPEC_MAX = 1024 };
 tagc_status tagc_key_chaos(const char *job, const char *id, char *buf, size_t cap);
 tagc_status tagc_key_chaos_prefix(const char *job, char *buf, size_t cap);
 

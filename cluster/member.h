@@ -178,7 +178,10 @@ tagc_status tagc_member_commit_ckpt(tagc_member *m, int64_t gen, int64_t step, c
 tagc_status tagc_member_finish(tagc_member *m, int64_t gen, int64_t step);
 
 /* The current value of chaos/<id> in *spec (new malloc'd string, caller frees), or NULL when
- * there is none. TAGC_EIO at once while tagc_member_etcd_silent(); gives up after 0.5 s. */
+ * there is none. A value longer than TAGC_CHAOS_SPEC_MAX (cluster/keys.h) gives TAGC_EINVAL
+ * naming the key and the limit, with *spec set all the same (whole), so that the caller can
+ * tell one value from the next. TAGC_EIO at once while tagc_member_etcd_silent(); gives up
+ * after 0.5 s. */
 tagc_status tagc_member_chaos(tagc_member *m, char **spec);
 
 /* Registers again under a new lease with new info (borrowed JSON object, or NULL to keep the

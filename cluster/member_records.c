@@ -200,10 +200,14 @@ tagc_status tagc_member_chaos(tagc_member *m, char **spec) {
     return tagc_errorf(TAGC_EIO, "etcd is not answering the lease renewals: chaos not read");
   char key[TAGC_KEY_MAX];
   TAGC_CHECK(tagc_key_chaos(m->job, m->id, key, sizeof key));
-  tagc_status st = tagc_etcd_get_within(m->c, key, INFO_DEADLINE_S, spec, NULL);
+  size_t len = 0;
+  tagc_status st = tagc_etcd_get_within(m->c, key, INFO_DEADLINE_S, spec, &len);
   if (st == TAGC_ENOTFOUND) {
     tagc_clear_error();
     return TAGC_OK;
   }
+  if (st == TAGC_OK && len > TAGC_CHAOS_SPEC_MAX)
+    return tagc_errorf(TAGC_EINVAL, "%s holds %zu bytes, more than the %d a fault spec may "
+                       "have", key, len, TAGC_CHAOS_SPEC_MAX);
   return st;
 }

@@ -95,6 +95,7 @@ void tagc_run_free(tagc_run *r) {
   tagc_metrics_http_stop(r->http);
   tagc_corpus_free(&r->corpus);
   tagc_device_close(r->device);
+  free(r->chaos_seen);
   if (r->out_lock >= 0)
     close(r->out_lock);
   pthread_mutex_destroy(&r->comm_mu);
@@ -245,19 +246,27 @@ static void gen_end(tagc_run *t) {
 
 /* ---------- faults and failures ---------- */
 
-/* Elastic mode: arms a new chaos spec (tagc_run_hooks.chaos; once per distinct value), polled
- * once a second. A fault whose step has already passed fires at the next step. */
+/* Elastic mode: arms a new chaos spec (tagc_run_hooks.chaos; once per distinct value, compared
+ * whole), polled once a second. A fault whose step has already passed fires at the next step.
+ * A value the hook refuses (too long) is warned about once. */
 static void poll_chaos(tagc_run *t, int64_t step) {
   double now = tagc_now();
   if (!t->hooks.chaos || now - t->last_chaos < 1.0)
     return;
   t->last_chaos = now;
   char *spec = NULL;
-  if (t->hooks.chaos(t->hooks.ctx, &spec) != TAGC_OK || !spec || !strcmp(spec, t->chaos_seen)) {
+  tagc_status st = t->hooks.chaos(t->hooks.ctx, &spec);
+  if (!spec || (st != TAGC_OK && st != TAGC_EINVAL) ||
+      (t->chaos_seen && !strcmp(spec, t->chaos_seen))) {
     free(spec);
     return;
   }
-  snprintf(t->chaos_seen, sizeof t->chaos_seen, "%s", spec);
+  free(t->chaos_seen);
+  t->chaos_seen = spec; /* owned from here */
+  if (st != TAGC_OK) {
+    LOG_WARN("train", "chaos spec ignored: %s", tagc_last_error());
+    return;
+  }
   tagc_faults f;
   if (tagc_faults_parse(spec, &f) == TAGC_OK) {
     LOG_WARN("train", "chaos armed: %s", spec);
@@ -274,7 +283,6 @@ static void poll_chaos(tagc_run *t, int64_t step) {
   } else {
     LOG_WARN("train", "chaos spec ignored: %s", tagc_last_error());
   }
-  free(spec);
 }
 
 /* Fires the fault armed for this step, if any. Returns a failure status for faults that the

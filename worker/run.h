@@ -40,8 +40,10 @@ typedef struct tagc_run_hooks {
   /* This rank built its communicator and loaded its state in generation gen. A failure ends
    * the process with its status. Training thread; blocks. */
   tagc_status (*ready)(void *ctx, int64_t gen, int rank);
-  /* The fault spec to arm now (*spec: new malloc'd string, caller frees; NULL: none); called
-   * about once a second. A failure is ignored. Training thread; gives up quickly. */
+  /* The fault spec to arm now (*spec: new malloc'd string, the whole value, caller frees;
+   * NULL: none); called about once a second. TAGC_EINVAL with *spec set: a value that must
+   * not be armed (the detail says why; warned about once per value). Any other failure is
+   * ignored. Training thread; gives up quickly. */
   tagc_status (*chaos)(void *ctx, char **spec);
   /* Rank 0, once a checkpoint is durable: record it as the job's resume point. TAGC_ECONFLICT
    * when a newer record is there already (no error). Runs on the checkpoint saver's thread;

@@ -42,7 +42,7 @@ struct tagc_run {
   tagc_run_hooks hooks; /* tagc_run_set_hooks; zeroed in static mode */
   int elastic;          /* hooks were set */
   double last_chaos;
-  char chaos_seen[256];
+  char *chaos_seen;        /* the chaos value last seen, whole (owned), or NULL */
   tagc_metrics_http *http; /* --metrics-addr, else NULL */
   tagc_device *device;     /* --device: kept across generations */
   tagc_device_info dev_info;
