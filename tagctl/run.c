@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "comm/store.h"
+#include "common/exit_codes.h"
 #include "common/fsutil.h"
 #include "common/json.h"
 #include "common/log.h"
@@ -483,7 +484,7 @@ int tagctl_run(int argc, char **argv) {
   int dev_index;
   if ((st = tagc_device_parse(rc.train.device, &dev_index)) != TAGC_OK) {
     fprintf(stderr, "tagctl run: %s\n", tagc_last_error());
-    code = st == TAGC_EINVAL ? 2 : 1;
+    code = tagc_exit_code_of(st);
     goto done;
   }
   if (dev_index < 0 && strcmp(rc.train.compute, "fp32")) {
@@ -521,7 +522,7 @@ int tagctl_run(int argc, char **argv) {
     st = write_job(&rc, job, sizeof job);
   if (st != TAGC_OK) {
     fprintf(stderr, "tagctl run: %s\n", tagc_last_error());
-    code = st == TAGC_EINVAL ? 2 : 1;
+    code = tagc_exit_code_of(st);
   } else if (finished) {
     code = 0;
   } else {

@@ -11,6 +11,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "common/exit_codes.h"
 #include "common/timeutil.h"
 #include "worker/run.h"
 
@@ -277,14 +278,16 @@ static void on_death(supervise *s, supervise_child *c, int ws) {
   char why[96], next[128];
   describe_exit(ws, why, sizeof why);
   const char *last = supervise_last_line(c);
-  if (WIFEXITED(ws) && WEXITSTATUS(ws) == 2 && c->kind != SUPERVISE_ETCD) { /* Go panics exit 2 */
+  /* tagc programs exit by common/exit_codes.h; etcd by its own rules (a Go panic exits 2) */
+  int code = WIFEXITED(ws) ? WEXITSTATUS(ws) : -1;
+  if (code == TAGC_EXIT_CONFIG && c->kind != SUPERVISE_ETCD) {
     c->state = SUPERVISE_REFUSED;
     if (!c->log[0] && *last)
       return; /* its own one-line error went through to the terminal: nothing to add */
-    snprintf(next, sizeof next, "a usage or configuration error: not restarted");
-  } else if (WIFEXITED(ws) && WEXITSTATUS(ws) == 3 && c->kind == SUPERVISE_WORKER) {
-    c->state = SUPERVISE_GAVE_UP; /* e.g. non-finite steps again after a rollback */
-    snprintf(next, sizeof next, "the training cannot go on: not restarted");
+    snprintf(next, sizeof next, "%s: not restarted", tagc_exit_code_meaning(code));
+  } else if (code > 0 && !tagc_exit_code_restarts(code) && c->kind != SUPERVISE_ETCD) {
+    c->state = SUPERVISE_GAVE_UP;
+    snprintf(next, sizeof next, "%s: not restarted", tagc_exit_code_meaning(code));
   } else if (!c->restartable) {
     c->state = SUPERVISE_GAVE_UP;
     snprintf(next, sizeof next, "not restarted");

@@ -6,6 +6,9 @@
  *   exit 0                      finished (the job is done, or it left gracefully): not restarted
  *   exit 2                      usage or configuration error of a tagc program: not
  *                               restarted (refused); etcd's exit 2 (a Go panic) is a crash
+ *   exit 3, 4                   a tagc program that cannot go on (common/exit_codes.h: the
+ *                               training, an I/O failure while running): not restarted
+ *                               (gave up), with the code's meaning
  *   any other exit, any signal  restarted after a backoff (0.5 s, doubling while it keeps
  *                               dying within 30 s of its start, at most 8 s), at most
  *                               max_restarts times per child; then it is given up
@@ -32,7 +35,7 @@ typedef enum supervise_state {
   SUPERVISE_PENDING,  /* died; restarted at restart_at */
   SUPERVISE_FINISHED, /* exited 0 */
   SUPERVISE_REFUSED,  /* exited 2: usage or configuration error */
-  SUPERVISE_GAVE_UP,  /* died with no restart left (or restarts not allowed) */
+  SUPERVISE_GAVE_UP,  /* died with no restart left (or restarts not allowed), or exited 3 or 4 */
   SUPERVISE_STOPPED   /* stopped by supervise_stop_all */
 } supervise_state;
 

@@ -6,6 +6,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "common/exit_codes.h"
 #include "common/log.h"
 #include "worker/elastic.h"
 #include "worker/run_config.h"
@@ -72,7 +73,7 @@ int main(int argc, char **argv) {
     if (st != TAGC_OK)
       fprintf(stderr, "tagc-worker: %s\n", tagc_last_error());
     tagc_opts_free(&tagc_train_program, &cfg);
-    return st != TAGC_OK ? 2 : 0;
+    return st != TAGC_OK ? TAGC_EXIT_CONFIG : TAGC_EXIT_DONE;
   }
   st = tagc_log_configure(cfg.log, TAGC_LOG_AUTO);
   if (st == TAGC_OK)
@@ -80,12 +81,5 @@ int main(int argc, char **argv) {
   if (st != TAGC_OK)
     fprintf(stderr, "tagc-worker: %s\n", tagc_last_error());
   tagc_opts_free(&tagc_train_program, &cfg);
-  /* Bad options, corpus or output directory: 2; training that cannot go on whatever is
-     restarted (non-finite steps again after a rollback): 3; other failures while training
-     (and an etcd that cannot be used): 1. tagctl run restarts only 1 and deaths by signal. */
-  if (st == TAGC_EINVAL || st == TAGC_ENOTFOUND || st == TAGC_EIO || st == TAGC_EPROTO)
-    return 2;
-  if (st == TAGC_ENUMERIC)
-    return 3;
-  return st == TAGC_OK ? 0 : 1;
+  return tagc_exit_code_of(st); /* the one table, which tagctl run reads back */
 }
