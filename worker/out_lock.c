@@ -52,6 +52,11 @@ static void read_holder(int fd, out_holder *h) {
 }
 
 tagc_status tagc_out_lock(const char *out, const char *job, int *fd_out) {
+  return tagc_dir_lock(out, "output folder", "--out", job, fd_out);
+}
+
+tagc_status tagc_dir_lock(const char *out, const char *kind, const char *option, const char *job,
+                          int *fd_out) {
   *fd_out = -1;
   char path[4200];
   snprintf(path, sizeof path, "%s/.lock", out);
@@ -75,8 +80,9 @@ tagc_status tagc_out_lock(const char *out, const char *job, int *fd_out) {
     if (tagc_now() >= until) {
       read_holder(fd, &h);
       close(fd);
-      return tagc_errorf(TAGC_EINVAL, "output folder %s is in use by %s%s%s: use another --out, "
-                         "or stop that run first", out, h.text, *h.job ? ", job " : "", h.job);
+      return tagc_errorf(TAGC_EINVAL, "%s %s is in use by %s%s%s: use another %s, or stop "
+                         "that run first", kind, out, h.text, *h.job ? ", job " : "", h.job,
+                         option);
     }
     tagc_sleep(0.01);
   }

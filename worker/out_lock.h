@@ -16,6 +16,12 @@
  * TAGC_EIO when OUT/.lock cannot be opened. Blocks at most about a second. */
 tagc_status tagc_out_lock(const char *out, const char *job, int *fd);
 
+/* The same lock on another folder a run owns, dir/.lock (dir must exist): kind names the
+ * folder in the refusal ("checkpoint folder") and option the flag that picks another
+ * ("--ckpt-dir"). Errors as tagc_out_lock. */
+tagc_status tagc_dir_lock(const char *dir, const char *kind, const char *option, const char *job,
+                          int *fd);
+
 /* The environment variable through which `tagctl run` hands its locked descriptor to the
  * workers it starts: the worker then owns OUT through it instead of locking it again. */
 #define TAGC_OUT_LOCK_FD_ENV "TAGC_OUT_LOCK_FD"

@@ -2,6 +2,7 @@
 
 #include <cblas.h> /* openblas_get_config */
 #include <errno.h>
+#include <limits.h>
 #include <math.h>
 #include <omp.h>
 #include <pthread.h>
@@ -25,9 +26,33 @@ static tagc_status own_out(tagc_run *r) {
   const tagc_train_config *cfg = r->cfg;
   int elastic = cfg->etcd && *cfg->etcd;
   r->out_lock = tagc_out_lock_inherited(cfg->out);
+  r->out_inherited = r->out_lock >= 0;
   if (r->out_lock >= 0 || (!elastic && cfg->rank != 0))
     return TAGC_OK;
   return tagc_out_lock(cfg->out, elastic ? cfg->job : NULL, &r->out_lock);
+}
+
+/* A --ckpt-dir is owned like OUT, by the same processes (rank 0 of a static run, every
+ * worker of an elastic job): a second run there would remove this one's partial saves and
+ * its checkpoints by retention. Workers of one `tagctl run` share it under the job's name
+ * and tagctl's pid (that OUT is exclusive to one tagctl run, a job name of a local etcd is
+ * not); elastic workers started by hand, under the job's name. Not when it is OUT itself. */
+static tagc_status own_ckpt_dir(tagc_run *r) {
+  const tagc_train_config *cfg = r->cfg;
+  int elastic = cfg->etcd && *cfg->etcd;
+  if (!*cfg->ckpt_dir || (!elastic && cfg->rank != 0))
+    return TAGC_OK;
+  TAGC_CHECK(tagc_mkdir_p(cfg->ckpt_dir));
+  char a[PATH_MAX], b[PATH_MAX];
+  if (realpath(cfg->ckpt_dir, a) && realpath(cfg->out, b) && !strcmp(a, b))
+    return TAGC_OK; /* OUT's lock */
+  char job[128]; /* what out_lock.c reads back of a holder's job */
+  if (elastic && r->out_inherited)
+    snprintf(job, sizeof job, "%.64s (tagctl run pid %d)", cfg->job, (int)getppid());
+  else if (elastic)
+    snprintf(job, sizeof job, "%s", cfg->job);
+  return tagc_dir_lock(cfg->ckpt_dir, "checkpoint folder", "--ckpt-dir", elastic ? job : NULL,
+                       &r->ckpt_lock);
 }
 
 /* ---------- the process-wide part ---------- */
@@ -39,6 +64,7 @@ tagc_status tagc_run_new(const tagc_train_config *cfg, tagc_run **out) {
   tagc_status st;
   r->cfg = cfg;
   r->out_lock = -1;
+  r->ckpt_lock = -1;
   r->rollback_at = -1;
   pthread_mutex_init(&r->comm_mu, NULL);
   tagc_model_config mc = {256, (int)cfg->ctx, (int)cfg->layers, (int)cfg->heads, (int)cfg->dim, 0};
@@ -55,6 +81,7 @@ tagc_status tagc_run_new(const tagc_train_config *cfg, tagc_run **out) {
     TAGC_CHECK_GOTO(tagc_ckpt_fault_configure(fault), st, fail);
   TAGC_CHECK_GOTO(tagc_mkdir_p(cfg->out), st, fail);
   TAGC_CHECK_GOTO(own_out(r), st, fail); /* first: a second run in OUT is refused at once */
+  TAGC_CHECK_GOTO(own_ckpt_dir(r), st, fail);
   if (cfg->metrics_addr && *cfg->metrics_addr) {
     TAGC_CHECK_GOTO(tagc_metrics_http_start(cfg->metrics_addr, cfg->job, &r->http), st, fail);
     LOG_INFO("train", "serving /metrics and /healthz on port %d (--metrics-addr %s)",
@@ -98,6 +125,8 @@ void tagc_run_free(tagc_run *r) {
   free(r->chaos_seen);
   if (r->out_lock >= 0)
     close(r->out_lock);
+  if (r->ckpt_lock >= 0)
+    close(r->ckpt_lock);
   pthread_mutex_destroy(&r->comm_mu);
   free(r);
 }
@@ -630,6 +659,14 @@ static tagc_status gen_run(tagc_run *r, tagc_gen_result *res) {
        process trained nothing). A static rerun over a finished checkpoint changes nothing. */
     if (!r->elastic && tagc_report_steps_run(&r->report) == 0)
       return TAGC_OK;
+  } else if (r->cfg->stop_at > 0 && r->start_step >= r->cfg->stop_at) {
+    /* a rerun of the same --stop-at: what was asked is done (training on would change the
+       meaning of the option with the folder's state) */
+    if (r->rank == 0)
+      LOG_WARN("train", "already at step %lld: --stop-at %lld reached; nothing to train",
+               (long long)r->start_step, (long long)r->cfg->stop_at);
+    res->end = TAGC_GEN_STOPPED;
+    return TAGC_OK;
   } else {
     if (r->hooks.ready)
       TAGC_CHECK(r->hooks.ready(r->hooks.ctx, r->gen, r->rank));

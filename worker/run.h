@@ -119,7 +119,8 @@ typedef struct tagc_gen_result {
   char detail[256];
 } tagc_gen_result;
 
-/* Validates the configuration and loads the corpus. OUT's lock (worker/out_lock.h) is taken
+/* Validates the configuration and loads the corpus. OUT's lock (worker/out_lock.h), and a
+ * --ckpt-dir's by the same rule, is taken
  * here, before any hooks: shared within the job when cfg->etcd is set, else by rank 0. Errors
  * as tagc_train_run (worker/train.h). */
 tagc_status tagc_run_new(const tagc_train_config *cfg, tagc_run **out);

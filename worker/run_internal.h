@@ -48,6 +48,8 @@ struct tagc_run {
   tagc_device_info dev_info;
   tagc_step_stats last_ss; /* the latest completed step */
   int out_lock;            /* OUT/.lock while this process owns OUT (tagc_out_lock), else -1 */
+  int out_inherited;       /* out_lock is the one `tagctl run` handed down */
+  int ckpt_lock;           /* --ckpt-dir's .lock while this process owns it, else -1 */
   double save_started;     /* when the latest save was handed to the saver (its barrier's clock) */
   int64_t skip_streak;     /* consecutive steps skipped for a non-finite gradient */
   int64_t rollback_at;     /* the step whose skip made the last rollback, or -1 */
