@@ -15,6 +15,7 @@
 #include <jansson.h>
 
 #include "common/crc32c.h"
+#include "common/exit_codes.h"
 #include "common/fsutil.h"
 #include "common/log.h"
 #include "common/timeutil.h"
@@ -326,7 +327,7 @@ static tagc_status fire_fault(tagc_run *t, int64_t step) {
     raise(SIGKILL);
     break;
   case TAGC_FAULT_EXIT:
-    _exit(3);
+    _exit(TAGC_EXIT_FAILURE); /* a process that died: restarted like a crash */
   case TAGC_FAULT_OOM:
     t->fault_cause = TAGC_CAUSE_OOM;
     return tagc_errorf(TAGC_ENOMEM, "injected allocation failure at step %lld", (long long)step);
