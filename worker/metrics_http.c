@@ -148,7 +148,9 @@ tagc_status tagc_metrics_http_start(const char *addr, const char *job, tagc_metr
   if (st != TAGC_OK) {
     char detail[256];
     snprintf(detail, sizeof detail, "%s", tagc_last_error());
-    st = tagc_errorf(st, "--metrics-addr: %s", detail);
+    /* an address this host cannot listen on is the option's fault (exit 2, not restarted:
+     * the same address fails again), not an I/O failure of the run */
+    st = tagc_errorf(st == TAGC_EIO ? TAGC_EINVAL : st, "--metrics-addr: %s", detail);
     pthread_mutex_destroy(&m->mu);
     free(m);
     return st;

@@ -76,8 +76,9 @@ char *tagc_metrics_text(const tagc_worker_sample *s, double uptime_s, double now
 
 /* Starts serving on addr ("HOST:PORT", IPv4, port 0 = a free one). The first sample is
  * tagc_worker_sample_empty() with the job label `job` (kept, not copied: it must outlive the
- * server), so even a scrape before the first published sample is labelled. Errors: TAGC_EINVAL (bad address; one-line detail
- * naming --metrics-addr), TAGC_EIO (cannot listen), TAGC_ENOMEM. */
+ * server), so even a scrape before the first published sample is labelled. Errors: TAGC_EINVAL
+ * (a bad address, or one this host cannot listen on; one-line detail naming --metrics-addr),
+ * TAGC_ENOMEM. */
 tagc_status tagc_metrics_http_start(const char *addr, const char *job, tagc_metrics_http **out);
 
 /* The port the server listens on. */
