@@ -1,14 +1,18 @@
 #include "data.h"
 
 #include <dirent.h>
-#include <stdio.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <glob.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdatomic.h>
 #include <stdint.h>
-#include <sys/mman.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -66,9 +70,10 @@ static int by_name(const struct dirent **a, const struct dirent **b) {
   return strcmp((*a)->d_name, (*b)->d_name);
 }
 
+/* The corpus path itself is followed when it is a symbolic link; links under it are skipped. */
 static tagc_status walk(byte_buf *b, const char *path, int depth) {
   struct stat sb;
-  if (lstat(path, &sb) != 0)
+  if ((depth == 0 ? stat(path, &sb) : lstat(path, &sb)) != 0)
     return tagc_errnof(errno == ENOENT ? TAGC_ENOTFOUND : TAGC_EIO, "corpus %s", path);
   if (S_ISREG(sb.st_mode))
     return append_file(b, path);
@@ -104,7 +109,7 @@ static tagc_status set_single(tagc_token_set *set, const uint16_t *tok, size_t n
   return TAGC_OK;
 }
 
-tagc_status tagc_corpus_load(const char *path, size_t min_window, tagc_corpus *out) {
+tagc_status tagc_corpus_load(const char *path, size_t window, tagc_corpus *out) {
   memset(out, 0, sizeof *out);
   if (!path || !*path)
     return tagc_errorf(TAGC_EINVAL, "corpus path is empty");
@@ -142,13 +147,13 @@ tagc_status tagc_corpus_load(const char *path, size_t min_window, tagc_corpus *o
   out->n_files = b.n_files;
   out->crc = tagc_crc32c(0, b.data, b.len);
   free(b.data);
-  if (out->n_train < min_window + 1 || out->n_val < min_window + 1) {
+  if (out->n_train < window || out->n_val < window) {
     size_t n_train = out->n_train, nv = out->n_val;
     tagc_corpus_free(out);
     return tagc_errorf(TAGC_EINVAL,
                        "corpus %s is too short: %zu training and %zu validation bytes, each "
-                       "needs more than the context window of %zu bytes",
-                       path, n_train, nv, min_window);
+                       "needs at least %zu (the context window of %zu bytes and one more)",
+                       path, n_train, nv, window, window - 1);
   }
   st = set_single(&out->train_set, train, out->n_train);
   if (st == TAGC_OK)
@@ -191,18 +196,173 @@ static tagc_status expand(const char *option, const char *pattern, glob_t *g) {
   return TAGC_OK;
 }
 
-static tagc_status add_map(tagc_corpus *c, void *map, size_t len) {
-  void **maps = realloc(c->maps, (size_t)(c->n_maps + 1) * sizeof *maps);
-  if (!maps)
+/* ---------------------------------------------------------------------------------------- */
+/* Shards changed under the run                                                             */
+
+struct tagc_data_health {
+  atomic_int polled;    /* tagc_corpus_check was called: a fault may be survived */
+  atomic_int bus_shard; /* -1, or the first shard a read faulted in (set by on_sigbus) */
+  atomic_int failed;    /* set once, after detail is written */
+  pthread_mutex_t mu;   /* serialises the writers of detail */
+  char detail[768];
+};
+
+/* Every shard mapping of the process, for the SIGBUS handler, which may run on any thread at any
+ * time: slots are claimed and released with atomics and never move. */
+enum { GUARD_SLOTS = 8192 };
+static struct guard_slot {
+  _Atomic uintptr_t start; /* 0: free; 1: being filled; else the mapping's address */
+  size_t len;
+  tagc_data_health *health;
+  int shard;
+} guard_slots[GUARD_SLOTS];
+static atomic_int guard_top; /* slots at and above are free */
+static size_t page_size;
+static struct sigaction prev_sigbus;
+static pthread_once_t sigbus_once = PTHREAD_ONCE_INIT;
+
+/* A read in a shard mapping beyond the file's end (it was truncated under us) of a corpus whose
+ * caller polls tagc_corpus_check: the page is replaced by a page of zeros, the shard recorded,
+ * and the read resumes. Any other fault, and one of a corpus nobody polls (the zeros would go
+ * unnoticed), goes to the disposition before ours (the default one dumps core as it would
+ * have). Async-signal-safe (mmap is a plain system call). */
+static void on_sigbus(int sig, siginfo_t *si, void *uc) {
+  uintptr_t addr = (uintptr_t)si->si_addr;
+  int top = atomic_load_explicit(&guard_top, memory_order_acquire);
+  for (int i = 0; i < top; i++) {
+    struct guard_slot *g = &guard_slots[i];
+    uintptr_t start = atomic_load_explicit(&g->start, memory_order_acquire);
+    if (start <= 1 || addr < start || addr - start >= g->len)
+      continue;
+    if (!atomic_load(&g->health->polled))
+      break;
+    void *page = (void *)(addr & ~(uintptr_t)(page_size - 1));
+    if (mmap(page, page_size, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0) == MAP_FAILED)
+      break;
+    int none = -1;
+    atomic_compare_exchange_strong(&g->health->bus_shard, &none, g->shard);
+    return;
+  }
+  if (prev_sigbus.sa_flags & SA_SIGINFO) {
+    prev_sigbus.sa_sigaction(sig, si, uc);
+  } else if (prev_sigbus.sa_handler != SIG_DFL && prev_sigbus.sa_handler != SIG_IGN) {
+    prev_sigbus.sa_handler(sig);
+  } else {
+    signal(SIGBUS, SIG_DFL); /* a fault recurs on return; a sent signal is raised again */
+    if (si->si_code <= 0)
+      raise(SIGBUS);
+  }
+}
+
+static void install_sigbus(void) {
+  page_size = (size_t)sysconf(_SC_PAGESIZE);
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_sigaction = on_sigbus;
+  sa.sa_flags = SA_SIGINFO;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGBUS, &sa, &prev_sigbus);
+}
+
+/* Puts shard i of c under the SIGBUS handler; its slot in *slot. */
+static tagc_status guard_add(tagc_corpus *c, int i, int *slot) {
+  for (int k = 0; k < GUARD_SLOTS; k++) {
+    uintptr_t free_slot = 0;
+    if (!atomic_compare_exchange_strong(&guard_slots[k].start, &free_slot, 1))
+      continue;
+    guard_slots[k].len = c->shards[i].len;
+    guard_slots[k].health = c->health;
+    guard_slots[k].shard = i;
+    atomic_store_explicit(&guard_slots[k].start, (uintptr_t)c->shards[i].map, memory_order_release);
+    int top = atomic_load(&guard_top);
+    while (top < k + 1 && !atomic_compare_exchange_weak(&guard_top, &top, k + 1))
+      ;
+    *slot = k;
+    return TAGC_OK;
+  }
+  return tagc_errorf(TAGC_EINVAL, "shard %s: more than %d token shards open at once",
+                     c->shards[i].path, GUARD_SLOTS);
+}
+
+/* Records the first failure; later ones keep it. */
+static void set_failed(const tagc_corpus *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void set_failed(const tagc_corpus *c, const char *fmt, ...) {
+  tagc_data_health *h = c->health;
+  pthread_mutex_lock(&h->mu);
+  if (!atomic_load(&h->failed)) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(h->detail, sizeof h->detail, fmt, ap);
+    va_end(ap);
+    atomic_store(&h->failed, 1);
+  }
+  pthread_mutex_unlock(&h->mu);
+}
+
+/* Whether shard i changed since it was opened (the failure then recorded). */
+static int shard_changed(const tagc_corpus *c, int i) {
+  const tagc_shard *sh = &c->shards[i];
+  struct stat sb;
+  if (fstat(sh->fd, &sb) != 0) {
+    set_failed(c, "shard %s: fstat: %s", sh->path, strerror(errno));
+    return 1;
+  }
+  if ((size_t)sb.st_size < sh->len) {
+    set_failed(c, "shard %s was truncated under the run: %zu bytes at open, %lld now", sh->path,
+               sh->len, (long long)sb.st_size);
+    return 1;
+  }
+  if ((size_t)sb.st_size != sh->len || sb.st_mtim.tv_sec != sh->mtime.tv_sec ||
+      sb.st_mtim.tv_nsec != sh->mtime.tv_nsec) {
+    set_failed(c, "shard %s changed under the run (%zu bytes at open, %lld now, modified since): "
+               "its tokens may no longer be those the corpus CRC covers",
+               sh->path, sh->len, (long long)sb.st_size);
+    return 1;
+  }
+  return 0;
+}
+
+/* tagc_corpus_check without marking the corpus as polled (the open's own check). */
+static tagc_status verify(const tagc_corpus *c) {
+  tagc_data_health *h = c->health;
+  int bus = atomic_load(&h->bus_shard);
+  if (bus >= 0 && !atomic_load(&h->failed) && !shard_changed(c, bus))
+    set_failed(c, "shard %s: a read of its mapping failed (SIGBUS)", c->shards[bus].path);
+  for (int i = 0; i < c->n_shards && !atomic_load(&h->failed); i++)
+    shard_changed(c, i);
+  if (!atomic_load(&h->failed))
+    return TAGC_OK;
+  pthread_mutex_lock(&h->mu);
+  tagc_status st = tagc_errorf(TAGC_EIO, "%s", h->detail);
+  pthread_mutex_unlock(&h->mu);
+  return st;
+}
+
+tagc_status tagc_corpus_check(const tagc_corpus *c) {
+  if (!c->health)
+    return TAGC_OK;
+  atomic_store(&c->health->polled, 1);
+  return verify(c);
+}
+
+/* Takes ownership of the shard's descriptor and mapping (the corpus frees them) and puts the
+ * mapping under the SIGBUS handler before anything reads it. */
+static tagc_status add_shard(tagc_corpus *c, const char *path, int fd, void *map, const struct stat *sb) {
+  tagc_shard *shards = realloc(c->shards, (size_t)(c->n_shards + 1) * sizeof *shards);
+  char *name = strdup(path);
+  if (shards)
+    c->shards = shards;
+  if (!shards || !name) {
+    free(name);
     return tagc_errorf(TAGC_ENOMEM, "shard table");
-  c->maps = maps;
-  size_t *lens = realloc(c->map_len, (size_t)(c->n_maps + 1) * sizeof *lens);
-  if (!lens)
-    return tagc_errorf(TAGC_ENOMEM, "shard table");
-  c->map_len = lens;
-  c->maps[c->n_maps] = map;
-  c->map_len[c->n_maps++] = len;
-  return TAGC_OK;
+  }
+  shards[c->n_shards] = (tagc_shard){name, fd, map, (size_t)sb->st_size, sb->st_mtim, -1};
+  tagc_status st = guard_add(c, c->n_shards, &shards[c->n_shards].guard);
+  if (st != TAGC_OK)
+    free(name);
+  else
+    c->n_shards++;
+  return st;
 }
 
 /* One pass over n tokens: the first id >= vocab (its position in *bad, else SIZE_MAX) and
@@ -258,12 +418,12 @@ static tagc_status open_shard(tagc_corpus *c, tagc_token_set *set, size_t *total
     if (map == MAP_FAILED)
       st = tagc_errnof(TAGC_EIO, "shard %s: mmap of %zu bytes", path, size);
   }
-  close(fd);
-  if (st != TAGC_OK)
-    return st;
-  st = add_map(c, map, size);
+  if (st == TAGC_OK)
+    st = add_shard(c, path, fd, map, &sb);
   if (st != TAGC_OK) {
-    munmap(map, size);
+    if (map != MAP_FAILED)
+      munmap(map, size);
+    close(fd);
     return st;
   }
   size_t n = (size - hdr) / 2;
@@ -317,7 +477,7 @@ static tagc_status open_set(tagc_corpus *c, const char *option, const char *patt
   return st;
 }
 
-tagc_status tagc_data_open(const tagc_data_spec *spec, size_t min_window, tagc_corpus *out) {
+tagc_status tagc_data_open(const tagc_data_spec *spec, size_t window, tagc_corpus *out) {
   memset(out, 0, sizeof *out);
   int have_data = spec->data && *spec->data;
   int have_val = spec->val_data && *spec->val_data;
@@ -327,7 +487,7 @@ tagc_status tagc_data_open(const tagc_data_spec *spec, size_t min_window, tagc_c
     if (spec->vocab && spec->vocab != 256)
       return tagc_errorf(TAGC_EINVAL, "--vocab %d applies to --data shards; the text corpus is "
                          "byte-level (256)", spec->vocab);
-    return tagc_corpus_load(spec->corpus, min_window, out);
+    return tagc_corpus_load(spec->corpus, window, out);
   }
   if (!have_val)
     return tagc_errorf(TAGC_EINVAL, "--data needs --val-data (the validation shard, e.g. llm.c's "
@@ -346,13 +506,21 @@ tagc_status tagc_data_open(const tagc_data_spec *spec, size_t min_window, tagc_c
     return tagc_errorf(TAGC_EINVAL, "--data-format nanogpt needs --vocab N (its files have no "
                        "header; GPT-2's tokenizer: 50257)");
   out->vocab = spec->vocab ? spec->vocab : TAGC_GPT2_VOCAB;
+  out->health = calloc(1, sizeof *out->health);
+  if (!out->health)
+    return tagc_errorf(TAGC_ENOMEM, "data health");
+  atomic_init(&out->health->bus_shard, -1);
+  pthread_mutex_init(&out->health->mu, NULL);
+  pthread_once(&sigbus_once, install_sigbus);
   tagc_status st = open_set(out, "--data", spec->data, &out->train_set, &out->n_train);
   if (st == TAGC_OK)
     st = open_set(out, "--val-data", spec->val_data, &out->val_set, &out->n_val);
-  if (st == TAGC_OK && (out->n_train < min_window + 1 || out->n_val < min_window + 1))
+  if (st == TAGC_OK) /* a shard changed while it was scanned */
+    st = verify(out);
+  if (st == TAGC_OK && (out->n_train < window || out->n_val < window))
     st = tagc_errorf(TAGC_EINVAL, "--data has %zu training and --val-data %zu validation "
-                     "tokens: each needs more than the context window of %zu tokens",
-                     out->n_train, out->n_val, min_window);
+                     "tokens: each needs at least %zu (the context window of %zu tokens and one more)",
+                     out->n_train, out->n_val, window, window - 1);
   if (st != TAGC_OK) {
     tagc_corpus_free(out);
     return st;
@@ -365,10 +533,16 @@ tagc_status tagc_data_open(const tagc_data_spec *spec, size_t min_window, tagc_c
 
 void tagc_corpus_free(tagc_corpus *c) {
   free(c->text);
-  for (int i = 0; i < c->n_maps; i++)
-    munmap(c->maps[i], c->map_len[i]);
-  free(c->maps);
-  free(c->map_len);
+  for (int i = 0; i < c->n_shards; i++) {
+    atomic_store(&guard_slots[c->shards[i].guard].start, 0);
+    munmap(c->shards[i].map, c->shards[i].len);
+    close(c->shards[i].fd);
+    free(c->shards[i].path);
+  }
+  free(c->shards);
+  if (c->health)
+    pthread_mutex_destroy(&c->health->mu);
+  free(c->health);
   free(c->train_set.segs);
   free(c->val_set.segs);
   memset(c, 0, sizeof *c);

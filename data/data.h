@@ -6,6 +6,16 @@
  * The training shards (a file or a glob, in sorted name order) are read as one concatenation,
  * the validation shards (--val-data) likewise. Shards are memory-mapped, never read whole.
  *
+ * A shard changed under a run is an error, never a crash nor silently other data, for a
+ * caller that polls tagc_corpus_check after the fills of a step, before it uses the tokens
+ * (the fills cannot return an error, and cost nothing more). A read in a shard truncated under
+ * it would raise SIGBUS: a process-wide handler (installed at the first tagc_data_open of
+ * shards; any other fault goes to the handler before it) maps a page of zeros there instead
+ * and records the shard, so the read goes on with token 0 and the next check fails. Until a
+ * corpus is first checked the SIGBUS keeps its default action (nobody would notice the zeros).
+ * And tagc_corpus_check compares each shard's size and mtime with those at open, when its
+ * tokens were scanned and the corpus CRC computed.
+ *
  * The text corpus is every regular file under a path (a file, or a directory walked recursively
  * in byte order of names; symbolic links and fortune's *.dat index files are skipped),
  * concatenated. It is cut in 4 KiB blocks: every 10th block (index % 10 == 9) goes to the
@@ -19,6 +29,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <time.h>
 
 #include "common/status.h"
 
@@ -41,6 +52,19 @@ typedef struct tagc_token_seg {
   size_t first; /* position of tok[0] in the concatenation of the set's segments */
 } tagc_token_seg;
 
+/* One memory-mapped token shard, as it was when opened. */
+typedef struct tagc_shard {
+  char *path;          /* owned */
+  int fd;              /* kept open: tagc_corpus_check fstats the file the mapping reads */
+  void *map;
+  size_t len;          /* bytes mapped: the file's size at open */
+  struct timespec mtime;
+  int guard;           /* its slot in the SIGBUS handler's table of mappings */
+} tagc_shard;
+
+/* The sticky failure of the fills (opaque; written through a const corpus). */
+typedef struct tagc_data_health tagc_data_health;
+
 /* A token sequence made of segments, read as their concatenation. */
 typedef struct tagc_token_set {
   tagc_token_seg *segs;
@@ -58,9 +82,9 @@ typedef struct tagc_corpus {
                  * or of the training shards' token bytes in order, then the validation shards' */
   /* what the corpus owns */
   uint16_t *text;  /* TAGC_DATA_TEXT: the two splits' tokens */
-  void **maps;     /* shard mappings */
-  size_t *map_len;
-  int n_maps;
+  tagc_shard *shards; /* token shards: training then validation, in the sets' order */
+  int n_shards;
+  tagc_data_health *health; /* token shards only; NULL for text */
 } tagc_corpus;
 
 /* Where the data comes from (tagc-worker's --corpus, --data, --val-data, --data-format,
@@ -73,20 +97,30 @@ typedef struct tagc_data_spec {
   int vocab;            /* 0 = from the data: 256 for text, 50257 for llm.c; nanogpt needs it */
 } tagc_data_spec;
 
-/* Reads the corpus at path. Errors (one-line detail): TAGC_ENOTFOUND (missing), TAGC_EIO
- * (unreadable), TAGC_EINVAL (no bytes at all, or a split shorter than min_window + 1 bytes so
- * no window of that length fits). */
-tagc_status tagc_corpus_load(const char *path, size_t min_window, tagc_corpus *out);
+/* Reads the corpus at path (a symbolic link given as the path itself is followed; those under
+ * a directory are skipped). `window` is the tokens of one sample: the context plus one for
+ * the shifted targets (ctx + 1). Errors (one-line detail): TAGC_ENOTFOUND (missing), TAGC_EIO
+ * (unreadable), TAGC_EINVAL (no bytes at all, or a split shorter than window bytes, so that no
+ * window fits). */
+tagc_status tagc_corpus_load(const char *path, size_t window, tagc_corpus *out);
 
 /* Opens the data spec describes: the text corpus, or token shards, memory-mapped (never read
  * into memory whole). Every shard is checked at open: header (llm.c: magic, version 1, token
  * count against the file size), size, at least one token, every token < vocab (one
- * sequential pass over the mapping, which also computes crc). Errors (one-line detail naming
- * the file): TAGC_ENOTFOUND (nothing matches), TAGC_EIO (unreadable), TAGC_EINVAL (bad shard,
- * bad options, or a set shorter than min_window + 1 tokens). */
-tagc_status tagc_data_open(const tagc_data_spec *spec, size_t min_window, tagc_corpus *out);
+ * sequential pass over the mapping, which also computes crc). `window` as for
+ * tagc_corpus_load. Errors (one-line detail naming the file): TAGC_ENOTFOUND (nothing
+ * matches), TAGC_EIO (unreadable), TAGC_EINVAL (bad shard, bad options, or a set shorter than
+ * window tokens). Keeps one open descriptor per shard; at most 8192 shards open at once. */
+tagc_status tagc_data_open(const tagc_data_spec *spec, size_t window, tagc_corpus *out);
 
 void tagc_corpus_free(tagc_corpus *c); /* idempotent */
+
+/* TAGC_OK while every shard is as it was opened; else TAGC_EIO, sticky, with a one-line
+ * detail naming the shard: a read met it truncated (token 0 was read where it was cut), or its
+ * size or mtime is no longer that at open (rewritten in place: its tokens may no longer be
+ * those the corpus CRC covers). One fstat per shard (about 0.5 us each); always TAGC_OK for
+ * the text corpus. Call it after the fills of a step, before using their tokens. Thread-safe. */
+tagc_status tagc_corpus_check(const tagc_corpus *c);
 
 /* Copies tokens [start, start + len) of the concatenation of set's segments to out. */
 void tagc_token_set_copy(const tagc_token_set *set, size_t start, size_t len, uint16_t *out);
@@ -97,12 +131,14 @@ void tagc_token_set_copy(const tagc_token_set *set, size_t start, size_t len, ui
 size_t tagc_sample_start(uint64_t seed, int64_t step, int64_t index, size_t n_bytes, size_t window);
 
 /* Fills tokens[i*T..] and targets[i*T..] (targets = tokens shifted by one) for samples
- * first..first+count-1 of global batch `step`, drawn from the training set. */
+ * first..first+count-1 of global batch `step`, drawn from the training set. A shard cut under
+ * it reads as token 0 there (tagc_corpus_check reports it). */
 void tagc_batch_fill(const tagc_corpus *c, uint64_t seed, int64_t step, int64_t first, int count,
                      int T, uint16_t *tokens, uint16_t *targets);
 
 /* Fills `count` fixed validation windows starting at window number `first`: evenly spaced
- * over the validation set, the same for every run and world size. */
+ * over the validation set, the same for every run and world size. A cut shard as for
+ * tagc_batch_fill. */
 void tagc_val_fill(const tagc_corpus *c, int64_t first, int count, int T, uint16_t *tokens,
                    uint16_t *targets);
 

@@ -2,12 +2,16 @@
  * opened through a glob as one concatenation; windows that cross shard boundaries read the
  * right tokens; the sampler's batches do not depend on how a batch is split between ranks;
  * the data CRC covers the tokens (not the headers), so both formats of the same tokens agree;
- * bad shards give the documented status; the text corpus still reads as bytes. */
+ * bad shards give the documented status; a set of one window is enough; a shard truncated or
+ * rewritten under an open corpus is reported by tagc_corpus_check, never a SIGBUS; the text
+ * corpus still reads as bytes, also through a symbolic link given as the corpus. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "common/crc32c.h"
@@ -158,12 +162,103 @@ static void check_bad(void) {
     CHECK_MSG(st == cases[i].st && strstr(tagc_last_error(), cases[i].want),
               "%s: status %d, error '%s', wanted %d '%s'", cases[i].train, st, tagc_last_error(),
               cases[i].st, cases[i].want);
-    CHECK(c.maps == NULL && c.train_set.segs == NULL); /* nothing left behind */
+    CHECK(c.shards == NULL && c.train_set.segs == NULL); /* nothing left behind */
   }
   /* one bad shard among good ones fails the whole set */
   CHECK_EQ_INT(open_spec("[tb]*_*.bin", "t_val_000000.bin", NULL, 0, 65, &c), TAGC_EINVAL);
   tagc_data_spec no_val = {NULL, "x.bin", NULL, NULL, 0};
   CHECK_EQ_INT(tagc_data_open(&no_val, 65, &c), TAGC_EINVAL);
+}
+
+/* A set of exactly one window (the context and one more token) is enough; one token less is
+ * refused, naming the context window itself. */
+static void check_window(void) {
+  tagc_corpus c;
+  write_shard("w_train.bin", 1, TAGC_LLMC_MAGIC, 1, 65, 0, 65);
+  write_shard("w_short.bin", 1, TAGC_LLMC_MAGIC, 1, 64, 0, 64);
+  CHECK_OK(open_spec("w_train.bin", "w_train.bin", NULL, 0, 65, &c));
+  uint16_t tok[64], tgt[64];
+  tagc_batch_fill(&c, 1, 0, 0, 1, 64, tok, tgt);
+  CHECK(tok[0] == token_at(0) && tgt[63] == token_at(64));
+  tagc_val_fill(&c, 3, 1, 64, tok, tgt);
+  CHECK(tok[0] == token_at(0) && tgt[63] == token_at(64));
+  CHECK_OK(tagc_corpus_check(&c));
+  tagc_corpus_free(&c);
+  CHECK_EQ_INT(open_spec("w_short.bin", "w_train.bin", NULL, 0, 65, &c), TAGC_EINVAL);
+  CHECK_MSG(strstr(tagc_last_error(), "at least 65 (the context window of 64 tokens and one more)"),
+            "%s", tagc_last_error());
+}
+
+/* Fills B windows of T from every step in [0, steps): the whole training set is touched. */
+static void fill_steps(const tagc_corpus *c, int steps) {
+  enum { T = 64, B = 16 };
+  uint16_t tok[B * T], tgt[B * T];
+  for (int s = 0; s < steps; s++)
+    tagc_batch_fill(c, 7, s, 0, B, T, tok, tgt);
+  tagc_val_fill(c, 0, B, T, tok, tgt);
+}
+
+/* A shard changed under an open corpus: truncated (its mapping would raise SIGBUS in the fill)
+ * or rewritten in place at the same size. The fills go on without a signal, reading token 0
+ * where the shard was cut, and tagc_corpus_check reports the shard from then on. */
+static void check_changed(void) {
+  char path[512], name[64];
+  tagc_corpus c;
+  for (int k = 0; k < 2; k++) {
+    snprintf(name, sizeof name, "c_train_%06d.bin", k);
+    write_shard(name, 1, TAGC_LLMC_MAGIC, 1, 20000, (size_t)k * 20000, 20000);
+  }
+  CHECK_OK(open_spec("c_train_*.bin", "t_val_000000.bin", NULL, 0, 65, &c));
+  fill_steps(&c, 50);
+  CHECK_OK(tagc_corpus_check(&c));
+  snprintf(path, sizeof path, "%s/c_train_000001.bin", dir);
+  CHECK(truncate(path, TAGC_LLMC_HEADER_BYTES + 100) == 0);
+  fill_steps(&c, 200); /* windows in the cut pages: SIGBUS, caught */
+  CHECK_EQ_INT(tagc_corpus_check(&c), TAGC_EIO);
+  CHECK_MSG(strstr(tagc_last_error(), path) && strstr(tagc_last_error(), "truncated under the run"),
+            "%s", tagc_last_error());
+  uint16_t cut[8];
+  tagc_token_set_copy(&c.train_set, 20000 + 5000, 8, cut); /* a page past the end: zeros */
+  CHECK(cut[0] == 0 && cut[7] == 0);
+  tagc_token_set_copy(&c.train_set, 0, 8, cut); /* the other shard reads as before */
+  CHECK(cut[0] == token_at(0) && cut[7] == token_at(7));
+  CHECK_EQ_INT(tagc_corpus_check(&c), TAGC_EIO); /* sticky */
+  tagc_corpus_free(&c);
+
+  /* a corpus nobody checks keeps SIGBUS fatal: zeros nobody notices would be silently wrong */
+  write_shard("c_train_000001.bin", 1, TAGC_LLMC_MAGIC, 1, 20000, 20000, 20000);
+  pid_t child = fork();
+  if (child == 0) {
+    tagc_corpus u;
+    if (open_spec("c_train_*.bin", "t_val_000000.bin", NULL, 0, 65, &u) != TAGC_OK ||
+        truncate(path, TAGC_LLMC_HEADER_BYTES + 100) != 0)
+      _exit(3);
+    fill_steps(&u, 200);
+    _exit(0);
+  }
+  int wst = 0;
+  CHECK(child > 0 && waitpid(child, &wst, 0) == child);
+  CHECK_MSG(WIFSIGNALED(wst) && WTERMSIG(wst) == SIGBUS, "wait status %#x", wst);
+
+  /* rewritten in place, the same size: found by the check (the fills read valid tokens) */
+  write_shard("c_train_000001.bin", 1, TAGC_LLMC_MAGIC, 1, 20000, 20000, 20000);
+  CHECK_OK(open_spec("c_train_*.bin", "t_val_000000.bin", NULL, 0, 65, &c));
+  usleep(20000); /* past the file system's timestamp granularity */
+  write_shard("c_train_000001.bin", 1, TAGC_LLMC_MAGIC, 1, 20000, 7, 20000);
+  CHECK_EQ_INT(tagc_corpus_check(&c), TAGC_EIO);
+  CHECK_MSG(strstr(tagc_last_error(), path) && strstr(tagc_last_error(), "changed under the run"),
+            "%s", tagc_last_error());
+  tagc_corpus_free(&c);
+
+  /* replaced by a rename: the mapping still reads the file that was opened, so nothing changed */
+  CHECK_OK(open_spec("c_train_*.bin", "t_val_000000.bin", NULL, 0, 65, &c));
+  char moved[600];
+  snprintf(moved, sizeof moved, "%s.new", path);
+  write_shard("c_train_000001.bin.new", 1, TAGC_LLMC_MAGIC, 1, 10, 0, 10);
+  CHECK(rename(moved, path) == 0);
+  fill_steps(&c, 50);
+  CHECK_OK(tagc_corpus_check(&c));
+  tagc_corpus_free(&c);
 }
 
 static void check_text(void) {
@@ -187,6 +282,24 @@ static void check_text(void) {
   tagc_corpus_free(&c);
   spec.vocab = 300;
   CHECK_EQ_INT(tagc_data_open(&spec, 65, &c), TAGC_EINVAL);
+  /* a symbolic link given as the corpus is followed (links under a directory are skipped) */
+  char link[512], sub[512];
+  snprintf(link, sizeof link, "%s/text-link", dir);
+  CHECK(symlink(path, link) == 0);
+  spec.corpus = link;
+  spec.vocab = 0;
+  CHECK_OK(tagc_data_open(&spec, 65, &c));
+  CHECK_EQ_INT(c.n_files, 1);
+  CHECK_EQ_INT(c.n_train + c.n_val, 50000);
+  tagc_corpus_free(&c);
+  snprintf(sub, sizeof sub, "%s/texts", dir);
+  CHECK(mkdir(sub, 0700) == 0);
+  snprintf(link, sizeof link, "%s/texts/a-link", dir);
+  CHECK(symlink(path, link) == 0);
+  snprintf(link, sizeof link, "%s/texts-link", dir);
+  CHECK(symlink(sub, link) == 0);
+  CHECK_EQ_INT(tagc_data_open(&spec, 65, &c), TAGC_EINVAL); /* followed, but its one entry is a link */
+  CHECK_MSG(strstr(tagc_last_error(), "is empty (0 files"), "%s", tagc_last_error());
 }
 
 int main(void) {
@@ -194,6 +307,8 @@ int main(void) {
   mkdir(dir, 0700);
   check_llmc();
   check_bad();
+  check_window();
+  check_changed();
   check_text();
   char cmd[300];
   snprintf(cmd, sizeof cmd, "rm -rf %s", dir);

@@ -59,7 +59,7 @@ for prog in "$worker" "$tagctl run"; do
   expect "no such file" $prog $out --data "$tmp/missing.bin" "${v[@]}"
   expect "magic 20240521" $prog $out --data "$good_train" --val-data "$tmp/magic.bin"
   expect "--val-data $tmp/none_\\*.bin matches no file" $prog $out --data "$good_train" --val-data "$tmp/none_*.bin"
-  expect "context window of 33 tokens" $prog $out --data "$tmp/short.bin" "${v[@]}"
+  expect "at least 33 (the context window of 32 tokens and one more)" $prog $out --data "$tmp/short.bin" "${v[@]}"
   expect "--data needs --val-data" $prog $out --data "$good_train"
   expect "--val-data needs --data" $prog $out --val-data "$good_val"
   expect "nanogpt needs --vocab" $prog $out --data "$good_train" "${v[@]}" --data-format nanogpt
