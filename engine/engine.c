@@ -481,7 +481,9 @@ static tagc_status run_passes(tagc_engine *e, const tagc_corpus *corpus, int64_t
     } else {
       fill(corpus, e->cfg.seed, step, first, count, T, e->tokens, e->targets);
       double part = 0;
-      st = pass(e, count, train, last, scale, &part);
+      st = tagc_corpus_check(corpus); /* a shard cut or rewritten under the run */
+      if (st == TAGC_OK)
+        st = pass(e, count, train, last, scale, &part);
       *loss_sum += part;
     }
     if (st != TAGC_OK)
