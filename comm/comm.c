@@ -388,6 +388,48 @@ tagc_status tagc_comm_alltoall(tagc_comm *comm, const void *send, void *recv, si
   return op_end(&op, st, peer);
 }
 
+tagc_status tagc_comm_alltoallv(tagc_comm *comm, const void *send, const size_t *send_bytes,
+                                void *recv, const size_t *recv_bytes, double timeout_s) {
+  if (!comm || !send_bytes || !recv_bytes)
+    return tagc_errorf(TAGC_EINVAL, "comm alltoallv: NULL argument");
+  int w = comm->world, me = comm->rank;
+  size_t send_total = 0, recv_total = 0;
+  for (int j = 0; j < w; j++) {
+    send_total += send_bytes[j];
+    recv_total += recv_bytes[j];
+  }
+  if ((send_total && !send) || (recv_total && !recv))
+    return tagc_errorf(TAGC_EINVAL, "comm alltoallv: NULL buffer for %zu bytes",
+                       send_total ? send_total : recv_total);
+  if (send_bytes[me] != recv_bytes[me])
+    return tagc_errorf(TAGC_EINVAL, "comm alltoallv: own block of %zu bytes sent, %zu received",
+                       send_bytes[me], recv_bytes[me]);
+  if (ranges_overlap(send, send_total, recv, recv_total))
+    return tagc_errorf(TAGC_EINVAL, "comm alltoallv: send and recv overlap");
+  size_t soff[w], roff[w];
+  for (int j = 0; j < w; j++) {
+    soff[j] = j ? soff[j - 1] + send_bytes[j - 1] : 0;
+    roff[j] = j ? roff[j - 1] + recv_bytes[j - 1] : 0;
+  }
+  op_call op;
+  TAGC_CHECK(op_begin(&op, comm, TAGC_COMM_OP_ALLTOALLV, timeout_s));
+  const char *in = send;
+  char *out = recv;
+  int n = 0, peer = -1;
+  comm_xfer x[w > 1 ? w - 1 : 1];
+  for (int i = 0; i < w - 1; i++) {
+    int p = peer_at(comm, i);
+    if (send_bytes[p] || recv_bytes[p])
+      x[n++] = (comm_xfer){p, in + soff[p], send_bytes[p], out + roff[p], recv_bytes[p]};
+  }
+  tagc_status st = TAGC_OK;
+  if (send_bytes[me])
+    st = comm->ops->copy(comm->impl, out + roff[me], in + soff[me], send_bytes[me]);
+  if (st == TAGC_OK && n > 0)
+    st = exchange(&op, x, n, &peer);
+  return op_end(&op, st, peer);
+}
+
 tagc_status tagc_comm_broadcast(tagc_comm *comm, void *buf, size_t bytes, int root,
                                 double timeout_s) {
   if (!comm || (bytes && !buf))

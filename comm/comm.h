@@ -200,6 +200,17 @@ tagc_status tagc_comm_allreduce(tagc_comm *comm, const void *send, void *recv, s
 tagc_status tagc_comm_alltoall(tagc_comm *comm, const void *send, void *recv, size_t bytes,
                                double timeout_s);
 
+/* All-to-all of varying sizes: send_bytes[j] bytes go to rank j and recv_bytes[j] come from
+ * it, both packed in rank order (block j of send at the sum of send_bytes[0..j), likewise
+ * recv); every pair's counts must match (rank i's send_bytes[j] == rank j's recv_bytes[i]),
+ * which Gloo checks before moving data (TAGC_EPEER otherwise). Peers with nothing either way
+ * are not contacted, so a shift (each rank sending to one peer and receiving from another)
+ * costs one transfer per rank. Own block copied locally (send_bytes[rank] must equal
+ * recv_bytes[rank]). send and recv must not overlap.
+ * Counts: sent = sum of send_bytes[j], recv'd = sum of recv_bytes[j], j != rank. */
+tagc_status tagc_comm_alltoallv(tagc_comm *comm, const void *send, const size_t *send_bytes,
+                                void *recv, const size_t *recv_bytes, double timeout_s);
+
 /* Broadcast of `bytes` bytes in buf from root to every rank (in place).
  * Counts: root sent = (W-1) * bytes, others recv'd = bytes. */
 tagc_status tagc_comm_broadcast(tagc_comm *comm, void *buf, size_t bytes, int root,
@@ -216,6 +227,7 @@ typedef enum tagc_comm_opkind {
   TAGC_COMM_OP_ALLTOALL,
   TAGC_COMM_OP_BROADCAST,
   TAGC_COMM_OP_BARRIER,
+  TAGC_COMM_OP_ALLTOALLV,
   TAGC_COMM_OP_COUNT
 } tagc_comm_opkind;
 

@@ -46,7 +46,8 @@ typedef struct comm_tag {
  * header, not the front end. */
 static inline const char *comm_opkind_name(uint32_t kind) {
   static const char *const names[TAGC_COMM_OP_COUNT] = {
-      "allgather", "reduce_scatter", "allreduce", "alltoall", "broadcast", "barrier"};
+      "allgather", "reduce_scatter", "allreduce", "alltoall", "broadcast", "barrier",
+      "alltoallv"};
   return kind < TAGC_COMM_OP_COUNT ? names[kind] : "unknown";
 }
 

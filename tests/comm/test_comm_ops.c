@@ -88,6 +88,51 @@ static void test_alltoall(tagc_comm *c, int rank, int w) {
   free(out);
 }
 
+/* Varying sizes: rank i sends (i + 2 j) % 3 * 100 + i bytes to rank j (some pairs 0 bytes
+ * one way), then a shift (to rank + 1, from rank - 1) that contacts one peer each way. */
+static size_t v_bytes(int from, int to) { return (size_t)(((from + 2 * to) % 3) * 100 + from); }
+
+static void test_alltoallv(tagc_comm *c, int rank, int w) {
+  size_t sb[8], rb[8], st = 0, rt = 0, sent = 0, recv = 0;
+  for (int j = 0; j < w; j++) {
+    sb[j] = j == rank ? v_bytes(rank, rank) : v_bytes(rank, j);
+    rb[j] = j == rank ? v_bytes(rank, rank) : v_bytes(j, rank);
+    st += sb[j];
+    rt += rb[j];
+    sent += j == rank ? 0 : sb[j];
+    recv += j == rank ? 0 : rb[j];
+  }
+  unsigned char *in = malloc(st + 1), *out = malloc(rt + 1);
+  for (int j = 0, o = 0; j < w; o += (int)sb[j], j++)
+    for (size_t i = 0; i < sb[j]; i++)
+      in[o + i] = (unsigned char)(rank * 41 + j * 7 + i);
+  CHECK_OK(tagc_comm_alltoallv(c, in, sb, out, rb, 0));
+  int bad = 0;
+  for (int r = 0, o = 0; r < w; o += (int)rb[r], r++)
+    for (size_t i = 0; i < rb[r]; i++)
+      bad += out[o + i] != (unsigned char)(r * 41 + rank * 7 + i);
+  CHECK_EQ_INT(bad, 0);
+  check_stats(c, TAGC_COMM_OP_ALLTOALLV, sent, recv);
+  /* a shift: 1000 bytes to rank + 1, from rank - 1 */
+  if (w > 1) {
+    size_t s2[8] = {0}, r2[8] = {0};
+    s2[(rank + 1) % w] += 1000;
+    r2[(rank + w - 1) % w] += 1000;
+    unsigned char a[1000], b[1000];
+    for (int i = 0; i < 1000; i++)
+      a[i] = (unsigned char)(rank + i);
+    CHECK_OK(tagc_comm_alltoallv(c, a, s2, b, r2, 0));
+    int from = (rank + w - 1) % w, bad2 = 0;
+    for (int i = 0; i < 1000; i++)
+      bad2 += b[i] != (unsigned char)(from + i);
+    CHECK_EQ_INT(bad2, 0);
+    check_stats(c, TAGC_COMM_OP_ALLTOALLV, w == 1 ? 0 : 1000, w == 1 ? 0 : 1000);
+  }
+  /* a count mismatch with a peer: refused, never mixed (checked apart, it breaks c) */
+  free(in);
+  free(out);
+}
+
 static void test_broadcast_barrier(tagc_comm *c, int rank, int w) {
   char buf[300];
   int root = w - 1;
@@ -287,6 +332,7 @@ static int ops_rank(int rank, int world, const char *dir, void *arg) {
   test_first_tiny_allreduce(c, rank, world);
   test_allgather(c, rank, world);
   test_alltoall(c, rank, world);
+  test_alltoallv(c, rank, world);
   test_broadcast_barrier(c, rank, world);
   test_reduce_scatter_f32(c, rank, world);
   test_reduce_scatter_bf16(c, rank, world);
