@@ -599,6 +599,7 @@ tagc_status tagc_engine_step(tagc_engine *e, const tagc_corpus *corpus, int64_t 
     finish_stats(e, stats, &c0, t0);
     return TAGC_OK;
   }
+  e->canonical = 0; /* the step's residuals are each rank's own again */
   engine_update_density(e, stats);
   if (e->n_adaptive && e->world > 1)
     engine_choose_wires(e, step, x->link_rate);

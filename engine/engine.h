@@ -189,4 +189,24 @@ tagc_status tagc_engine_load(tagc_engine *e, tagc_ckpt_reader *rd);
 json_t *tagc_engine_compression_state(const tagc_engine *e);
 tagc_status tagc_engine_set_compression_state(tagc_engine *e, const json_t *state);
 
+/* In-memory redundancy (engine/mirror.h). Collective, with no step running, after step
+ * `step` of generation `gen` was applied (and after a checkpoint save of that step, so that
+ * the copy holds what the checkpoint holds): copies this rank's state into m and shifts it to
+ * rank + 1, receiving rank - 1's. Errors: communication failures (the received slot stays
+ * invalid), TAGC_ENOMEM, TAGC_EPEER for a malformed image. */
+struct tagc_mirror;
+tagc_status tagc_engine_mirror_push(tagc_engine *e, struct tagc_mirror *m, int64_t gen,
+                                    int64_t step);
+
+/* Collective, in a new engine (any world size), before its first step: rebuilds its shards,
+ * residuals and compression state from the images the ranks hold (tagc_mirror_choose), as a
+ * checkpoint of that step would load them. TAGC_OK with *step the step rebuilt; TAGC_ENOTFOUND
+ * (no detail set) when no complete set of images of a step >= min_step survives: *choice
+ * then says which rank's image of which step was lost (lost_rank, or -1 when there were no
+ * images at all); the engine is then untouched. Other errors: communication failures,
+ * TAGC_ENOMEM, TAGC_EPEER for a malformed compression state. */
+struct tagc_mirror_choice;
+tagc_status tagc_engine_mirror_restore(tagc_engine *e, struct tagc_mirror *m, int64_t min_step,
+                                       struct tagc_mirror_choice *choice, int64_t *step);
+
 #endif

@@ -29,6 +29,7 @@ tagc_status tagc_engine_snapshot(tagc_engine *e, float *const *views) {
     size_t n;
     engine_shard_range(e, s, &n);
     TAGC_CHECK(tagc_grad_segment_canonicalise(e->codec, s->codec, TAGC_LANE_COMPUTE, e->staging));
+    e->canonical = 1;
     float *const *v = views + (size_t)i * TAGC_ENGINE_STREAMS;
     const float *src[TAGC_ENGINE_STREAMS] = {s->p, s->m, s->v,
                                              tagc_grad_segment_residual_shard(e->codec, s->codec)};
@@ -83,6 +84,7 @@ tagc_status tagc_engine_load(tagc_engine *e, tagc_ckpt_reader *rd) {
   for (int i = 0; st == TAGC_OK && i < e->n_segs; i++)
     st = load_segment(e, rd, streams, &e->segs[i], host);
   free(host);
+  e->canonical = st == TAGC_OK;
   return st;
 }
 

@@ -533,6 +533,11 @@ tagc_status tagc_grad_segment_canonicalise(tagc_grad_codec *c, tagc_grad_segment
   return tagc_device_copy(c->dev, lane, mine, work, s->S * sizeof(float), TAGC_COPY_D2D);
 }
 
+const float *tagc_grad_segment_residual(const tagc_grad_codec *c, const tagc_grad_segment *s) {
+  (void)c;
+  return s->residual;
+}
+
 float *tagc_grad_segment_residual_shard(const tagc_grad_codec *c, const tagc_grad_segment *s) {
   return s->residual ? s->residual + (size_t)c->rank * s->S : NULL;
 }

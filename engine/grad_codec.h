@@ -160,6 +160,10 @@ tagc_status tagc_grad_segment_canonicalise(tagc_grad_codec *c, tagc_grad_segment
  * segment holds no residual. */
 float *tagc_grad_segment_residual_shard(const tagc_grad_codec *c, const tagc_grad_segment *s);
 
+/* The whole residual (W * S floats of device memory, row j destined to rank j; borrowed), or
+ * NULL when the segment holds none. It moves between steps (staging swaps buffers). */
+const float *tagc_grad_segment_residual(const tagc_grad_codec *c, const tagc_grad_segment *s);
+
 /* For a load: zeroes the whole residual of a tagc segment (allocating it first when it has
  * none: also with world size 1, where the next reduction folds it in) and returns in *shard
  * this rank's shard of it to fill; *shard is NULL for a policy that keeps no residual.

@@ -318,6 +318,10 @@ static void leave(tagc_member *m, const char *why) {
   if (tagc_member_announce_leave(m, why) != TAGC_OK)
     LOG_WARN("elastic", "leave not recorded (%s): the coordinator notices when the lease ends",
              tagc_last_error());
+  pthread_mutex_lock(&S.lock);
+  if (S.run) /* its peers hold its state: stop at the next step boundary, costing no step */
+    tagc_run_hold(S.run);
+  pthread_mutex_unlock(&S.lock);
   double until = tagc_now() + cfg->leave_timeout;
   pthread_mutex_lock(&S.lock);
   int64_t gen = S.run_gen;

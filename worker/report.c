@@ -368,6 +368,8 @@ static tagc_status write_summary(tagc_report *rp, const tagc_report_final *f, co
   json_object_set_new(s, "steps_lost", json_integer(rec->steps_lost));
   json_object_set_new(s, "nonfinite_skips", json_integer(rec->nonfinite_skips));
   json_object_set_new(s, "nonfinite_rollbacks", json_integer(rec->rollbacks));
+  json_object_set_new(s, "memory_rebuilds", json_integer(rec->memory_rebuilds));
+  json_object_set_new(s, "disk_fallbacks", json_integer(rec->disk_fallbacks));
   json_object_set(s, "model", f->model);
   if (f->ckpt)
     json_object_set_new(s, "ckpt", json_pack("{s:I, s:I, s:I, s:f, s:f}", "saves",

@@ -40,6 +40,8 @@ typedef struct tagc_recovery_counts {
   int recovering;                         /* a failure awaits its first completed step */
   int64_t nonfinite_skips;                /* steps skipped for a non-finite gradient */
   int rollbacks;                          /* rollbacks after too many skips in a row */
+  int memory_rebuilds;                    /* generations rebuilt from in-memory copies */
+  int disk_fallbacks;                     /* ... that had to resume from disk instead */
 } tagc_recovery_counts;
 
 /* Running totals over the whole process (all generations), for summary.json. */

@@ -122,6 +122,7 @@ void tagc_run_free(tagc_run *r) {
   tagc_report_free(&r->report);
   tagc_metrics_http_stop(r->http);
   tagc_corpus_free(&r->corpus);
+  tagc_mirror_free(r->mirror); /* its staging buffer is the device's */
   tagc_device_close(r->device);
   free(r->chaos_seen);
   if (r->out_lock >= 0)
@@ -144,6 +145,11 @@ void tagc_run_abort(tagc_run *r) {
   if (r->comm)
     tagc_comm_abort(r->comm);
   pthread_mutex_unlock(&r->comm_mu);
+}
+
+void tagc_run_hold(tagc_run *r) {
+  if (r->cfg->mirror_every > 0 && r->elastic)
+    r->hold = 1;
 }
 
 void tagc_run_supersede(tagc_run *r, int64_t gen) {
@@ -253,7 +259,13 @@ static tagc_status gen_begin(tagc_run *t, const tagc_gen_spec *g) {
                                                 : tagc_compress_warmup_auto(cfg->warmup, cfg->steps);
   ec.op_delay_s = t->faults.slow_s;
   TAGC_CHECK(tagc_engine_new(&ec, &t->engine));
-  TAGC_CHECK(run_resume(t, g));
+  if (t->elastic && cfg->mirror_every > 0 && !t->mirror)
+    TAGC_CHECK(tagc_mirror_new(&t->mirror));
+  int rebuilt = 0;
+  if (t->mirror)
+    TAGC_CHECK(run_rebuild(t, g, &rebuilt));
+  if (!rebuilt)
+    TAGC_CHECK(run_resume(t, g));
   TAGC_CHECK(run_open_saver(t));
   return tagc_report_open_metrics(&t->report, t->start_step);
 }
@@ -600,6 +612,9 @@ static tagc_status train(tagc_run *t, tagc_gen_result *res) {
     if (t->saver && !rollback && (!ss.nonfinite || last) &&
         ((step + 1) % cfg->ckpt_every == 0 || last))
       st = run_save_checkpoint(t, step + 1);
+    /* the in-memory copy: after the save, so that it holds what the checkpoint holds */
+    if (st == TAGC_OK && t->mirror && !rollback && (step + 1) % cfg->mirror_every == 0)
+      st = tagc_engine_mirror_push(t->engine, t->mirror, t->gen, step + 1);
     tagc_report_step(&t->report, &ss);
     publish_sample(t, step + 1, &ss);
     double val = NAN;
@@ -614,6 +629,11 @@ static tagc_status train(tagc_run *t, tagc_gen_result *res) {
     tagc_report_progress(&t->report, step, &ss, 0);
     if (t->rank == 0)
       tagc_report_metrics_line(&t->report, step, &ss, val, step == t->start_step || last);
+    /* leaving (tagc_run_hold): this step's copy is with the next rank; wait here, at a step
+       boundary, until the generation without this worker supersedes this one (or the leave
+       gives up and aborts it), so that the peers rebuild this very step */
+    while (t->hold && !t->aborted && !superseded(t, t->gen) && step + 1 < end)
+      tagc_sleep(0.01);
     if (rollback) {
       int64_t to = 0;
       TAGC_CHECK(run_rollback(t, step, &to));

@@ -149,6 +149,11 @@ void tagc_run_abort(tagc_run *r);
  * generation, aborts its communicator so the generation ends as superseded at once. */
 void tagc_run_supersede(tagc_run *r, int64_t gen);
 
+/* A leave (any thread): with in-memory copies (--mirror-every), the training loop stops
+ * stepping at its next step boundary, once that step's copy is with the next rank, and waits
+ * there until its generation is superseded or aborted; no effect without copies. */
+void tagc_run_hold(tagc_run *r);
+
 /* The output folder's lock (tagc_out_lock) is in worker/out_lock.h. */
 #include "worker/out_lock.h"
 

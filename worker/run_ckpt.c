@@ -292,6 +292,43 @@ static tagc_status agree_resume(tagc_run *t, const tagc_gen_spec *g, tagc_status
   return st;
 }
 
+/* ---------- rebuilding from the in-memory copies ---------- */
+
+tagc_status run_rebuild(tagc_run *t, const tagc_gen_spec *g, int *rebuilt) {
+  *rebuilt = 0;
+  tagc_mirror_choice *ch = malloc(sizeof *ch);
+  if (!ch)
+    return tagc_errorf(TAGC_ENOMEM, "mirror choice");
+  double t0 = tagc_now();
+  int64_t step = 0;
+  tagc_status st = tagc_engine_mirror_restore(t->engine, t->mirror, g->resume_step, ch, &step);
+  if (st == TAGC_OK) {
+    *rebuilt = 1;
+    t->start_step = step;
+    t->rec.n.memory_rebuilds++;
+    if (t->rank == 0)
+      LOG_INFO("train", "rebuilt step %lld from the in-memory copies of %d workers (generation "
+               "%lld) in %.2f s, with %d workers", (long long)step, ch->world,
+               (long long)ch->gen, tagc_now() - t0, t->world);
+  } else if (st == TAGC_ENOTFOUND) {
+    st = TAGC_OK;
+    tagc_clear_error();
+    if (ch->lost_rank >= 0 || ch->found) {
+      t->rec.n.disk_fallbacks++;
+      if (t->rank == 0 && ch->found) /* older than the plan's checkpoint */
+        LOG_WARN("train", "the in-memory copies hold step %lld, older than the plan's checkpoint "
+                 "(step %lld): resuming from disk", (long long)ch->step, (long long)g->resume_step);
+      else if (t->rank == 0)
+        LOG_WARN("train", "no in-memory copy of the shards of rank %d of %d (generation %lld, "
+                 "step %lld) survived: resuming from the disk checkpoint",
+                 ch->lost_rank, ch->lost_world, (long long)ch->lost_gen, (long long)ch->lost_step);
+    }
+    tagc_mirror_clear(t->mirror); /* what follows starts from the disk's state */
+  }
+  free(ch);
+  return st;
+}
+
 /* Chooses, agrees on and loads the resume point (collective). */
 tagc_status run_resume(tagc_run *t, const tagc_gen_spec *g) {
   tagc_ckpt_reader *rd;
@@ -363,6 +400,8 @@ tagc_status run_rollback(tagc_run *t, int64_t step, int64_t *to) {
   if (agreed == TAGC_OK) {
     *to = tagc_ckpt_reader_step(rd);
     t->rollback_at = step;
+    if (t->mirror) /* its copies are of the steps rolled back */
+      tagc_mirror_clear(t->mirror);
     if (t->rank == 0)
         LOG_WARN("train", "rolled back to %s (step %lld) after %lld consecutive non-finite steps "
                "(%lld-%lld)", tagc_ckpt_reader_path(rd), (long long)*to, (long long)t->skip_streak,

@@ -14,6 +14,7 @@
 #include "ckpt/ckpt_saver.h"
 #include "data/data.h"
 #include "engine/engine.h"
+#include "engine/mirror.h"
 #include "worker/fault.h"
 #include "worker/metrics_http.h"
 #include "model/model.h"
@@ -53,6 +54,8 @@ struct tagc_run {
   double save_started;     /* when the latest save was handed to the saver (its barrier's clock) */
   int64_t skip_streak;     /* consecutive steps skipped for a non-finite gradient */
   int64_t rollback_at;     /* the step whose skip made the last rollback, or -1 */
+  tagc_mirror *mirror;     /* elastic mode with --mirror-every: the in-memory copies */
+  _Atomic int hold;        /* tagc_run_hold: stop stepping at the next step boundary */
 
   /* the current generation */
   int64_t gen;
@@ -89,6 +92,12 @@ tagc_status run_save_checkpoint(tagc_run *t, int64_t step);
  * without a checkpoint, TAGC_ENUMERIC with the reason (the run fails). Errors otherwise: the
  * loader's and the agreement's (communication failures, TAGC_ECONFLICT). */
 tagc_status run_rollback(tagc_run *t, int64_t step, int64_t *to);
+
+/* Collective, in a new generation with t->mirror: rebuilds the engine from the in-memory
+ * copies (engine/mirror.h) when every old rank's copy of a step at least the plan's survived
+ * (*rebuilt = 1, t->start_step set); otherwise says which was lost (when any copy existed),
+ * forgets the copies and leaves *rebuilt = 0 for run_resume. Errors: the rebuild's. */
+tagc_status run_rebuild(tagc_run *t, const tagc_gen_spec *g, int *rebuilt);
 
 /* Collective: chooses the resume point of generation g (the plan's checkpoint, else the newest
  * valid one), checks it matches this job, makes every rank agree on (step, manifest CRC) and
