@@ -185,6 +185,12 @@ tagc_status tagc_engine_snapshot(tagc_engine *e, float *const *views);
  * this model and policy. */
 tagc_status tagc_engine_load(tagc_engine *e, tagc_ckpt_reader *rd);
 
+/* Test hook (--check-rebuild): compares this rank's shards (parameters, moments, residual
+ * shard) bit for bit with what tagc_engine_load would read from rd; *compared floats, of
+ * which *mismatched differ (first: the first difference). Errors: the reader's. */
+tagc_status tagc_engine_compare(tagc_engine *e, tagc_ckpt_reader *rd, int64_t *compared,
+                                int64_t *mismatched, char *first, size_t first_cap);
+
 /* Compression state for the manifest (new reference) and its restoration. */
 json_t *tagc_engine_compression_state(const tagc_engine *e);
 tagc_status tagc_engine_set_compression_state(tagc_engine *e, const json_t *state);

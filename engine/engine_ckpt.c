@@ -4,6 +4,7 @@
  * manifest. Called by the compute thread with no step running. */
 #include "engine/engine_internal.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -85,6 +86,53 @@ tagc_status tagc_engine_load(tagc_engine *e, tagc_ckpt_reader *rd) {
     st = load_segment(e, rd, streams, &e->segs[i], host);
   free(host);
   e->canonical = st == TAGC_OK;
+  return st;
+}
+
+tagc_status tagc_engine_compare(tagc_engine *e, tagc_ckpt_reader *rd, int64_t *compared,
+                                int64_t *mismatched, char *first, size_t first_cap) {
+  *compared = *mismatched = 0;
+  if (first_cap)
+    first[0] = '\0';
+  TAGC_CHECK(engine_drain(e));
+  int streams[TAGC_ENGINE_STREAMS];
+  for (int k = 0; k < TAGC_ENGINE_STREAMS; k++)
+    if ((streams[k] = tagc_ckpt_reader_stream_index(rd, stream_names[k])) < 0)
+      return tagc_errorf(TAGC_ECORRUPT, "%s: no '%s' stream", tagc_ckpt_reader_path(rd), stream_names[k]);
+  size_t max_s = 0;
+  for (int i = 0; i < e->n_segs; i++)
+    max_s = e->segs[i].S > max_s ? e->segs[i].S : max_s;
+  float *a = malloc(max_s * sizeof(float)), *b = malloc(max_s * sizeof(float));
+  tagc_status st = a && b ? TAGC_OK : tagc_errorf(TAGC_ENOMEM, "compare buffers");
+  for (int i = 0; st == TAGC_OK && i < e->n_segs; i++) {
+    engine_segment *s = &e->segs[i];
+    int u = tagc_ckpt_reader_unit_index(rd, s->name);
+    if (u < 0) {
+      st = tagc_errorf(TAGC_ECORRUPT, "%s: no unit %s", tagc_ckpt_reader_path(rd), s->name);
+      break;
+    }
+    const float *res = tagc_grad_segment_residual_shard(e->codec, s->codec);
+    const float *live[TAGC_ENGINE_STREAMS] = {s->p, s->m, s->v, res};
+    int64_t lo = (int64_t)((size_t)e->rank * s->S), hi = lo + (int64_t)s->S;
+    for (int k = 0; st == TAGC_OK && k < TAGC_ENGINE_STREAMS; k++) {
+      if (!live[k])
+        continue; /* a policy without residual loads none */
+      st = tagc_ckpt_read(rd, u, streams[k], lo, hi, a);
+      if (st == TAGC_OK)
+        st = tagc_device_copy(e->dev, TAGC_LANE_COMPUTE, b, live[k], s->S * sizeof(float), TAGC_COPY_D2H);
+      for (size_t x = 0; st == TAGC_OK && x < s->S; x++) {
+        if (memcmp(&a[x], &b[x], sizeof(float)) != 0) {
+          if (!*mismatched && first_cap)
+            snprintf(first, first_cap, "%s %s[%zu]: %.9g here, %.9g in the checkpoint", s->name,
+                     stream_names[k], (size_t)lo + x, (double)b[x], (double)a[x]);
+          ++*mismatched;
+        }
+      }
+      *compared += (int64_t)s->S;
+    }
+  }
+  free(a);
+  free(b);
   return st;
 }
 

@@ -339,7 +339,11 @@ static tagc_status fire_fault(tagc_run *t, int64_t step) {
     raise(SIGKILL);
     break;
   case TAGC_FAULT_EXIT:
-    _exit(TAGC_EXIT_FAILURE); /* a process that died: restarted like a crash */
+    /* a process that died (restarted like a crash), once its shard of a save in flight is
+       durable: a fixed point whose checkpoint survives (tests compare with it) */
+    if (t->saver)
+      (void)tagc_ckpt_saver_wait(t->saver);
+    _exit(TAGC_EXIT_FAILURE);
   case TAGC_FAULT_OOM:
     t->fault_cause = TAGC_CAUSE_OOM;
     return tagc_errorf(TAGC_ENOMEM, "injected allocation failure at step %lld", (long long)step);

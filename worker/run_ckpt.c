@@ -294,6 +294,31 @@ static tagc_status agree_resume(tagc_run *t, const tagc_gen_spec *g, tagc_status
 
 /* ---------- rebuilding from the in-memory copies ---------- */
 
+/* --check-rebuild: this rank's rebuilt shards against the checkpoint of the same step. */
+static tagc_status check_rebuild(tagc_run *t, int64_t step) {
+  char path[4200];
+  TAGC_CHECK(tagc_ckpt_step_path(t->ckpt_root, step, 0, path, sizeof path));
+  tagc_ckpt_reader *rd = NULL;
+  if (tagc_ckpt_open(path, TAGC_CKPT_VERIFY_FULL, &rd) != TAGC_OK) {
+    LOG_WARN("train", "rebuild check: no valid checkpoint of step %lld to compare with (%s)",
+             (long long)step, tagc_last_error());
+    tagc_clear_error();
+    return TAGC_OK;
+  }
+  int64_t n = 0, bad = 0;
+  char first[256];
+  tagc_status st = tagc_engine_compare(t->engine, rd, &n, &bad, first, sizeof first);
+  tagc_ckpt_close(rd);
+  TAGC_CHECK(st);
+  if (bad)
+    return tagc_errorf(TAGC_EINTERNAL, "rebuild check: rank %d's shards of step %lld differ from "
+                       "the checkpoint in %lld of %lld floats (first: %s)", t->rank,
+                       (long long)step, (long long)bad, (long long)n, first);
+  LOG_INFO("train", "rebuild check: rank %d's shards of step %lld equal the checkpoint's bit for "
+           "bit (%lld floats)", t->rank, (long long)step, (long long)n);
+  return TAGC_OK;
+}
+
 tagc_status run_rebuild(tagc_run *t, const tagc_gen_spec *g, int *rebuilt) {
   *rebuilt = 0;
   tagc_mirror_choice *ch = malloc(sizeof *ch);
@@ -326,6 +351,8 @@ tagc_status run_rebuild(tagc_run *t, const tagc_gen_spec *g, int *rebuilt) {
     tagc_mirror_clear(t->mirror); /* what follows starts from the disk's state */
   }
   free(ch);
+  if (st == TAGC_OK && *rebuilt && t->cfg->check_rebuild)
+    st = check_rebuild(t, t->start_step);
   return st;
 }
 

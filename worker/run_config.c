@@ -79,6 +79,9 @@ static const tagc_opt train_opts[] = {
      "line) instead of refusing to start"},
     {"stop-at", TAGC_OPT_INT, OFF(stop_at), "0", 0, 1e9, NULL,
      "stop after this step as if interrupted, without changing the schedule (0 = run to --steps)"},
+    {"check-rebuild", TAGC_OPT_BOOL, OFF(check_rebuild), "false", 0, -1, NULL,
+     "test hook: after a rebuild from the in-memory copies, compare every rank's shards bit for "
+     "bit with the checkpoint of the same step when there is one (a difference fails the run)"},
     {"check-feedback", TAGC_OPT_BOOL, OFF(check_feedback), "false", 0, -1, NULL,
      "test hook: measure error-feedback mass conservation each step (metrics: feedback_error)"},
     {"fault", TAGC_OPT_STRING, OFF(fault), "", 0, -1, NULL,

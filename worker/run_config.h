@@ -57,6 +57,7 @@ typedef struct tagc_train_config {
   char *reshard_after_forward; /* "auto", "true" or "false" */
   double max_gather_mem; /* MiB of gathered parameters `auto` may hold for a step; 0 = default */
   char *fault;        /* fault spec (see worker/fault.h) */
+  int check_rebuild;          /* test hook: compare a memory rebuild with the disk checkpoint */
   int64_t mirror_every;        /* in-memory copy to the next rank every N steps (0 = off) */
   int64_t max_nonfinite_skips; /* consecutive skipped (non-finite) steps before a rollback */
   char *etcd;         /* etcd endpoints: elastic mode */
