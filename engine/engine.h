@@ -112,6 +112,10 @@ typedef struct tagc_step_stats {
   int nonfinite;          /* 1: a rank saw a non-finite loss or gradient and every rank
                              skipped the step (parameters, moments, residuals unchanged) */
   int nonfinite_ranks;    /* how many ranks reported one (0 when only the sums overflowed) */
+  /* set by the caller of tagc_engine_mirror_push for the step (worker/run.c): its seconds
+     (also counted in step_s) and the image bytes sent (not in bytes_sent) */
+  double mirror_s;
+  uint64_t mirror_bytes;
 } tagc_step_stats;
 
 /* Creates the engine: layout of segments, shards, buffers, and the parameters initialised

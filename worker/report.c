@@ -3,6 +3,7 @@
 #include <cblas.h>
 #include <errno.h>
 #include <math.h>
+#include <sys/resource.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -96,6 +97,8 @@ void tagc_report_step(tagc_report *rp, const tagc_step_stats *ss) {
   for (int m = 0; m < TAGC_ENC_COUNT; m++)
     tt->paths[m] += ss->path_fraction[m];
   tt->resharded += ss->reshard;
+  tt->mirror_s += ss->mirror_s;
+  tt->mirror_bytes += (double)ss->mirror_bytes;
 }
 
 void tagc_report_val_loss(tagc_report *rp, double val_loss) { rp->val = val_loss; }
@@ -178,6 +181,9 @@ static void write_metrics(tagc_report *rp, int64_t step, const tagc_step_stats *
   if (ss->gather)
     json_object_set_new(m, "gather", json_string(ss->gather));
   json_object_set_new(m, "reshard", json_boolean(ss->reshard));
+  if (ss->mirror_bytes) /* this step's in-memory copy (also in step_s) */
+    json_object_update_new(m, json_pack("{s:I, s:f}", "mirror_bytes",
+                                        (json_int_t)ss->mirror_bytes, "mirror_s", ss->mirror_s));
   json_object_set_new(m, "batch_crc32c", json_integer(batch_crc(rp, step)));
   json_object_set_new(m, "nonfinite_skips", json_integer(ss->nonfinite));
   if (!isfinite(step_ss->loss))
@@ -369,6 +375,11 @@ static tagc_status write_summary(tagc_report *rp, const tagc_report_final *f, co
   json_object_set_new(s, "nonfinite_skips", json_integer(rec->nonfinite_skips));
   json_object_set_new(s, "nonfinite_rollbacks", json_integer(rec->rollbacks));
   json_object_set_new(s, "memory_rebuilds", json_integer(rec->memory_rebuilds));
+  json_object_set_new(s, "mirror_bytes_per_step", json_real(tt->mirror_bytes / n));
+  json_object_set_new(s, "mirror_s_per_step", json_real(tt->mirror_s / n));
+  struct rusage ru;
+  if (getrusage(RUSAGE_SELF, &ru) == 0) /* this process's peak resident memory */
+    json_object_set_new(s, "peak_rss_bytes", json_integer((json_int_t)ru.ru_maxrss * 1024));
   json_object_set_new(s, "disk_fallbacks", json_integer(rec->disk_fallbacks));
   json_object_set(s, "model", f->model);
   if (f->ckpt)

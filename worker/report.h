@@ -50,6 +50,7 @@ typedef struct tagc_report_totals {
   double coverage; /* sum over steps of the fraction of tagc elements sent as sketches */
   double paths[TAGC_ENC_COUNT]; /* sums over steps of tagc_step_stats.path_fraction */
   double resharded; /* steps that gathered units again for backward (ZeRO-3) */
+  double mirror_s, mirror_bytes; /* in-memory copies (--mirror-every): seconds, bytes sent */
   int64_t steps;  /* steps run by this process, recomputed ones included */
   double *step_s; /* per step, for the median */
   int64_t n_times, step_cap;

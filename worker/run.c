@@ -148,7 +148,7 @@ void tagc_run_abort(tagc_run *r) {
 }
 
 void tagc_run_hold(tagc_run *r) {
-  if (r->cfg->mirror_every > 0 && r->elastic)
+  if (r->mirror && r->elastic)
     r->hold = 1;
 }
 
@@ -259,7 +259,8 @@ static tagc_status gen_begin(tagc_run *t, const tagc_gen_spec *g) {
                                                 : tagc_compress_warmup_auto(cfg->warmup, cfg->steps);
   ec.op_delay_s = t->faults.slow_s;
   TAGC_CHECK(tagc_engine_new(&ec, &t->engine));
-  if (t->elastic && cfg->mirror_every > 0 && !t->mirror)
+  t->mirror_k = cfg->mirror_every >= 0 ? cfg->mirror_every : t->elastic ? 1 : 0;
+  if (t->mirror_k > 0 && !t->mirror)
     TAGC_CHECK(tagc_mirror_new(&t->mirror));
   int rebuilt = 0;
   if (t->mirror)
@@ -617,8 +618,13 @@ static tagc_status train(tagc_run *t, tagc_gen_result *res) {
         ((step + 1) % cfg->ckpt_every == 0 || last))
       st = run_save_checkpoint(t, step + 1);
     /* the in-memory copy: after the save, so that it holds what the checkpoint holds */
-    if (st == TAGC_OK && t->mirror && !rollback && (step + 1) % cfg->mirror_every == 0)
+    if (st == TAGC_OK && t->mirror && !rollback && (step + 1) % t->mirror_k == 0) {
+      double m0 = tagc_now();
       st = tagc_engine_mirror_push(t->engine, t->mirror, t->gen, step + 1);
+      ss.mirror_s = tagc_now() - m0;
+      ss.step_s += ss.mirror_s;
+      ss.mirror_bytes = t->world > 1 ? tagc_mirror_image_bytes(t->mirror) : 0;
+    }
     tagc_report_step(&t->report, &ss);
     publish_sample(t, step + 1, &ss);
     double val = NAN;

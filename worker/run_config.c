@@ -87,10 +87,11 @@ static const tagc_opt train_opts[] = {
     {"fault", TAGC_OPT_STRING, OFF(fault), "", 0, -1, NULL,
      "arm fault points: crash|exit|oom|hang|drop|nan@STEP, nan@FIRST-LAST, slow=SECONDS, "
      "ckpt:STAGE (also TAGC_FAULT)"},
-    {"mirror-every", TAGC_OPT_INT, OFF(mirror_every), "1", 0, 1e9, NULL,
-     "elastic mode: every N steps each worker also sends its whole training state to the next "
-     "rank, so that after a failure or a leave the survivors rebuild the last such step from "
-     "memory and joiners heal from live peers (0 = off: recovery from the disk checkpoint)"},
+    {"mirror-every", TAGC_OPT_INT, OFF(mirror_every), "-1", -1, 1e9, NULL,
+     "every N steps each worker also sends its whole training state to the next rank, so that "
+     "after a failure or a leave the survivors rebuild the last such step from memory and "
+     "joiners heal from live peers (0 = off: recovery from the disk checkpoint; -1 = 1 in "
+     "elastic mode, 0 in a static run, which has no recovery)"},
     {"max-nonfinite-skips", TAGC_OPT_INT, OFF(max_nonfinite_skips), "3", 1, 1e6, NULL,
      "after this many consecutive steps skipped for a non-finite gradient, roll back to the "
      "newest valid checkpoint (docs/operations.md)"},

@@ -54,7 +54,8 @@ struct tagc_run {
   double save_started;     /* when the latest save was handed to the saver (its barrier's clock) */
   int64_t skip_streak;     /* consecutive steps skipped for a non-finite gradient */
   int64_t rollback_at;     /* the step whose skip made the last rollback, or -1 */
-  tagc_mirror *mirror;     /* elastic mode with --mirror-every: the in-memory copies */
+  tagc_mirror *mirror;     /* with --mirror-every: the in-memory copies */
+  int64_t mirror_k;        /* --mirror-every in effect (0: no copies) */
   _Atomic int hold;        /* tagc_run_hold: stop stepping at the next step boundary */
 
   /* the current generation */
