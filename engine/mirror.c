@@ -2,6 +2,7 @@
  * rebuild of a new generation's shards from the images that survived. */
 #include "engine/mirror.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -35,6 +36,14 @@ struct tagc_mirror {
   void *stage;
   size_t stage_cap;
 };
+
+int64_t tagc_mirror_period(double copy_s, double step_s, double budget) {
+  double per = budget * step_s;
+  if (!(per > 0) || !(copy_s > 0))
+    return 1;
+  double k = ceil(copy_s / per - 1e-9); /* a copy of exactly the budget: every step */
+  return k < 1 ? 1 : k > 100000 ? 100000 : (int64_t)k;
+}
 
 tagc_status tagc_mirror_new(tagc_mirror **out) {
   *out = calloc(1, sizeof **out);

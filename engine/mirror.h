@@ -64,6 +64,11 @@ typedef struct tagc_mirror_choice {
  * provider = the lowest new rank holding it. Old worlds above 1024 ranks are not chosen. */
 void tagc_mirror_choose(const tagc_mirror_entry *entries, int world_new, tagc_mirror_choice *out);
 
+/* Pure: the copies' period (steps) that keeps copy_s per copy within `budget` (a fraction) of
+ * step_s per step: ceil(copy_s / (budget * step_s)), at least 1 and at most 100000 (1 when
+ * step_s or budget is not positive). */
+int64_t tagc_mirror_period(double copy_s, double step_s, double budget);
+
 tagc_status tagc_mirror_new(tagc_mirror **out);
 void tagc_mirror_free(tagc_mirror *m); /* NULL is fine */
 

@@ -17,6 +17,7 @@
 void tagc_report_init(tagc_report *rp, const tagc_report_config *c) {
   memset(rp, 0, sizeof *rp);
   rp->c = *c;
+  rp->first_step = -1;
   tagc_device_get_info(c->device, &rp->dev_info);
   if (c->http) { /* the job label from the first scrape on */
     rp->sample = tagc_worker_sample_empty();
@@ -49,6 +50,8 @@ void tagc_report_generation(tagc_report *rp, int64_t gen, int rank, int world) {
 }
 
 tagc_status tagc_report_open_metrics(tagc_report *rp, int64_t start_step) {
+  if (rp->first_step < 0)
+    rp->first_step = start_step;
   if (rp->rank != 0 || rp->metrics)
     return TAGC_OK;
   char path[4200];
@@ -371,6 +374,13 @@ static tagc_status write_summary(tagc_report *rp, const tagc_report_final *f, co
   json_object_set_new(s, "recoveries", json_integer(rec->recoveries));
   json_object_set_new(s, "max_recovery_s", json_real(rec->max_recovery_s));
   json_object_set_new(s, "max_pause_s", json_real(rec->max_pause_s));
+  json_object_set_new(s, "max_regain_s", json_real(rec->max_regain_s));
+  /* the fault-free time of the steps this process committed (at the median step time) over
+     its wall time: what the failures, restarts and start-up cost */
+  int64_t first = rp->first_step >= 0 ? rp->first_step : f->resumed_from;
+  json_object_set_new(s, "goodput", json_real(wall > 0 && f->step > first
+                                                  ? (double)(f->step - first) * median / wall
+                                                  : 0.0));
   json_object_set_new(s, "steps_lost", json_integer(rec->steps_lost));
   json_object_set_new(s, "nonfinite_skips", json_integer(rec->nonfinite_skips));
   json_object_set_new(s, "nonfinite_rollbacks", json_integer(rec->rollbacks));

@@ -40,6 +40,9 @@ typedef struct tagc_recovery_counts {
   int recovering;                         /* a failure awaits its first completed step */
   int64_t nonfinite_skips;                /* steps skipped for a non-finite gradient */
   int rollbacks;                          /* rollbacks after too many skips in a row */
+  /* the last completed step before a failure -> that step completed again (recomputation
+     included; equal to the recovery when no step was lost) */
+  double max_regain_s, last_regain_s;
   int memory_rebuilds;                    /* generations rebuilt from in-memory copies */
   int disk_fallbacks;                     /* ... that had to resume from disk instead */
 } tagc_recovery_counts;
@@ -72,6 +75,7 @@ typedef struct tagc_report {
   tagc_report_progress_fn progress; /* elastic mode: progress records; else NULL */
   void *progress_ctx;
   int64_t gen;                /* the current (or last) generation */
+  int64_t first_step;         /* the step this process's first generation started from, or -1 */
   int rank, world;
   FILE *metrics;              /* OUT/metrics.jsonl while this process is rank 0 */
   tagc_report_totals tt;

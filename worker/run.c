@@ -260,6 +260,10 @@ static tagc_status gen_begin(tagc_run *t, const tagc_gen_spec *g) {
   ec.op_delay_s = t->faults.slow_s;
   TAGC_CHECK(tagc_engine_new(&ec, &t->engine));
   t->mirror_k = cfg->mirror_every >= 0 ? cfg->mirror_every : t->elastic ? 1 : 0;
+  t->mirror_auto = cfg->mirror_every < 0 && t->elastic;
+  t->mirror_pushes = 0;
+  t->mirror_cost_s = t->mirror_step_s = 0;
+  t->mirror_steps = 0;
   if (t->mirror_k > 0 && !t->mirror)
     TAGC_CHECK(tagc_mirror_new(&t->mirror));
   int rebuilt = 0;
@@ -457,6 +461,12 @@ static void note_recovery(tagc_run *t, int64_t step) {
   if (rec->last_step_at > 0 && now - rec->last_step_at > rec->n.max_pause_s)
     rec->n.max_pause_s = now - rec->last_step_at;
   rec->last_step_at = now;
+  if (rec->regaining && step + 1 >= rec->regain_step) {
+    rec->regaining = 0;
+    rec->n.last_regain_s = now - rec->regain_since;
+    if (rec->n.last_regain_s > rec->n.max_regain_s)
+      rec->n.max_regain_s = rec->n.last_regain_s;
+  }
   if (!rec->n.recovering)
     return;
   double s = now - rec->pending_since;
@@ -467,6 +477,15 @@ static void note_recovery(tagc_run *t, int64_t step) {
   if (s > rec->n.max_recovery_s)
     rec->n.max_recovery_s = s;
   rec->n.recovering = 0;
+  rec->regaining = 1; /* done at once when nothing was lost */
+  rec->regain_since = rec->pending_since;
+  rec->regain_step = rec->failed_at_step;
+  if (step + 1 >= rec->regain_step) {
+    rec->regaining = 0;
+    rec->n.last_regain_s = s;
+    if (s > rec->n.max_regain_s)
+      rec->n.max_regain_s = s;
+  }
   if (t->rank == 0)
     LOG_WARN("train", "recovered from %s at step %lld in %.2f s with %d workers, %lld steps recomputed",
              rec->pending_kind, (long long)(step + 1), s, t->world, (long long)(lost > 0 ? lost : 0));
@@ -583,6 +602,47 @@ static tagc_status write_end(tagc_run *t, const tagc_gen_result *res, const fina
   return TAGC_OK;
 }
 
+/* A copy is due after `done` steps: every mirror_k steps (counted from the generation's start
+ * under auto, whose period changes). */
+static int mirror_due(const tagc_run *t, int64_t done) {
+  if (t->mirror_k <= 0)
+    return 0;
+  if (!t->mirror_auto)
+    return done % t->mirror_k == 0;
+  return t->mirror_pushes == 0 || done - t->mirror_last >= t->mirror_k;
+}
+
+/* --mirror-every -1: after the 2nd, 8th and then every 32nd copy of a generation, the period
+ * that keeps the copies within --mirror-budget of the step time, from the slowest rank's
+ * measured copy and step seconds (one all-gather: every rank gets the same period). */
+static tagc_status mirror_choose_period(tagc_run *t, int64_t step) {
+  int64_t n = t->mirror_pushes;
+  if (n != 2 && n != 8 && n % 32 != 0)
+    return TAGC_OK;
+  double mine[2] = {t->mirror_cost_s / (double)n,
+                    t->mirror_steps ? t->mirror_step_s / (double)t->mirror_steps : 0};
+  double worst[2] = {mine[0], mine[1]};
+  if (t->world > 1) {
+    double *all = calloc((size_t)t->world * 2, sizeof *all);
+    if (!all)
+      return tagc_errorf(TAGC_ENOMEM, "copy costs of %d ranks", t->world);
+    tagc_status st = tagc_device_allgather_host(t->device, t->comm, mine, all, sizeof mine, NULL,
+                                                t->cfg->op_timeout);
+    for (int r = 0; st == TAGC_OK && r < t->world; r++)
+      for (int k = 0; k < 2; k++)
+        worst[k] = all[2 * r + k] > worst[k] ? all[2 * r + k] : worst[k];
+    free(all);
+    TAGC_CHECK(st);
+  }
+  int64_t k = tagc_mirror_period(worst[0], worst[1], t->cfg->mirror_budget);
+  if (k != t->mirror_k && t->rank == 0)
+    LOG_INFO("train", "in-memory copies every %lld steps from step %lld (a copy takes %.3f s, a "
+             "step %.3f s; budget %.0f %%): up to %lld steps at risk per failure", (long long)k,
+             (long long)step, worst[0], worst[1], 100 * t->cfg->mirror_budget, (long long)(k - 1));
+  t->mirror_k = k;
+  return TAGC_OK;
+}
+
 /* The training loop: res->step follows the steps completed (a failure's step), res->end is
  * set once the loop is done. Returns the first failure, fired faults included. */
 static tagc_status train(tagc_run *t, tagc_gen_result *res) {
@@ -618,12 +678,19 @@ static tagc_status train(tagc_run *t, tagc_gen_result *res) {
         ((step + 1) % cfg->ckpt_every == 0 || last))
       st = run_save_checkpoint(t, step + 1);
     /* the in-memory copy: after the save, so that it holds what the checkpoint holds */
-    if (st == TAGC_OK && t->mirror && !rollback && (step + 1) % t->mirror_k == 0) {
+    t->mirror_step_s += ss.step_s;
+    t->mirror_steps++;
+    if (st == TAGC_OK && t->mirror && !rollback && mirror_due(t, step + 1)) {
       double m0 = tagc_now();
       st = tagc_engine_mirror_push(t->engine, t->mirror, t->gen, step + 1);
       ss.mirror_s = tagc_now() - m0;
       ss.step_s += ss.mirror_s;
       ss.mirror_bytes = t->world > 1 ? tagc_mirror_image_bytes(t->mirror) : 0;
+      t->mirror_last = step + 1;
+      t->mirror_pushes++;
+      t->mirror_cost_s += ss.mirror_s;
+      if (st == TAGC_OK && t->mirror_auto)
+        st = mirror_choose_period(t, step + 1);
     }
     tagc_report_step(&t->report, &ss);
     publish_sample(t, step + 1, &ss);

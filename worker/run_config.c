@@ -90,8 +90,12 @@ static const tagc_opt train_opts[] = {
     {"mirror-every", TAGC_OPT_INT, OFF(mirror_every), "-1", -1, 1e9, NULL,
      "every N steps each worker also sends its whole training state to the next rank, so that "
      "after a failure or a leave the survivors rebuild the last such step from memory and "
-     "joiners heal from live peers (0 = off: recovery from the disk checkpoint; -1 = 1 in "
-     "elastic mode, 0 in a static run, which has no recovery)"},
+     "joiners heal from live peers (0 = off: recovery from the disk checkpoint; -1 = auto in "
+     "elastic mode: every step while a copy costs at most --mirror-budget of a step, else "
+     "less often; 0 in a static run, which has no recovery)"},
+    {"mirror-budget", TAGC_OPT_DOUBLE, OFF(mirror_budget), "0.05", 0.001, 100, NULL,
+     "--mirror-every -1: the largest fraction of the step time the copies may cost (the period "
+     "is chosen from their measured cost, the same on every rank)"},
     {"max-nonfinite-skips", TAGC_OPT_INT, OFF(max_nonfinite_skips), "3", 1, 1e6, NULL,
      "after this many consecutive steps skipped for a non-finite gradient, roll back to the "
      "newest valid checkpoint (docs/operations.md)"},

@@ -58,7 +58,8 @@ typedef struct tagc_train_config {
   double max_gather_mem; /* MiB of gathered parameters `auto` may hold for a step; 0 = default */
   char *fault;        /* fault spec (see worker/fault.h) */
   int check_rebuild;          /* test hook: compare a memory rebuild with the disk checkpoint */
-  int64_t mirror_every;        /* in-memory copy to the next rank every N steps (0 = off) */
+  int64_t mirror_every;        /* in-memory copy to the next rank every N steps (0 = off, -1 auto) */
+  double mirror_budget;        /* auto: largest fraction of the step time the copies may cost */
   int64_t max_nonfinite_skips; /* consecutive skipped (non-finite) steps before a rollback */
   char *etcd;         /* etcd endpoints: elastic mode */
   char *job;

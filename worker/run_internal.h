@@ -27,6 +27,9 @@ typedef struct recovery {
                              (the failure itself when no step completed before it) */
   double last_step_at;    /* when the latest step completed (tagc_now), 0 before the first */
   int64_t failed_at_step;
+  int regaining;          /* a recovered failure's lost steps are being recomputed */
+  double regain_since;    /* its pending_since */
+  int64_t regain_step;    /* the step to complete again (its failed_at_step) */
   char pending_kind[16];
 } recovery;
 
@@ -55,7 +58,12 @@ struct tagc_run {
   int64_t skip_streak;     /* consecutive steps skipped for a non-finite gradient */
   int64_t rollback_at;     /* the step whose skip made the last rollback, or -1 */
   tagc_mirror *mirror;     /* with --mirror-every: the in-memory copies */
-  int64_t mirror_k;        /* --mirror-every in effect (0: no copies) */
+  int64_t mirror_k;        /* the copies' period in effect (0: no copies) */
+  int mirror_auto;         /* --mirror-every -1 in elastic mode: mirror_k from the costs */
+  int64_t mirror_last;     /* the step of the last copy in this generation */
+  int64_t mirror_pushes;   /* copies in this generation */
+  double mirror_cost_s, mirror_step_s; /* since the last choice: copy seconds, step seconds */
+  int64_t mirror_steps;    /* ... and steps */
   _Atomic int hold;        /* tagc_run_hold: stop stepping at the next step boundary */
 
   /* the current generation */

@@ -5,8 +5,10 @@ summary.json (and the coordinator must not declare the job done before it is wri
      generation resumes the final checkpoint, has nothing to train, gathers and writes the
      summary;
   2. while writing its shard of the final checkpoint (fault ckpt:mid-write, the only save):
-     no checkpoint is committed, the generation fails at the final gather, and the survivors
-     redo the job from the start with W = 2."""
+     no checkpoint is committed and the generation fails at the final gather; the survivors
+     rebuild the final step from the in-memory copies (its copy went to its buddy before it
+     died) and only gather and summarise; with --mirror-every 0 they redo the job from the
+     start with W = 2."""
 import json
 import os
 import sys
@@ -19,10 +21,10 @@ STEPS = 30
 check = Checks()
 
 
-def scenario(name, ckpt_every, fault, marker):
+def scenario(name, ckpt_every, fault, marker, *extra):
     c = Cluster(bindir)
     try:
-        common = job_args(STEPS, ckpt_every, 12, "none")
+        common = job_args(STEPS, ckpt_every, 12, "none", *extra)
         if fault.startswith("ckpt:"):  # checkpoint faults are armed by TAGC_FAULT
             out = c.start_job(common, worker_env={"w2": {"TAGC_FAULT": fault}})
         else:
@@ -45,7 +47,10 @@ def scenario(name, ckpt_every, fault, marker):
 
 steps = scenario("after the last step", 10, "crash@%d" % STEPS, "fault injected at step %d: crash" % STEPS)
 check(steps == list(range(1, STEPS + 1)), "after the last step: every step trained once")
-steps = scenario("in the final save", STEPS, "ckpt:mid-write", "mid-write")
+steps = scenario("in the final save", STEPS, "ckpt:mid-write", "mid-write", "--mirror-every", "1")
+check(steps == list(range(1, STEPS + 1)),
+      "in the final save: every step trained once, the final step rebuilt from memory (steps %s)" % steps)
+steps = scenario("in the final save, no copies", STEPS, "ckpt:mid-write", "mid-write", "--mirror-every", "0")
 check(steps.count(1) == 2 and sorted(set(steps)) == list(range(1, STEPS + 1)),
-      "in the final save: the job was redone from the start to step %d (steps %s)" % (STEPS, steps))
+      "in the final save, no copies: the job was redone from the start to step %d (steps %s)" % (STEPS, steps))
 check.exit()

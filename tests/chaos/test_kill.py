@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""SIGKILL of 1 of 3 workers mid-step: the other 2 rebuild in-process (same PIDs before and
+"""SIGKILL of 1 of 3 workers mid-step, the disk path (--mirror-every 0; chaos_mirror tests the
+in-memory copies): the other 2 rebuild in-process (same PIDs before and
 after), reshard from the last checkpoint to W = 2 and finish; recovery (failure -> first
 completed step) <= 5 s with the default lease TTL; the loss sequence after recovery equals a
 fault-free run that resumed the same checkpoint with W = 2 (same math, bit for bit)."""
@@ -16,7 +17,7 @@ from harness import Checks, Cluster, job_args, metrics, wait_for  # noqa: E402
 
 bindir = sys.argv[1]
 STEPS = 60
-common = job_args(STEPS, 10, 12, "none", "--ckpt-keep-last", "0")
+common = job_args(STEPS, 10, 12, "none", "--ckpt-keep-last", "0", "--mirror-every", "0")
 check = Checks()
 
 

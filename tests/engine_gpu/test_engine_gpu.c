@@ -25,7 +25,8 @@
  *    byte is freed with the engine;
  *  - snapshot: at world size 1 the "param" views equal the gathered parameters bit for bit;
  *    saved as a checkpoint and loaded into a fresh engine on the device, the next step of
- *    both engines gives identical loss and parameters;
+ *    both engines gives identical loss and parameters; the same for an in-memory copy
+ *    (engine/mirror.h: device to host into the image, host to device in the rebuild);
  *  - "cuda:99" is refused with TAGC_EINVAL or TAGC_EUNSUPPORTED;
  *  - a NaN injected into the gradient at step 1 (fault nan), on the CPU and on the device: the
  *    step is reported skipped and leaves parameters, moments and residual bit-identical; the
@@ -55,6 +56,7 @@
 #include "engine/device.h"
 #include "engine/engine.h"
 #include "engine/grad_codec.h"
+#include "engine/mirror.h"
 #include "engine/policy.h"
 
 #define STEPS 3
@@ -206,6 +208,42 @@ static void snapshot_round_trip(tagc_device *dev, tagc_engine *e, const float *g
   free(ranges);
 }
 
+/* The in-memory copy's path on the device (engine/mirror.h, issue 26): e's state copied into
+ * a mirror (device to host), rebuilt into a fresh engine on the same device (host to
+ * device); the next step of both gives identical loss and parameters. */
+static void mirror_round_trip(tagc_device *dev, tagc_engine *e, int64_t next) {
+  tagc_mirror *m = NULL;
+  CHECK_OK(tagc_mirror_new(&m));
+  tagc_engine *fresh = NULL;
+  tagc_engine_config cfg = engine_config(dev);
+  CHECK_OK(tagc_engine_new(&cfg, &fresh));
+  if (!m || !fresh)
+    return;
+  CHECK_OK(tagc_engine_mirror_push(e, m, 1, next));
+  tagc_mirror_choice *ch = malloc(sizeof *ch);
+  int64_t step = 0;
+  CHECK_OK(tagc_engine_mirror_restore(fresh, m, 0, ch, &step));
+  CHECK_MSG(step == next && ch->found && ch->world == 1, "rebuilt step %lld (want %lld)",
+            (long long)step, (long long)next);
+  size_t bytes = layout.n_params * sizeof(float);
+  float *a = malloc(bytes), *b = malloc(bytes);
+  tagc_step_stats sa = {0}, sb = {0};
+  CHECK_OK(tagc_engine_step(e, &corpus, next, &sa));
+  CHECK_OK(tagc_engine_step(fresh, &corpus, next, &sb));
+  CHECK_OK(tagc_engine_gather_params(e, a));
+  CHECK_OK(tagc_engine_gather_params(fresh, b));
+  printf("  step %lld after an in-memory copy round trip: loss %.9g (copied engine %.9g)\n",
+         (long long)next, sb.loss, sa.loss);
+  CHECK_MSG(sa.loss == sb.loss && memcmp(a, b, bytes) == 0, "the engine rebuilt from the "
+            "in-memory copy does not continue like the one copied (loss %.17g vs %.17g)",
+            sb.loss, sa.loss);
+  free(a);
+  free(b);
+  free(ch);
+  tagc_engine_free(fresh);
+  tagc_mirror_free(m);
+}
+
 /* The device run: training, usage figures, the snapshot round trip (first run only). */
 static void device_run(tagc_device_compute compute, run_result *r, int round_trip) {
   double t0 = tagc_now();
@@ -230,8 +268,10 @@ static void device_run(tagc_device_compute compute, run_result *r, int round_tri
   CHECK_MSG(peak >= 5 * layout.n_params * sizeof(float), "peak %llu bytes is below the 5 "
             "fp32 copies of the %zu parameters the engine keeps", (unsigned long long)peak,
             layout.n_params);
-  if (e && round_trip)
-    snapshot_round_trip(dev, e, r->params);
+  if (e && round_trip) {
+    snapshot_round_trip(dev, e, r->params); /* it also runs step STEPS */
+    mirror_round_trip(dev, e, STEPS + 1);
+  }
   tagc_engine_free(e);
   tagc_device_usage(dev, &current, &peak);
   CHECK_MSG(current == 0, "%llu device bytes still allocated after the engine was freed",
