@@ -64,11 +64,13 @@ shape() { # shape RATE|unlimited: egress of both ends of every worker link
 # A policy is COMPRESS[/GATHER[/RESHARD]]: the --compress spec, then optionally the --gather
 # precision (default auto: bf16 when anything is compressed) and --reshard-after-forward
 # (default auto: true, except that --compress auto may keep the gathered units); e.g.
-# none/fp32 = fp32 ZeRO-3, none/int8/false, bf16, tagc, auto.
+# none/fp32 = fp32 ZeRO-3, none/int8/false, bf16, tagc, auto. A fourth field is --mirror-every
+# (default 0: these static runs have no recovery): auto/auto/auto/1 times the in-memory copies.
 spec_of() {
-  local compress gather reshard
-  IFS=/ read -r compress gather reshard <<<"$1"
-  echo "--compress $compress --gather ${gather:-auto} --reshard-after-forward ${reshard:-auto}"
+  local compress gather reshard mirror
+  IFS=/ read -r compress gather reshard mirror <<<"$1"
+  echo "--compress $compress --gather ${gather:-auto} --reshard-after-forward ${reshard:-auto}" \
+       "--mirror-every ${mirror:-0}"
 }
 
 run() { # run W POLICY LINK -> prints one result line
@@ -112,6 +114,9 @@ print(json.dumps({"w": w, "policy": policy, "link": link, "step_s": s["step_s_me
                   "sketch": s.get("paths", {}).get("sketch", 0.0),
                   "int8": s.get("paths", {}).get("int8", 0.0),
                   "gather": last.get("gather", "fp32"), "reshard": last.get("reshard", True),
+                  "mirror_s": s.get("mirror_s_per_step", 0.0),
+                  "mirror_bytes": s.get("mirror_bytes_per_step", 0.0),
+                  "rss": s.get("peak_rss_bytes", 0),
                   "fixed": not policy.startswith("auto")}))
 PY
 }
@@ -139,7 +144,8 @@ print("%-3s %-9s %-16s %9s %7s %7s %8s %8s %8s %9s %7s %5s %-5s %-7s" % (
     "val_loss", "sketch%", "int8%", "gathr", "reshard"))
 for (w, link), g in groups.items():
     base = g[0]  # the first policy: fp32 ZeRO-3 (none/fp32)
-    best = min((r for r in g if r["fixed"]), key=lambda r: r["step_s"])
+    fixed_rows = [r for r in g if r["fixed"]]
+    best = min(fixed_rows, key=lambda r: r["step_s"]) if fixed_rows else None
     for r in g:
         same = [n for n in g if n["policy"].startswith("none") and n["gather"] == r["gather"]
                 and n["reshard"] == r["reshard"]]
@@ -150,7 +156,7 @@ for (w, link), g in groups.items():
             100 * r["exposed_s"] / r["comm_s"] if r["comm_s"] else 0, r["val_loss"],
             100 * r["sketch"], 100 * r["int8"], r["gather"], str(r["reshard"]).lower()))
     for r in g:
-        if not r["fixed"]:
+        if not r["fixed"] and best:
             print("    %s at W=%s %s: %.2fx the best fixed policy (%s)" % (
                 r["policy"], w, link, best["step_s"] / r["step_s"], best["policy"]))
     runs = {}
@@ -166,6 +172,28 @@ for (w, link), g in groups.items():
                 continue
             bp = min(fixed, key=lambda q: med[q])
             print(line + ", %.2fx the best fixed median (%s)" % (med[bp] / med[p], bp))
+    # in-memory copies: a policy P/N (N > 0) against the same P with copies off (P/0 or P),
+    # medians; the period --mirror-every -1 would choose from these costs (5 % budget)
+    import math
+    for p in runs:
+        parts = p.split("/")
+        if len(parts) < 4 or parts[3] in ("", "0"):
+            continue
+        base = "/".join(parts[:3] + ["0"])
+        base = base if base in runs else "/".join(parts[:3])
+        if base not in runs:
+            continue
+        mp = [r for r in g if r["policy"] == p]
+        m_step = sorted(v for v in runs[p])[(len(runs[p]) - 1) // 2]
+        b_step = sorted(v for v in runs[base])[(len(runs[base]) - 1) // 2]
+        m_s = sorted(r["mirror_s"] for r in mp)[(len(mp) - 1) // 2]
+        k = max(1, math.ceil(m_s / (0.05 * b_step) - 1e-9)) if b_step > 0 else 1
+        rss = max(r["rss"] for r in mp) / 2**20
+        rss0 = max(r["rss"] for r in g if r["policy"] == base) / 2**20
+        print("    copies at W=%s %s: %s %.1f ms vs %s %.1f ms: %.3fx; copy %.1f ms, %.1f MB per "
+              "copy and rank; peak RSS %.0f vs %.0f MiB; auto period (5 %%): %d (%d steps at risk)"
+              % (w, link, p, 1e3 * m_step, base, 1e3 * b_step, m_step / b_step, 1e3 * m_s,
+                 mp[0]["mirror_bytes"] / 1e6, rss, rss0, k, k - 1))
 print("x_zero3 = step time of fp32 ZeRO-3 (none/fp32, the first policy) / this one's; x_same = "
       "of `none` with the same gathers (precision, reshard; '-' when not run); MB/step = median "
       "bytes sent per step and rank (bytes_x against fp32 ZeRO-3); gathr/reshard = in effect at "

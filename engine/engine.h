@@ -202,11 +202,12 @@ tagc_status tagc_engine_set_compression_state(tagc_engine *e, const json_t *stat
 /* In-memory redundancy (engine/mirror.h). Collective, with no step running, after step
  * `step` of generation `gen` was applied (and after a checkpoint save of that step, so that
  * the copy holds what the checkpoint holds): copies this rank's state into m and shifts it to
- * rank + 1, receiving rank - 1's. Errors: communication failures (the received slot stays
- * invalid), TAGC_ENOMEM, TAGC_EPEER for a malformed image. */
+ * rank + shift, receiving rank - shift's (tagc_mirror_shift; 1 <= shift < W, any value at
+ * W = 1). Errors: communication failures (the received slot stays invalid), TAGC_ENOMEM,
+ * TAGC_EPEER for a malformed image, TAGC_EINVAL for a bad shift. */
 struct tagc_mirror;
 tagc_status tagc_engine_mirror_push(tagc_engine *e, struct tagc_mirror *m, int64_t gen,
-                                    int64_t step);
+                                    int64_t step, int shift);
 
 /* Collective, in a new engine (any world size), before its first step: rebuilds its shards,
  * residuals and compression state from the images the ranks hold (tagc_mirror_choose), as a

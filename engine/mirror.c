@@ -37,6 +37,22 @@ struct tagc_mirror {
   size_t stage_cap;
 };
 
+int tagc_mirror_shift(const char *const *domains, int world) {
+  int best = 1, best_apart = -1;
+  for (int d = 1; d < world; d++) {
+    int apart = 0;
+    for (int r = 0; r < world; r++)
+      apart += strcmp(domains[r], domains[(r + d) % world]) != 0;
+    if (apart > best_apart) {
+      best = d;
+      best_apart = apart;
+    }
+    if (apart == world)
+      break;
+  }
+  return best;
+}
+
 int64_t tagc_mirror_period(double copy_s, double step_s, double budget) {
   double per = budget * step_s;
   if (!(per > 0) || !(copy_s > 0))
@@ -204,19 +220,23 @@ static tagc_status capture(tagc_engine *e, tagc_mirror *m, int k, int64_t gen, i
   return TAGC_OK;
 }
 
-tagc_status tagc_engine_mirror_push(tagc_engine *e, tagc_mirror *m, int64_t gen, int64_t step) {
+tagc_status tagc_engine_mirror_push(tagc_engine *e, tagc_mirror *m, int64_t gen, int64_t step,
+                                    int shift) {
   TAGC_CHECK(engine_drain(e)); /* the comm thread is idle: this is a collective of the caller */
   int own = older(m, 0);
   TAGC_CHECK(capture(e, m, own, gen, step));
   if (e->world == 1)
     return TAGC_OK;
-  int peer = older(m, 2), w = e->world, from = (e->rank + w - 1) % w;
+  int w = e->world;
+  if (shift < 1 || shift >= w)
+    return tagc_errorf(TAGC_EINVAL, "copy offset %d for world size %d", shift, w);
+  int peer = older(m, 2), from = (e->rank + w - shift) % w;
   size_t bytes = m->image_bytes;
   TAGC_CHECK(ensure_slot(m, peer, bytes));
   size_t sb[w], rb[w];
   memset(sb, 0, sizeof sb);
   memset(rb, 0, sizeof rb);
-  sb[(e->rank + 1) % w] = bytes;
+  sb[(e->rank + shift) % w] = bytes;
   rb[from] = bytes;
   TAGC_CHECK(xfer(e, m, m->slot[own], sb, m->slot[peer], rb));
   image_hdr h;

@@ -64,6 +64,12 @@ typedef struct tagc_mirror_choice {
  * provider = the lowest new rank holding it. Old worlds above 1024 ranks are not chosen. */
 void tagc_mirror_choose(const tagc_mirror_entry *entries, int world_new, tagc_mirror_choice *out);
 
+/* Pure: the buddy offset d (rank r sends its copies to r + d mod W, 1 <= d < W) that keeps
+ * every rank's copy out of its failure domain (domains[r]: a host, node or pod name): the
+ * smallest d for which domains[r] != domains[(r + d) % W] for every r; when none does, the d
+ * separating the most ranks (the smallest of those). 1 for W < 2. */
+int tagc_mirror_shift(const char *const *domains, int world);
+
 /* Pure: the copies' period (steps) that keeps copy_s per copy within `budget` (a fraction) of
  * step_s per step: ceil(copy_s / (budget * step_s)), at least 1 and at most 100000 (1 when
  * step_s or budget is not positive). */

@@ -209,6 +209,49 @@ static tagc_status connect(tagc_run *t, const tagc_gen_spec *g) {
   return TAGC_OK;
 }
 
+/* This worker's failure domain: --failure-domain, $TAGC_FAILURE_DOMAIN, $NODE_NAME (the
+ * Kubernetes downward API), else the host name. */
+static void failure_domain(const tagc_train_config *cfg, char *out, size_t cap) {
+  const char *d = cfg->failure_domain && *cfg->failure_domain ? cfg->failure_domain
+                  : getenv("TAGC_FAILURE_DOMAIN") && *getenv("TAGC_FAILURE_DOMAIN")
+                      ? getenv("TAGC_FAILURE_DOMAIN")
+                      : getenv("NODE_NAME");
+  if (d && *d)
+    snprintf(out, cap, "%s", d);
+  else if (gethostname(out, cap) != 0)
+    snprintf(out, cap, "unknown");
+  out[cap - 1] = '\0';
+}
+
+/* Collective: where this generation's in-memory copies go (rank + t->mirror_shift), from
+ * every rank's failure domain (one all-gather of 64 bytes each). */
+static tagc_status place_copies(tagc_run *t) {
+  enum { CAP = 64 };
+  char mine[CAP] = {0};
+  failure_domain(t->cfg, mine, CAP);
+  char *all = calloc((size_t)t->world, CAP);
+  const char **names = calloc((size_t)t->world, sizeof *names);
+  tagc_status st = all && names ? TAGC_OK : tagc_errorf(TAGC_ENOMEM, "failure domains");
+  if (st == TAGC_OK)
+    st = tagc_device_allgather_host(t->device, t->comm, mine, all, CAP, NULL, t->cfg->op_timeout);
+  if (st == TAGC_OK) {
+    for (int r = 0; r < t->world; r++) {
+      all[(size_t)r * CAP + CAP - 1] = '\0';
+      names[r] = all + (size_t)r * CAP;
+    }
+    t->mirror_shift = tagc_mirror_shift(names, t->world);
+    int apart = 0;
+    for (int r = 0; r < t->world; r++)
+      apart += strcmp(names[r], names[(r + t->mirror_shift) % t->world]) != 0;
+    if (t->rank == 0 && (t->mirror_shift != 1 || (apart < t->world && apart > 0)))
+      LOG_INFO("train", "in-memory copies go to rank + %d: %d of %d ranks' copies are outside "
+               "their failure domain", t->mirror_shift, apart, t->world);
+  }
+  free(all);
+  free(names);
+  return st;
+}
+
 static tagc_status gen_begin(tagc_run *t, const tagc_gen_spec *g) {
   const tagc_train_config *cfg = t->cfg;
   if (g->rank < 0 || g->rank >= g->world)
@@ -266,6 +309,9 @@ static tagc_status gen_begin(tagc_run *t, const tagc_gen_spec *g) {
   t->mirror_steps = 0;
   if (t->mirror_k > 0 && !t->mirror)
     TAGC_CHECK(tagc_mirror_new(&t->mirror));
+  t->mirror_shift = 1;
+  if (t->mirror && t->world > 1)
+    TAGC_CHECK(place_copies(t));
   int rebuilt = 0;
   if (t->mirror)
     TAGC_CHECK(run_rebuild(t, g, &rebuilt));
@@ -682,7 +728,7 @@ static tagc_status train(tagc_run *t, tagc_gen_result *res) {
     t->mirror_steps++;
     if (st == TAGC_OK && t->mirror && !rollback && mirror_due(t, step + 1)) {
       double m0 = tagc_now();
-      st = tagc_engine_mirror_push(t->engine, t->mirror, t->gen, step + 1);
+      st = tagc_engine_mirror_push(t->engine, t->mirror, t->gen, step + 1, t->mirror_shift);
       ss.mirror_s = tagc_now() - m0;
       ss.step_s += ss.mirror_s;
       ss.mirror_bytes = t->world > 1 ? tagc_mirror_image_bytes(t->mirror) : 0;

@@ -93,6 +93,10 @@ static const tagc_opt train_opts[] = {
      "joiners heal from live peers (0 = off: recovery from the disk checkpoint; -1 = auto in "
      "elastic mode: every step while a copy costs at most --mirror-budget of a step, else "
      "less often; 0 in a static run, which has no recovery)"},
+    {"failure-domain", TAGC_OPT_STRING, OFF(failure_domain), "", 0, -1, NULL,
+     "what this worker fails with (a node or pod name; default $TAGC_FAILURE_DOMAIN, else "
+     "$NODE_NAME, else the host name): in-memory copies go to a rank of another domain when "
+     "the ranks' order allows"},
     {"mirror-budget", TAGC_OPT_DOUBLE, OFF(mirror_budget), "0.05", 0.001, 100, NULL,
      "--mirror-every -1: the largest fraction of the step time the copies may cost (the period "
      "is chosen from their measured cost, the same on every rank)"},

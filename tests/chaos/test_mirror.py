@@ -15,6 +15,8 @@ checkpoint to compare with, so that the disk cannot help.
   pairs    4 workers, two exit at step 30 at once: ranks r and r + 2 (each one's copy is with a
            survivor): rebuilt from memory, 0 steps lost; ranks r and r + 1 (r's only copy died
            with r + 1): the disk fallback, logged with the lost rank.
+  domains  4 workers on two failure domains (--failure-domain a a b b): the copies go to
+           rank + 2, and losing a whole domain (ranks 0 and 1) is rebuilt from memory.
   sigterm  3 workers, one SIGTERMed mid-run, no --leave-ckpt-wait: 0 steps lost."""
 import json
 import os
@@ -144,6 +146,31 @@ def part_pairs(adjacent):
         c.close()
 
 
+def part_domains():
+    """w0, w1 on failure domain a, w2, w3 on b: the copies go to rank + 2, so losing domain a
+    (ranks 0 and 1 at once, neighbours) is rebuilt from memory."""
+    c = Cluster(bindir, job="mirror-dom")
+    try:
+        common = job_args(60, 10, 12, "none", "--ckpt-keep-last", "0", "--mirror-every", "1")
+        extra = {n: ["--failure-domain", "a" if n in ("w0", "w1") else "b"] for n in ("w0", "w1", "w2", "w3")}
+        for n in ("w0", "w1"):
+            extra[n] += ["--fault", "exit@30"]
+        out = c.start_job(common, workers=4, min_workers=2, max_workers=4, worker_extra=extra)
+        rc = [c.wait(n, 240) for n in ("w2", "w3")]
+        check(rc == [0, 0], "domains: survivors finished (%s)" % rc)
+        r = ranks(c, ["w0", "w1", "w2", "w3"])
+        check(r == {"w0": 0, "w1": 1, "w2": 2, "w3": 3}, "domains: ranks follow the worker ids: %s" % r)
+        logs = c.log("w0") + c.log("w2") + c.log("w3")
+        check("in-memory copies go to rank + 2: 4 of 4 ranks' copies are outside their failure domain" in logs,
+              "domains: copies placed at rank + 2")
+        s = summary(out)
+        check(s["steps"] == 60 and s["steps_lost"] == 0 and s["memory_rebuilds"] >= 1 and s["disk_fallbacks"] == 0,
+              "domains: losing domain a (ranks 0, 1) rebuilt from memory, steps_lost %d" % s["steps_lost"])
+    finally:
+        check.print_logs(c, ("coord0", "w0", "w1", "w2", "w3")) if not check.ok() else None
+        c.close()
+
+
 def part_sigterm():
     c = Cluster(bindir, job="mirror-term")
     try:
@@ -163,7 +190,7 @@ def part_sigterm():
         c.close()
 
 
-parts = sys.argv[2:] or ["kill", "check", "pairs", "sigterm"]
+parts = sys.argv[2:] or ["kill", "check", "pairs", "domains", "sigterm"]
 for part in parts:
     if part == "kill":
         part_kill()
@@ -172,6 +199,8 @@ for part in parts:
     elif part == "pairs":
         part_pairs(False)
         part_pairs(True)
+    elif part == "domains":
+        part_domains()
     elif part == "sigterm":
         part_sigterm()
 check.exit()

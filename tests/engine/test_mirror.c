@@ -73,6 +73,20 @@ static void test_period(void) {
   CHECK_EQ_INT(tagc_mirror_period(1e9, 1e-3, 0.05), 100000);
 }
 
+static void test_shift(void) {
+  const char *one[] = {"a", "a", "a"};
+  CHECK_EQ_INT(tagc_mirror_shift(one, 3), 1); /* one host: the next rank */
+  const char *pairs[] = {"a", "a", "b", "b"};
+  CHECK_EQ_INT(tagc_mirror_shift(pairs, 4), 2); /* 0 -> 2, 1 -> 3, 2 -> 0, 3 -> 1 */
+  const char *alt[] = {"a", "b", "a", "b"};
+  CHECK_EQ_INT(tagc_mirror_shift(alt, 4), 1);
+  const char *odd[] = {"a", "a", "b"}; /* no offset separates all: d = 1 separates 2 of 3 */
+  CHECK_EQ_INT(tagc_mirror_shift(odd, 3), 1);
+  const char *tri[] = {"a", "a", "a", "b", "b", "b"};
+  CHECK_EQ_INT(tagc_mirror_shift(tri, 6), 3);
+  CHECK_EQ_INT(tagc_mirror_shift(one, 1), 1);
+}
+
 static tagc_model_layout layout;
 static tagc_corpus corpus;
 
@@ -114,7 +128,7 @@ static void test_round_trip(void) {
   tagc_step_stats st;
   for (int s = 0; s < 3; s++)
     CHECK_OK(tagc_engine_step(a, &corpus, s, &st));
-  CHECK_OK(tagc_engine_mirror_push(a, m, 1, 3));
+  CHECK_OK(tagc_engine_mirror_push(a, m, 1, 3, 1));
   tagc_mirror_entry e[K];
   tagc_mirror_entries(m, e);
   CHECK(e[0].step == 3 || e[1].step == 3);
@@ -151,6 +165,7 @@ static void test_round_trip(void) {
 int main(void) {
   test_choose();
   test_period();
+  test_shift();
   test_round_trip();
   return TEST_END();
 }
