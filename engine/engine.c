@@ -576,9 +576,12 @@ tagc_status tagc_engine_step(tagc_engine *e, const tagc_corpus *corpus, int64_t 
                        ? e->cfg.link_rate
                        : tagc_comm_link_peak_rate(tagc_comm_backend_of(e->cfg.comm));
   x->nonfinite = local_bad;
+  x->save_due = e->save_due;
+  e->save_due = 0;
   x->cannot_hold = e->reshard_adaptive && e->slot_cap < e->L->n_units;
   stats->reshard = e->reshard;
   TAGC_CHECK(reduce_scalars(e));
+  stats->save_due = x->save_due > 0;
   engine_choose_reshard(e, step, x->cannot_hold);
   stats->loss = x->loss / ((double)e->cfg.batch * T);
   stats->grad_norm = sqrt(x->sumsq);
@@ -645,6 +648,8 @@ tagc_status tagc_engine_gather_params(tagc_engine *e, float *out) {
 }
 
 void tagc_engine_set_op_delay(tagc_engine *e, double seconds) { e->op_delay_s = seconds; }
+
+void tagc_engine_request_save(tagc_engine *e, int due) { e->save_due = due != 0; }
 
 void tagc_engine_inject_nan(tagc_engine *e, int64_t step) { e->nan_step = step; }
 

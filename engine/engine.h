@@ -116,6 +116,7 @@ typedef struct tagc_step_stats {
      (also counted in step_s) and the image bytes sent (not in bytes_sent) */
   double mirror_s;
   uint64_t mirror_bytes;
+  int save_due;           /* some rank asked for a save at this step (tagc_engine_request_save) */
 } tagc_step_stats;
 
 /* Creates the engine: layout of segments, shards, buffers, and the parameters initialised
@@ -150,6 +151,11 @@ tagc_status tagc_engine_gather_params(tagc_engine *e, float *out);
 void tagc_engine_inject_nan(tagc_engine *e, int64_t step);
 
 /* Changes the injected delay before each collective task (fault "slow"); any thread. */
+/* Asks, for the next step only, that every rank be told (tagc_step_stats.save_due) that this
+ * rank wants a checkpoint after it: the wall-clock interval, decided alike by all ranks
+ * through the step's scalar all-gather. */
+void tagc_engine_request_save(tagc_engine *e, int due);
+
 void tagc_engine_set_op_delay(tagc_engine *e, double seconds);
 
 int tagc_engine_world_size(const tagc_engine *e);

@@ -67,6 +67,7 @@ tagc_status tagc_run_new(const tagc_train_config *cfg, tagc_run **out) {
   r->out_lock = -1;
   r->ckpt_lock = -1;
   r->rollback_at = -1;
+  r->started_at = tagc_now();
   pthread_mutex_init(&r->comm_mu, NULL);
   tagc_model_config mc = {256, (int)cfg->ctx, (int)cfg->layers, (int)cfg->heads, (int)cfg->dim, 0};
   TAGC_CHECK_GOTO(tagc_model_layout_init(&r->layout, &mc), st, fail);
@@ -707,6 +708,9 @@ static tagc_status train(tagc_run *t, tagc_gen_result *res) {
       LOG_WARN("train", "fault injected at step %lld: nan", (long long)step);
       tagc_engine_inject_nan(t->engine, step);
     }
+    if (cfg->ckpt_every_s > 0) /* --ckpt-every-s: every rank learns if any rank's time is up */
+      tagc_engine_request_save(t->engine, tagc_now() - (t->save_started > 0 ? t->save_started
+                                                        : t->started_at) >= cfg->ckpt_every_s);
     if (st == TAGC_OK)
       st = tagc_engine_step(t->engine, &t->corpus, step, &ss);
     TAGC_CHECK(st);
@@ -721,7 +725,7 @@ static tagc_status train(tagc_run *t, tagc_gen_result *res) {
     /* no checkpoint on a skipped step (but the final one): the newest valid checkpoint is
        then one from before the non-finite steps, which a rollback goes back to */
     if (t->saver && !rollback && (!ss.nonfinite || last) &&
-        ((step + 1) % cfg->ckpt_every == 0 || last))
+        ((cfg->ckpt_every && (step + 1) % cfg->ckpt_every == 0) || ss.save_due || last))
       st = run_save_checkpoint(t, step + 1);
     /* the in-memory copy: after the save, so that it holds what the checkpoint holds */
     t->mirror_step_s += ss.step_s;

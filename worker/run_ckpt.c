@@ -74,7 +74,7 @@ static tagc_status record_commit(void *arg, const tagc_ckpt_committed *c) {
 }
 
 tagc_status run_open_saver(tagc_run *t) {
-  if (t->cfg->ckpt_every == 0)
+  if (t->cfg->ckpt_every == 0 && t->cfg->ckpt_every_s <= 0)
     return TAGC_OK;
   if (t->rank == 0 && mkdir(t->ckpt_root, 0755) != 0 && errno != EEXIST)
     return tagc_errorf(TAGC_EIO, "checkpoint root %s: %s", t->ckpt_root, strerror(errno));

@@ -65,6 +65,9 @@ static const tagc_opt train_opts[] = {
      "directory shared by the workers for the static rendezvous (world > 1)"},
     {"ckpt-every", TAGC_OPT_INT, OFF(ckpt_every), "100", 0, 1e9, NULL,
      "save a checkpoint every N steps and at the end (0 = never)"},
+    {"ckpt-every-s", TAGC_OPT_DOUBLE, OFF(ckpt_every_s), "0", 0, 1e9, NULL,
+     "also save a checkpoint once this many seconds have passed since the last one (wall "
+     "clock, agreed by all workers at a step; 0 = off)"},
     {"ckpt-dir", TAGC_OPT_STRING, OFF(ckpt_dir), "", 0, -1, NULL,
      "checkpoint root (default OUT/ckpt); shared by all workers"},
     {"ckpt-keep-last", TAGC_OPT_INT, OFF(ckpt_keep_last), "3", 0, 1e6, NULL,

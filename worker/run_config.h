@@ -47,6 +47,7 @@ typedef struct tagc_train_config {
   char *dump_params;  /* rank 0 writes the final full parameters here ("" = no) */
   int64_t ckpt_every;
   char *ckpt_dir;     /* "" = OUT/ckpt */
+  double ckpt_every_s; /* wall-clock checkpoint interval (0 = off) */
   int64_t ckpt_keep_last, ckpt_keep_every;
   int resume;
   int allow_restart_from_scratch; /* every checkpoint invalid: train from step 0, loudly */

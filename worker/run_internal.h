@@ -55,6 +55,7 @@ struct tagc_run {
   int out_inherited;       /* out_lock is the one `tagctl run` handed down */
   int ckpt_lock;           /* --ckpt-dir's .lock while this process owns it, else -1 */
   double save_started;     /* when the latest save was handed to the saver (its barrier's clock) */
+  double started_at;       /* when the process began (the first --ckpt-every-s interval) */
   int64_t skip_streak;     /* consecutive steps skipped for a non-finite gradient */
   int64_t rollback_at;     /* the step whose skip made the last rollback, or -1 */
   tagc_mirror *mirror;     /* with --mirror-every: the in-memory copies */
