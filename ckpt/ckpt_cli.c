@@ -14,7 +14,7 @@ enum { EXIT_OK = 0, EXIT_INVALID = 1, EXIT_USAGE = 2 };
 
 static int usage(void) {
   fprintf(stderr, "usage: tagctl ckpt ls DIR | verify DIR|DIR/step-N | inspect DIR|DIR/step-N | "
-                  "export CKPT --format safetensors|llmc --out FILE\n");
+                  "export CKPT --format safetensors|llmc --out FILE (see tagctl ckpt --help)\n");
   return EXIT_USAGE;
 }
 
@@ -213,19 +213,106 @@ static int cmd_inspect(const char *path) {
   return EXIT_OK;
 }
 
+typedef struct verb {
+  const char *name;
+  int (*run)(const char *path);
+  const char *args; /* for the usage line */
+  const char *help; /* for --help, wrapped at 79 columns */
+} verb;
+
+#define DIR_TEXT                                                                            \
+  "DIR is a checkpoint root (a run's OUT/ckpt, or its --ckpt-dir) or a run's OUT,\n"        \
+  "which stands for OUT/ckpt."
+
+static const verb verbs[] = {
+    {"ls", cmd_ls, "DIR",
+     "Lists the checkpoints of DIR: step, world size, size and state. valid: a quick\n"
+     "check of the manifest, the file sizes, headers and trailers, the payload unread\n"
+     "(LATEST: the one LATEST names); INVALID and why; partial: a save never\n"
+     "committed.\n" DIR_TEXT},
+    {"verify", cmd_verify, "DIR|DIR/step-N",
+     "Checks every file of each committed checkpoint of DIR, or of one step-N\n"
+     "directory, in full (sizes, headers, CRC32C of the contents) and prints each\n"
+     "defect. Exit status 1 when one is invalid or there is none.\n" DIR_TEXT},
+    {"inspect", cmd_inspect, "DIR|DIR/step-N",
+     "Summarises a checkpoint's manifest (DIR: its newest valid checkpoint): step,\n"
+     "world size, format, units and their ranges per rank, files, and the saved\n"
+     "model, tensors, sampler, RNG and compression state.\n" DIR_TEXT},
+};
+#define N_VERBS (sizeof verbs / sizeof verbs[0])
+
+static const char export_usage[] = "export CKPT --format safetensors|llmc --out FILE";
+
+static int is_help(const char *arg) { return !strcmp(arg, "--help") || !strcmp(arg, "-h"); }
+
+static void ckpt_help(void) {
+  printf("usage: tagctl ckpt COMMAND ARGS\n");
+  for (size_t i = 0; i < N_VERBS; i++)
+    printf("       tagctl ckpt %s %s\n", verbs[i].name, verbs[i].args);
+  printf("       tagctl ckpt %s\n", export_usage);
+  printf("The checkpoints of a run (docs/checkpoint-format.md). Exit status: 0 ok, 1 an\n"
+         "invalid checkpoint, 2 a usage error or a path that is not a directory.\n\n"
+         "commands:\n"
+         "  ls       every checkpoint with its step, world size, size and state\n"
+         "  verify   a full check of every file (CRC32C); prints each defect\n"
+         "  inspect  a checkpoint's manifest: units, ranges per rank, files, saved state\n"
+         "  export   the model as one file: safetensors (Hugging Face GPT-2) or llm.c\n\n"
+         "Options:\n"
+         "  --help                      show this text and exit\n\n"
+         "`tagctl ckpt COMMAND --help` says more about each.\n");
+}
+
+static void verb_help(const verb *v) {
+  printf("usage: tagctl ckpt %s %s\n%s\n\nOptions:\n"
+         "  --help                      show this text and exit\n", v->name, v->args, v->help);
+}
+
+/* DIR as the tools read it: a run's OUT (no step directory in it, OUT/ckpt a directory)
+ * stands for OUT/ckpt, as for tagctl ckpt export and sample. */
+static const char *checkpoint_root(const char *path, char *buf) {
+  int64_t *steps = NULL, *tmps = NULL;
+  int n = 0, n_tmp = 0;
+  if (is_step_dir(path) || ckpt_path_fmt(buf, "%s/ckpt", path) != TAGC_OK || !is_dir(buf))
+    return path;
+  int any = ckpt_list_steps(path, "", &steps, &n) != TAGC_OK ||
+            ckpt_list_steps(path, CKPT_SUFFIX_TMP, &tmps, &n_tmp) != TAGC_OK || n + n_tmp > 0;
+  free(steps);
+  free(tmps);
+  tagc_clear_error();
+  return any ? path : buf;
+}
+
 int tagc_ckpt_cli_main(int argc, char **argv) {
-  if (argc != 3)
+  if (argc == 2 && is_help(argv[1])) {
+    ckpt_help();
+    return EXIT_OK;
+  }
+  const verb *v = NULL;
+  for (size_t i = 0; argc > 1 && i < N_VERBS; i++)
+    if (!strcmp(argv[1], verbs[i].name))
+      v = &verbs[i];
+  if (!v)
     return usage();
-  const char *cmd = argv[1], *path = argv[2];
-  if (!is_dir(path)) {
-    fprintf(stderr, "tagctl ckpt %s: %s is not a directory\n", cmd, path);
+  for (int i = 2; i < argc; i++) {
+    if (is_help(argv[i])) {
+      verb_help(v);
+      return EXIT_OK;
+    }
+    if (argv[i][0] == '-' && argv[i][1]) {
+      fprintf(stderr, "tagctl ckpt %s: unknown option '%s' (see tagctl ckpt %s --help)\n",
+              v->name, argv[i], v->name);
+      return EXIT_USAGE;
+    }
+  }
+  if (argc != 3) {
+    fprintf(stderr, "usage: tagctl ckpt %s %s\n", v->name, v->args);
     return EXIT_USAGE;
   }
-  if (strcmp(cmd, "ls") == 0)
-    return cmd_ls(path);
-  if (strcmp(cmd, "verify") == 0)
-    return cmd_verify(path);
-  if (strcmp(cmd, "inspect") == 0)
-    return cmd_inspect(path);
-  return usage();
+  const char *path = argv[2];
+  if (!is_dir(path)) {
+    fprintf(stderr, "tagctl ckpt %s: %s is not a directory\n", v->name, path);
+    return EXIT_USAGE;
+  }
+  char root[CKPT_PATH_MAX];
+  return v->run(checkpoint_root(path, root));
 }

@@ -21,7 +21,7 @@ static const tagc_opt export_opts[] = {
 };
 
 int tagctl_export(int argc, char **argv) {
-  tagc_opt_program prog = {"ckpt export", "CKPT --format safetensors|llmc --out FILE",
+  tagc_opt_program prog = {"tagctl ckpt export", "CKPT --format safetensors|llmc --out FILE",
                            "Writes the parameters of a checkpoint (a step-N directory, a "
                            "checkpoint root or a run's OUT: its newest valid checkpoint; any world "
                            "size) or of an llm.c model file as one model file.",

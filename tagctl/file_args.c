@@ -5,16 +5,18 @@
 
 int tagctl_parse_file_args(const tagc_opt_program *prog, void *cfg, int argc, char **argv,
                            char **pos, int n_pos_wanted) {
+  if (tagctl_help_wanted(argc, argv)) {
+    tagctl_help_print(prog, NULL, 0, stdout);
+    return 0;
+  }
   int help = 0, n_pos = 0;
   tagc_status st = tagc_opts_parse(prog, cfg, argc, argv, pos, n_pos_wanted, &n_pos, &help);
-  if (help)
-    return 0;
   if (st != TAGC_OK) {
-    fprintf(stderr, "tagctl %s: %s\n", prog->name, tagc_last_error());
+    fprintf(stderr, "%s: %s\n", prog->name, tagc_last_error());
     return 2;
   }
   if (n_pos != n_pos_wanted) {
-    fprintf(stderr, "usage: tagctl %s %s\n", prog->name, prog->usage);
+    fprintf(stderr, "usage: %s %s\n", prog->name, prog->usage);
     return 2;
   }
   return -1;

@@ -79,20 +79,33 @@ static tagc_status arm(tagc_etcd *etcd, const tagctl_etcd_args *a, const char *k
   return TAGC_OK;
 }
 
+static const tagc_opt inject_opts[] = {
+    {"worker", TAGC_OPT_STRING, TAGCTL_ARGOFF(worker), "", 0, -1, NULL, "the worker's id (required)"},
+    {"at-step", TAGC_OPT_INT, TAGCTL_ARGOFF(at_step), "-1", -1, 1e12, NULL,
+     "the step the fault fires at (-1 = the worker's next step, as it sees it)"},
+    {"seconds", TAGC_OPT_DOUBLE, TAGCTL_ARGOFF(seconds), "0.5", 0, 3600, NULL,
+     "slow: the delay per collective"},
+    {"clear", TAGC_OPT_BOOL, TAGCTL_ARGOFF(clear), "false", 0, -1, NULL,
+     "remove the worker's chaos key instead (any worker id)"},
+    {"force", TAGC_OPT_BOOL, TAGCTL_ARGOFF(force), "false", 0, -1, NULL,
+     "also for a worker not registered (yet), e.g. armed before the job starts"},
+};
+
+static const tagctl_etcd_command inject_command = {
+    "tagctl inject", "--job J --worker W KIND [--at-step S]\n--job J --worker W --clear",
+    "Arms a fault on a running worker through its etcd key chaos/<worker>. KIND: crash, exit, "
+    "oom, hang, drop, nan (at step S, default: the worker's next step), slow (--seconds per "
+    "collective) or ckpt:STAGE (its next checkpoint save dies at STAGE, e.g. ckpt:mid-write); "
+    "the worker polls the key about once a second and must be registered in the job (--force: "
+    "arm it anyway, e.g. before the job starts).",
+    inject_opts, sizeof inject_opts / sizeof inject_opts[0]};
+
 int tagctl_inject(int argc, char **argv) {
   tagctl_etcd_args a = {0};
   char *pos[1];
   int n_pos = 0;
   tagc_etcd *etcd = NULL;
-  int code = tagctl_etcd_setup("tagctl inject", "--job J --worker W KIND [--at-step S] | --clear",
-                               "Arms a fault on a running worker through its etcd key "
-                               "chaos/<worker>. KIND: crash, exit, oom, hang, drop, nan (at step S, "
-                               "default: the worker's next step), slow (--seconds per "
-                               "collective) or ckpt:STAGE (its next checkpoint save dies at "
-                               "STAGE, e.g. ckpt:mid-write); the worker polls the key about "
-                               "once a second and must be registered in the job (--force: arm "
-                               "it anyway, e.g. before the job starts).",
-                               argc, argv, &a, pos, 1, &n_pos, &etcd);
+  int code = tagctl_etcd_setup(&inject_command, argc, argv, &a, pos, 1, &n_pos, &etcd);
   if (code >= 0)
     goto done;
   char key[512];

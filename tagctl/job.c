@@ -64,19 +64,25 @@ static tagc_status delete_job(tagc_etcd *etcd, const char *job, int64_t *deleted
   return tagc_etcd_delete(etcd, prefix, 1, deleted);
 }
 
+static const tagc_opt job_opts[] = {
+    {"force", TAGC_OPT_BOOL, TAGCTL_ARGOFF(force), "false", 0, -1, NULL,
+     "also while workers are registered (the job is running)"},
+};
+
+static const tagctl_etcd_command job_command = {
+    "tagctl job", "reset|delete --etcd URL --job J [--force]",
+    "Reuses a job name. reset: clears the generation, plans, progress, committed-checkpoint "
+    "record, failure reports and done, keeps the job's config; workers started afterwards "
+    "train it again (from their --out's newest checkpoint, if it has one). delete: removes "
+    "every key of the job. Both refuse while workers are registered, unless --force.",
+    job_opts, sizeof job_opts / sizeof job_opts[0]};
+
 int tagctl_job(int argc, char **argv) {
   tagctl_etcd_args a = {0};
   char *pos[1];
   int n_pos = 0;
   tagc_etcd *etcd = NULL;
-  int code = tagctl_etcd_setup("tagctl job", "reset|delete --etcd URL --job J [--force]",
-                               "Reuses a job name. reset: clears the generation, plans, "
-                               "progress, committed-checkpoint record, failure reports and "
-                               "done, keeps the job's config; workers started afterwards train "
-                               "it again (from their --out's newest checkpoint, if it has one). "
-                               "delete: removes every key of the job. Both refuse while "
-                               "workers are registered, unless --force.",
-                               argc, argv, &a, pos, 1, &n_pos, &etcd);
+  int code = tagctl_etcd_setup(&job_command, argc, argv, &a, pos, 1, &n_pos, &etcd);
   if (code >= 0)
     goto done;
   const char *verb = n_pos ? pos[0] : "";

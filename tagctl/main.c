@@ -8,18 +8,48 @@
 #include "ckpt/ckpt_cli.h"
 #include "tagctl/tagctl.h"
 
+#ifndef TAGC_GIT_DESCRIBE
+#define TAGC_GIT_DESCRIBE "" /* `git describe` at configure time (tagctl/CMakeLists.txt) */
+#endif
+
+typedef struct command {
+  const char *name;
+  int (*main)(int argc, char **argv); /* argv[0] = name */
+  const char *summary;
+} command;
+
+static int ckpt_main(int argc, char **argv) {
+  if (argc > 1 && !strcmp(argv[1], "export"))
+    return tagctl_export(argc - 1, argv + 1);
+  return tagc_ckpt_cli_main(argc, argv);
+}
+
+static const command commands[] = {
+    {"run", tagctl_run, "train on this machine: workers, supervision, checkpoints in OUT"},
+    {"ckpt", ckpt_main, "ls|verify|inspect|export: the checkpoints of a run"},
+    {"sample", tagctl_sample, "continue a prompt with a trained model (CPU)"},
+    {"plot", tagctl_plot, "loss and tokens/s against step, failures and recoveries (SVG, PNG)"},
+    {"metrics", tagctl_metrics, "a run's metrics.jsonl as a table or CSV"},
+    {"status", tagctl_status, "whether a job is done, running or failed; progress, workers (etcd)"},
+    {"inject", tagctl_inject, "arm a fault on a running worker (etcd chaos key)"},
+    {"job", tagctl_job, "reset|delete: reuse a job name (etcd)"},
+};
+#define N_COMMANDS (sizeof commands / sizeof commands[0])
+
 static void usage(FILE *f) {
-  fprintf(f, "usage: tagctl COMMAND [options]\n\n"
-             "commands:\n"
-             "  run     train locally (tagctl run --help)\n"
-             "  ckpt    ls|verify|inspect DIR: checkpoints of a run (DIR = OUT/ckpt)\n"
-             "          export CKPT --format safetensors|llmc --out FILE: the model as one file\n"
-             "  sample  continue a prompt with a trained model (CPU)\n"
-             "  plot    OUT: loss and tokens/s against step, with failures and recoveries (SVG, PNG)\n"
-             "  metrics OUT --csv: a run's metrics.jsonl as CSV\n"
-             "  inject  arm a fault on a running worker (etcd chaos key)\n"
-             "  status  whether a job is done, running or failed, its progress and workers (etcd)\n"
-             "  job     reset|delete: reuse a job name (etcd)\n");
+  fprintf(f, "usage: tagctl COMMAND [options]\n"
+             "       tagctl COMMAND --help\n"
+             "       tagctl --version\n"
+             "Trains and inspects tagc jobs: fault-tolerant, compressed, sharded training.\n\n"
+             "commands:\n");
+  for (size_t i = 0; i < N_COMMANDS; i++)
+    fprintf(f, "  %-9s %s\n", commands[i].name, commands[i].summary);
+  fprintf(f, "\n`tagctl COMMAND --help` lists the options of each.\n");
+}
+
+static void version(void) {
+  printf("tagctl (tagc) %s%s%s\n", TAGC_VERSION, *TAGC_GIT_DESCRIBE ? ", git " : "",
+         TAGC_GIT_DESCRIBE);
 }
 
 int main(int argc, char **argv) {
@@ -27,26 +57,15 @@ int main(int argc, char **argv) {
     usage(stderr);
     return 2;
   }
-  if (!strcmp(argv[1], "run"))
-    return tagctl_run(argc - 1, argv + 1);
-  if (!strcmp(argv[1], "ckpt") && argc > 2 && !strcmp(argv[2], "export"))
-    return tagctl_export(argc - 2, argv + 2);
-  if (!strcmp(argv[1], "ckpt"))
-    return tagc_ckpt_cli_main(argc - 1, argv + 1);
-  if (!strcmp(argv[1], "inject"))
-    return tagctl_inject(argc - 1, argv + 1);
-  if (!strcmp(argv[1], "status"))
-    return tagctl_status(argc - 1, argv + 1);
-  if (!strcmp(argv[1], "job"))
-    return tagctl_job(argc - 1, argv + 1);
-  if (!strcmp(argv[1], "sample"))
-    return tagctl_sample(argc - 1, argv + 1);
-  if (!strcmp(argv[1], "plot"))
-    return tagctl_plot(argc - 1, argv + 1);
-  if (!strcmp(argv[1], "metrics"))
-    return tagctl_metrics(argc - 1, argv + 1);
+  for (size_t i = 0; i < N_COMMANDS; i++)
+    if (!strcmp(argv[1], commands[i].name))
+      return commands[i].main(argc - 1, argv + 1);
   if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
     usage(stdout);
+    return 0;
+  }
+  if (!strcmp(argv[1], "--version") || !strcmp(argv[1], "-V") || !strcmp(argv[1], "version")) {
+    version();
     return 0;
   }
   fprintf(stderr, "tagctl: unknown command '%s' (see tagctl --help)\n", argv[1]);

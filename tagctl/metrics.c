@@ -170,7 +170,7 @@ static void print_table(const tagctl_metrics_rows *m) {
 }
 
 int tagctl_metrics(int argc, char **argv) {
-  tagc_opt_program prog = {"metrics", "OUT [--csv]",
+  tagc_opt_program prog = {"tagctl metrics", "OUT [--csv]",
                            "Prints a run's metrics.jsonl (OUT is the run's folder or the file): "
                            "a table of the main columns, or every field as CSV.",
                            metrics_opts, sizeof metrics_opts / sizeof metrics_opts[0]};

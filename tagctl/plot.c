@@ -495,7 +495,7 @@ static int plot(const plot_args *a, const char *out) {
 }
 
 int tagctl_plot(int argc, char **argv) {
-  tagc_opt_program prog = {"plot", "OUT [--svg FILE] [--png FILE]",
+  tagc_opt_program prog = {"tagctl plot", "OUT [--svg FILE] [--png FILE]",
                            "Draws train and validation loss and tokens/s against step from "
                            "OUT/metrics.jsonl, marking failures, recoveries and world-size changes: "
                            "an SVG, and a PNG when gnuplot is installed.",

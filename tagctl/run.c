@@ -70,10 +70,25 @@ static tagc_status run_program(tagc_opt_program *prog, tagc_opt **opts) {
   memcpy(*opts, run_extra, sizeof run_extra);
   memcpy(*opts + n_extra, tagc_train_program.opts, tagc_train_program.n_opts * sizeof **opts);
   *prog = (tagc_opt_program){"tagctl run", "[options]",
-                             "Runs a training job locally: starts the workers, shows their "
-                             "progress and writes OUT/metrics.jsonl and OUT/summary.json.",
+                             "Runs a training job on this machine: starts the workers (and for "
+                             "an elastic run a local etcd, unless --etcd, and the coordinators), "
+                             "supervises them and writes OUT/metrics.jsonl, OUT/summary.json and "
+                             "checkpoints in OUT/ckpt. Run it again with the same --out to "
+                             "continue from the newest checkpoint; a finished run trains on with "
+                             "a larger --steps.",
                              *opts, n};
   return TAGC_OK;
+}
+
+/* --help: tagctl run's own options, then the worker's groups (worker/run_config.h). */
+static void run_help(const tagc_opt_program *prog) {
+  enum { MAX_GROUPS = 24 };
+  tagc_help_group groups[MAX_GROUPS] = {
+      {"Local run", "workers mode coordinators min-workers max-restarts fault-rank"}};
+  size_t n = 1;
+  for (size_t g = 0; g < tagc_train_n_help_groups && n < MAX_GROUPS; g++)
+    groups[n++] = tagc_train_help_groups[g];
+  tagctl_help_print(prog, groups, n, stdout);
 }
 
 /* Directory holding this executable (the worker binary sits beside it). */
@@ -465,6 +480,11 @@ int tagctl_run(int argc, char **argv) {
     return 1;
   }
   int help = 0, code = 2;
+  if (tagctl_help_wanted(argc, argv)) {
+    run_help(&prog);
+    code = 0;
+    goto done;
+  }
   tagc_status st = tagc_opts_parse(&prog, &rc, argc, argv, NULL, 0, NULL, &help);
   if (st != TAGC_OK || help) {
     if (st != TAGC_OK)

@@ -223,7 +223,7 @@ static tagc_status sample_model(const tagctl_model *m, const sample_args *a, int
 }
 
 int tagctl_sample(int argc, char **argv) {
-  tagc_opt_program prog = {"sample", "CKPT [--prompt TEXT | --prompt-ids LIST] [--tokens N] [options]",
+  tagc_opt_program prog = {"tagctl sample", "CKPT [--prompt TEXT | --prompt-ids IDS] [options]",
                            "Continues a prompt with a trained model on the CPU. CKPT is a "
                            "checkpoint (a step-N directory, a checkpoint root or a run's OUT) or an "
                            "llm.c model file (tagctl ckpt export --format llmc).",

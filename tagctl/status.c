@@ -330,14 +330,21 @@ static tagc_status print_json(const coord_view *v, const char *job) {
   return TAGC_OK;
 }
 
+static const tagc_opt status_opts[] = {
+    {"json", TAGC_OPT_BOOL, TAGCTL_ARGOFF(json), "false", 0, -1, NULL,
+     "print one JSON object instead of the text"},
+};
+
+static const tagctl_etcd_command status_command = {
+    "tagctl status", "--etcd URL --job J [--json]",
+    "Says whether a job is done, running, recovering, waiting for its workers or failed, with "
+    "its progress, ETA, last checkpoint, failures and workers.",
+    status_opts, sizeof status_opts / sizeof status_opts[0]};
+
 int tagctl_status(int argc, char **argv) {
   tagctl_etcd_args a = {0};
   tagc_etcd *etcd = NULL;
-  int code = tagctl_etcd_setup("tagctl status", "--etcd URL --job J [--json]",
-                               "Says whether a job is done, running, recovering, waiting for "
-                               "its workers or failed, with its progress, ETA, last checkpoint, "
-                               "failures and workers; --json prints one JSON object.",
-                               argc, argv, &a, NULL, 0, NULL, &etcd);
+  int code = tagctl_etcd_setup(&status_command, argc, argv, &a, NULL, 0, NULL, &etcd);
   if (code >= 0)
     goto done;
   coord_keys keys;

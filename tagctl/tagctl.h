@@ -5,10 +5,12 @@
 #ifndef TAGC_TAGCTL_TAGCTL_H
 #define TAGC_TAGCTL_TAGCTL_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "cluster/etcd.h"
 #include "common/options.h"
+#include "worker/run_config.h"
 
 int tagctl_run(int argc, char **argv);    /* tagctl/run.c */
 int tagctl_inject(int argc, char **argv); /* tagctl/inject.c */
@@ -18,6 +20,18 @@ int tagctl_export(int argc, char **argv);  /* tagctl/export.c: tagctl ckpt expor
 int tagctl_sample(int argc, char **argv);  /* tagctl/sample.c */
 int tagctl_plot(int argc, char **argv);    /* tagctl/plot.c */
 int tagctl_metrics(int argc, char **argv); /* tagctl/metrics.c */
+
+/* Writes the --help of a subcommand to f, GNU style in 79 columns: "usage: NAME USAGE"
+ * (prog->name is "tagctl SUB"; a usage of several forms, separated by \n, gives a line each),
+ * the summary, the options under the headings of groups in the groups' order (groups NULL:
+ * all under "Options"; options no group names under "Other options"; a group with heading
+ * NULL is not listed), each with its default, then --config, --help and how the environment
+ * and --config set options. */
+void tagctl_help_print(const tagc_opt_program *prog, const tagc_help_group *groups,
+                       size_t n_groups, FILE *f);
+
+/* Whether argv[1..argc) asks for --help (or -h) before any "--". */
+int tagctl_help_wanted(int argc, char **argv);
 
 /* Parses the options of a subcommand that works on files (export, sample, plot, metrics) into
  * cfg with prog's table (flag > environment > --config > default, as everywhere) and exactly
@@ -44,15 +58,26 @@ typedef struct tagctl_etcd_args {
   int json;
 } tagctl_etcd_args;
 
-/* Parses argv into *args (zeroed by the caller; positional arguments into pos[max_pos] and
- * *n_pos, which may be NULL when max_pos is 0), checks the job id and creates the etcd
- * client *etcd (caller destroys) with the TLS and auth options (the password from
- * TAGC_ETCD_PASSWORD or --etcd-password-file; never over http://). `usage` and `summary` are
- * for --help. Returns -1 when the subcommand should go on, else its exit status: 0 after
- * --help, 2 after a one-line error on stderr. Free args with tagctl_etcd_args_free() in
- * every case. */
-int tagctl_etcd_setup(const char *name, const char *usage, const char *summary, int argc,
-                      char **argv, tagctl_etcd_args *args, char **pos, int max_pos, int *n_pos,
+/* offsetof a field of tagctl_etcd_args, for the option tables of the subcommands */
+#define TAGCTL_ARGOFF(f) offsetof(tagctl_etcd_args, f)
+
+/* A subcommand on a job's etcd keys: its name ("tagctl status"), usage and summary for
+ * --help, and its own options (fields of tagctl_etcd_args, TAGCTL_ARGOFF); --etcd, --job and
+ * the TLS and auth options come with every one. */
+typedef struct tagctl_etcd_command {
+  const char *name, *usage, *summary;
+  const tagc_opt *opts;
+  size_t n_opts;
+} tagctl_etcd_command;
+
+/* Parses argv with cmd's options into *args (zeroed by the caller; positional arguments into
+ * pos[max_pos] and *n_pos, which may be NULL when max_pos is 0), checks the job id and
+ * creates the etcd client *etcd (caller destroys) with the TLS and auth options (the
+ * password from TAGC_ETCD_PASSWORD or --etcd-password-file; never over http://). Returns -1
+ * when the subcommand should go on, else its exit status: 0 after --help, 2 after a
+ * one-line error on stderr. Free args with tagctl_etcd_args_free() in every case. */
+int tagctl_etcd_setup(const tagctl_etcd_command *cmd, int argc, char **argv,
+                      tagctl_etcd_args *args, char **pos, int max_pos, int *n_pos,
                       tagc_etcd **etcd);
 
 /* Frees the strings of *args. Idempotent. */

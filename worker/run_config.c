@@ -24,11 +24,14 @@ static const tagc_opt train_opts[] = {
      "it to a multiple of 128"},
     {"out", TAGC_OPT_STRING, OFF(out), "out", 0, -1, NULL,
      "output directory: metrics.jsonl, summary.json"},
-    {"steps", TAGC_OPT_INT, OFF(steps), "300", 1, 1e9, NULL, "optimizer steps to run"},
+    {"steps", TAGC_OPT_INT, OFF(steps), "300", 1, 1e9, NULL,
+     "optimizer steps of the job: where the cosine learning-rate decay ends (a larger value "
+     "over a finished --out trains on, with the decay stretched to it)"},
     {"batch", TAGC_OPT_INT, OFF(batch), "16", 1, 1 << 20, NULL, "global batch in sequences"},
     {"micro-batch", TAGC_OPT_INT, OFF(micro_batch), "0", 0, 1 << 20, NULL,
      "sequences per forward/backward (0 = whole local batch); same math for any value"},
-    {"ctx", TAGC_OPT_INT, OFF(ctx), "64", 2, 4096, NULL, "context length in bytes"},
+    {"ctx", TAGC_OPT_INT, OFF(ctx), "64", 2, 4096, NULL,
+     "context window in tokens (bytes of a text corpus)"},
     {"layers", TAGC_OPT_INT, OFF(layers), "2", 1, 64, NULL, "transformer blocks"},
     {"heads", TAGC_OPT_INT, OFF(heads), "4", 1, 256, NULL, "attention heads"},
     {"dim", TAGC_OPT_INT, OFF(dim), "64", 4, 16384, NULL, "model width (divisible by heads)"},
@@ -75,8 +78,8 @@ static const tagc_opt train_opts[] = {
     {"ckpt-keep-every", TAGC_OPT_INT, OFF(ckpt_keep_every), "0", 0, 1e9, NULL,
      "... and every checkpoint whose step is a multiple of N (0 = none)"},
     {"resume", TAGC_OPT_BOOL, OFF(resume), "true", 0, -1, NULL,
-     "continue from the newest valid checkpoint in the checkpoint root (false: the first "
-     "generation starts at step 0; later ones still resume from their plan's checkpoint)"},
+     "continue from the newest valid checkpoint in the checkpoint root; --no-resume: the first "
+     "generation starts at step 0 (later ones still resume from their plan's checkpoint)"},
     {"allow-restart-from-scratch", TAGC_OPT_BOOL, OFF(allow_restart_from_scratch), "false", 0, -1,
      NULL, "when checkpoints exist but none is valid, train from step 0 (saying so in an error "
      "line) instead of refusing to start"},
@@ -157,3 +160,22 @@ const tagc_opt_program tagc_train_program = {
     "tagc-worker", "[options]",
     "Trains a GPT-style transformer on a byte-level text corpus or on token shards.", train_opts,
     sizeof train_opts / sizeof train_opts[0]};
+
+const tagc_help_group tagc_train_help_groups[] = {
+    {"Data", "corpus data val-data data-format vocab"},
+    {"Model", "layers heads dim ctx"},
+    {"Optimisation", "steps batch micro-batch lr min-lr-ratio warmup weight-decay grad-clip beta1 "
+                     "beta2 eps seed"},
+    {"Output, evaluation and logging", "out eval-every eval-windows log metrics-addr dump-params"},
+    {"Checkpoints and resuming", "ckpt-every ckpt-dir ckpt-keep-last ckpt-keep-every resume "
+                                 "allow-restart-from-scratch stop-at"},
+    {"Device", "device compute threads"},
+    {"Compression and communication", "compress compress-warmup gather link-rate "
+                                      "reshard-after-forward max-gather-mem op-timeout host"},
+    {"Elastic mode (etcd)", "etcd job lease-ttl etcd-ca etcd-cert etcd-key etcd-user "
+                            "etcd-password-file leave-timeout leave-ckpt-wait"},
+    {"Failures and fault injection", "max-nonfinite-skips fault check-feedback"},
+    {NULL, "rank world rendezvous worker-id"},
+};
+const size_t tagc_train_n_help_groups =
+    sizeof tagc_train_help_groups / sizeof tagc_train_help_groups[0];

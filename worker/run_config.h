@@ -80,4 +80,18 @@ typedef struct tagc_train_config {
 /* The option table of tagc-worker (and of tagctl run, which forwards to it). */
 extern const tagc_opt_program tagc_train_program;
 
+/* A heading of a --help listing and the options under it: names as in the table, separated
+ * by spaces. The heading NULL hides its options from the listing; they still work. */
+typedef struct tagc_help_group {
+  const char *heading;
+  const char *names;
+} tagc_help_group;
+
+/* How `tagctl run --help` lists tagc_train_program's options, group by group. Every option
+ * of the table belongs to exactly one group (tests/tagctl/test_help.py checks it): a new
+ * option goes into the group it belongs to. The hidden group holds what tagctl run sets for
+ * each worker (--rank, --world, --rendezvous, --worker-id). */
+extern const tagc_help_group tagc_train_help_groups[];
+extern const size_t tagc_train_n_help_groups;
+
 #endif
