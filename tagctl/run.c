@@ -538,8 +538,11 @@ int tagctl_run(int argc, char **argv) {
     st = probe_etcd(&rc, &finished); /* the job on the external etcd may be done already */
   if (st == TAGC_OK && rc.elastic && !finished)
     st = start_coordinators(&rc, dir, &sv);
-  if (st == TAGC_OK && !finished)
+  if (st == TAGC_OK && !finished) {
+    tagctl_resume_note(&rc.train, stdout); /* reads the previous OUT/job.json: before write_job */
+    fflush(stdout);
     st = write_job(&rc, job, sizeof job);
+  }
   if (st != TAGC_OK) {
     fprintf(stderr, "tagctl run: %s\n", tagc_last_error());
     code = tagc_exit_code_of(st);

@@ -41,6 +41,16 @@ int tagctl_help_wanted(int argc, char **argv);
 int tagctl_parse_file_args(const tagc_opt_program *prog, void *cfg, int argc, char **argv,
                            char **pos, int n_pos);
 
+/* tagctl run, before it starts the workers (tagctl/resume_note.c): one line on f about what
+ * resuming the newest valid checkpoint of cfg's checkpoint root (quick check) means for the
+ * learning-rate schedule. At or past --steps: nothing to train, and what a larger --steps
+ * does (the cosine decay stretched to it: the lr at the next step for twice the steps
+ * done). Else, when --steps, --warmup, --lr or --min-lr-ratio differ from the previous run's
+ * (OUT/job.json, read before this run rewrites it): what changed and the lr of the next step
+ * under both schedules. Silent with --no-resume, without a checkpoint or a previous
+ * OUT/job.json, when --stop-at is reached, or when nothing changes. Reads only. */
+void tagctl_resume_note(const tagc_train_config *cfg, FILE *f);
+
 /* How long one etcd call of a subcommand may take, retries included, in seconds: a command
  * answers within seconds or says why. */
 #define TAGCTL_ETCD_DEADLINE_S 5.0

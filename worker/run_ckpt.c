@@ -373,10 +373,13 @@ tagc_status run_resume(tagc_run *t, const tagc_gen_spec *g) {
     st = tagc_engine_set_compression_state(t->engine, tagc_ckpt_reader_meta(rd, "compression"));
   if (st == TAGC_OK && rd) {
     t->start_step = tagc_ckpt_reader_step(rd);
-    if (t->rank == 0)
-      LOG_INFO("train", "resuming from %s (step %lld, saved by %d workers) with %d workers",
+    if (t->rank == 0) /* says where it came from: a plan without a checkpoint is no step 0 */
+      LOG_INFO("train", "resuming from %s (step %lld, saved by %d workers) with %d workers: %s%s",
                tagc_ckpt_reader_path(rd), (long long)t->start_step,
-               tagc_ckpt_reader_world_size(rd), t->world);
+               tagc_ckpt_reader_world_size(rd), t->world,
+               g->resume_step == t->start_step ? "the job's committed checkpoint"
+                                               : "the newest valid checkpoint in ",
+               g->resume_step == t->start_step ? "" : t->ckpt_root);
   }
   tagc_ckpt_close(rd);
   return st;
