@@ -242,7 +242,10 @@ static tagc_status supervise(tagc_run *run, tagc_etcd *etcd, tagc_member *m, jso
     }
     LOG_INFO("elastic", "generation %lld: rank %d of %d, micro-batch %d, resume %s (%s)",
              (long long)gen, plan.rank, plan.world, plan.micro_batch,
-             plan.resume_path ? plan.resume_path : "from scratch", plan.reason);
+             plan.resume_path ? plan.resume_path
+             : S.cfg->resume  ? "from the in-memory copies or the newest valid checkpoint, if any"
+                              : "from the in-memory copies, if any, else at step 0 (--no-resume)",
+             plan.reason);
     tagc_store *store = NULL;
     tagc_gen_result res;
     failure_report report = {etcd, m, info, &plan};

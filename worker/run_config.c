@@ -167,14 +167,15 @@ const tagc_help_group tagc_train_help_groups[] = {
     {"Optimisation", "steps batch micro-batch lr min-lr-ratio warmup weight-decay grad-clip beta1 "
                      "beta2 eps seed"},
     {"Output, evaluation and logging", "out eval-every eval-windows log metrics-addr dump-params"},
-    {"Checkpoints and resuming", "ckpt-every ckpt-dir ckpt-keep-last ckpt-keep-every resume "
-                                 "allow-restart-from-scratch stop-at"},
+    {"Checkpoints and resuming", "ckpt-every ckpt-every-s ckpt-dir ckpt-keep-last "
+                                 "ckpt-keep-every resume allow-restart-from-scratch stop-at"},
+    {"In-memory copies (zero steps lost)", "mirror-every mirror-budget failure-domain"},
     {"Device", "device compute threads"},
     {"Compression and communication", "compress compress-warmup gather link-rate "
                                       "reshard-after-forward max-gather-mem op-timeout host"},
     {"Elastic mode (etcd)", "etcd job lease-ttl etcd-ca etcd-cert etcd-key etcd-user "
                             "etcd-password-file leave-timeout leave-ckpt-wait"},
-    {"Failures and fault injection", "max-nonfinite-skips fault check-feedback"},
+    {"Failures and fault injection", "max-nonfinite-skips fault check-feedback check-rebuild"},
     {NULL, "rank world rendezvous worker-id"},
 };
 const size_t tagc_train_n_help_groups =
