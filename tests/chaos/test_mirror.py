@@ -17,6 +17,9 @@ checkpoint to compare with, so that the disk cannot help.
            with r + 1): the disk fallback, logged with the lost rank.
   domains  4 workers on two failure domains (--failure-domain a a b b): the copies go to
            rank + 2, and losing a whole domain (ranks 0 and 1) is rebuilt from memory.
+  auto     the default period with a budget no copy fits: a period above 1 is agreed and its
+           steps at risk logged; a worker exiting is rebuilt from memory, losing fewer steps
+           than the period.
   sigterm  3 workers, one SIGTERMed mid-run, no --leave-ckpt-wait: 0 steps lost."""
 import json
 import os
@@ -171,6 +174,30 @@ def part_domains():
         c.close()
 
 
+def part_auto():
+    """The default period (--mirror-every -1) with a budget no copy fits (--mirror-budget
+    0.001): the ranks agree on a period above 1, log the steps at risk, and a worker that
+    exits is still rebuilt from memory, losing fewer steps than the period."""
+    c = Cluster(bindir, job="mirror-auto")
+    try:
+        common = job_args(300, int(NEVER), 12, "none", "--mirror-budget", "0.001")
+        out = c.start_job(common, worker_extra={"w2": ["--fault", "exit@120"]})
+        rc = [c.wait(n, 240) for n in ("w0", "w1")]
+        check(rc == [0, 0], "auto: survivors finished (%s)" % rc)
+        m = re.findall(r"in-memory copies every (\d+) steps from step (\d+) .*: up to (\d+) steps at risk",
+                       c.log("w0"))
+        check(m and int(m[0][0]) > 1 and int(m[0][2]) == int(m[0][0]) - 1,
+              "auto: a period above 1 chosen and its steps at risk logged (%s)" % m)
+        s = summary(out)
+        period = int(m[-1][0]) if m else 0
+        check(s["memory_rebuilds"] >= 1 and s["disk_fallbacks"] == 0 and s["steps_lost"] < max(period, 1),
+              "auto: rebuilt from memory, steps_lost %d below the period %d" % (s["steps_lost"], period))
+        check(s["steps"] == 300, "auto: 300 steps")
+    finally:
+        check.print_logs(c, ("coord0", "w0", "w1", "w2")) if not check.ok() else None
+        c.close()
+
+
 def part_sigterm():
     c = Cluster(bindir, job="mirror-term")
     try:
@@ -190,7 +217,7 @@ def part_sigterm():
         c.close()
 
 
-parts = sys.argv[2:] or ["kill", "check", "pairs", "domains", "sigterm"]
+parts = sys.argv[2:] or ["kill", "check", "pairs", "domains", "auto", "sigterm"]
 for part in parts:
     if part == "kill":
         part_kill()
@@ -201,6 +228,8 @@ for part in parts:
         part_pairs(True)
     elif part == "domains":
         part_domains()
+    elif part == "auto":
+        part_auto()
     elif part == "sigterm":
         part_sigterm()
 check.exit()
