@@ -25,6 +25,7 @@ struct tagc_etcd {
   tagc_etcd_config cfg;   /* numbers, and the string fields below pointing at owned copies */
   char *ca_file, *cert_file, *key_file, *user, *password;
   const tagc_etcd_transport *transport;
+  tagc_etcd_transport *own_transport; /* the pooled libcurl one when cfg gave none */
   pthread_mutex_t token_lock;
   char token[ETCD_TOKEN_MAX]; /* "" when none is held */
 };
@@ -32,7 +33,8 @@ struct tagc_etcd {
 void tagc_etcd_config_init(tagc_etcd_config *cfg) {
   memset(cfg, 0, sizeof *cfg);
   cfg->request_timeout_s = 5;
-  cfg->connect_timeout_s = 1;
+  /* Linux sends a lost SYN again after 1 s: a connect may take one retransmission. */
+  cfg->connect_timeout_s = 1.5;
   cfg->deadline_s = TAGC_ETCD_DEADLINE_S;
   cfg->max_attempts = 6;
   cfg->backoff_initial_s = 0.05;
@@ -107,8 +109,10 @@ tagc_status tagc_etcd_create(const tagc_etcd_config *cfg, tagc_etcd **out) {
     return tagc_errorf(TAGC_ENOMEM, "etcd client");
   pthread_mutex_init(&c->token_lock, NULL);
   c->cfg = *cfg;
-  c->transport = cfg->transport ? cfg->transport : tagc_etcd_curl_transport();
   tagc_status st;
+  if (!cfg->transport)
+    TAGC_CHECK_GOTO(etcd_curl_pool_create(&c->own_transport), st, fail);
+  c->transport = cfg->transport ? cfg->transport : c->own_transport;
   TAGC_CHECK_GOTO(parse_endpoints(c, cfg->endpoints), st, fail);
   TAGC_CHECK_GOTO(refuse_tls_over_http(c, cfg), st, fail);
   TAGC_CHECK_GOTO(copy_opt(cfg->ca_file, &c->ca_file), st, fail);
@@ -139,6 +143,7 @@ void tagc_etcd_destroy(tagc_etcd *c) {
   free(c->key_file);
   free(c->user);
   free(c->password);
+  etcd_curl_pool_free(c->own_transport);
   pthread_mutex_destroy(&c->token_lock);
   free(c);
 }
@@ -277,9 +282,10 @@ tagc_status etcd_prepare(tagc_etcd *c, tagc_etcd_request *req, const char *endpo
   return TAGC_OK;
 }
 
-/* One attempt on one endpoint. *retry says whether another attempt may help. */
+/* One attempt on one endpoint, of at most attempt_s seconds. *retry says whether another
+ * attempt may help. */
 static tagc_status attempt_once(tagc_etcd *c, const char *endpoint, const char *path,
-                                const char *body, int idempotent, double left_s, json_t **reply,
+                                const char *body, int idempotent, double attempt_s, json_t **reply,
                                 int *retry) {
   char token[ETCD_TOKEN_MAX];
   tagc_etcd_request req;
@@ -289,8 +295,8 @@ static tagc_status attempt_once(tagc_etcd *c, const char *endpoint, const char *
     *retry = st == TAGC_EPEER || st == TAGC_ETIMEDOUT || st == TAGC_EIO;
     return st;
   }
-  if (req.timeout_s > left_s)
-    req.timeout_s = left_s;
+  if (req.timeout_s > attempt_s)
+    req.timeout_s = attempt_s;
   long http = 0;
   char *text = NULL;
   size_t len = 0;
@@ -323,7 +329,12 @@ tagc_status etcd_call(tagc_etcd *c, const char *path, json_t *request, int idemp
   for (int attempt = 0;; attempt++) {
     size_t ep = first + (size_t)attempt;
     int retry;
-    st = attempt_once(c, etcd_endpoint(c, ep), path, body, idempotent, deadline - tagc_now(),
+    /* With several members an attempt leaves half the time to the next one: a stopped member
+     * must not use up a short call (a lease renewal) alone. With one, the attempt may take
+     * it all: its open connection retransmits a lost packet sooner than a new one would. */
+    double left = deadline - tagc_now();
+    int more = c->n_endpoints > 1 && attempt + 1 < c->cfg.max_attempts;
+    st = attempt_once(c, etcd_endpoint(c, ep), path, body, idempotent, more ? left / 2 : left,
                       reply, &retry);
     if (st == TAGC_OK) {
       etcd_set_preferred_endpoint(c, ep);

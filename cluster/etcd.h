@@ -38,7 +38,8 @@ typedef struct tagc_etcd tagc_etcd;
 typedef struct tagc_etcd_config {
   const char *endpoints;       /* comma-separated base URLs, "http://127.0.0.1:2379,..." */
   double request_timeout_s;    /* one HTTP attempt (default 5) */
-  double connect_timeout_s;    /* TCP/TLS connect of one attempt (default 1) */
+  double connect_timeout_s;    /* TCP/TLS connect of one attempt (default 1.5: one SYN
+                                  retransmission) */
   double deadline_s;           /* a whole call, retries included (TAGC_ETCD_DEADLINE_S) */
   int max_attempts;            /* attempts per call, across endpoints (default 6) */
   double backoff_initial_s;    /* first pause between attempts (default 0.05), doubled each time */

@@ -1,5 +1,10 @@
-/* libcurl transport of the etcd client: one easy handle per request (so threads share
- * nothing), a multi handle per stream so that an idle stream still ticks every 100 ms. */
+/* libcurl transport of the etcd client. Unary requests of a pooled transport (the client's
+ * default, etcd_curl_pool_create) take an easy handle from its pool and give it back after
+ * the reply, so that the handle's connection (HTTP keep-alive) serves the next request: a
+ * new TCP connection per request would risk a lost SYN on each, which costs TCP's 1 s
+ * retransmission against a lease of a few seconds. Handles are never shared by two
+ * requests at once, so threads share nothing but the pool's lock. A stream has a handle and
+ * a multi handle of its own, so that an idle stream still ticks every 100 ms. */
 #include "cluster/etcd_transport.h"
 
 #include <pthread.h>
@@ -8,10 +13,24 @@
 
 #include <curl/curl.h>
 
+#include "cluster/etcd_internal.h"
 #include "cluster/etcd_stats.h"
 #include "common/timeutil.h"
 
 enum { IDLE_TICK_MS = 100, TCP_KEEPIDLE_S = 5, TCP_KEEPINTVL_S = 2 };
+
+/* Idle handles a pool keeps: as many as the threads that talk to etcd at once (a worker's
+ * keeper, watches, supervisor, training and saver threads); a handle given back to a full
+ * pool is closed. */
+enum { POOL_IDLE_MAX = 8 };
+
+/* The ctx of a pooled transport. `t` first: the transport's address is the pool's. */
+typedef struct pool {
+  tagc_etcd_transport t;
+  pthread_mutex_t lock;
+  CURL *idle[POOL_IDLE_MAX]; /* the last given back on top */
+  size_t n_idle;
+} pool;
 
 /* A unary reply body, NUL-terminated, of at most max bytes; too_long once more arrived. */
 typedef struct buffer {
@@ -74,17 +93,47 @@ static long to_ms(double s) {
   return ms < 1 ? 1 : ms;
 }
 
-/* Sets up a POST of req on a new easy handle; *headers must be freed by the caller. */
-static tagc_status setup(const tagc_etcd_request *req, CURL **out, struct curl_slist **headers) {
+static tagc_status init_once(void) {
   pthread_once(&curl_once, init_curl);
   if (curl_init_result != CURLE_OK)
     return tagc_errorf(TAGC_EINTERNAL, "curl_global_init: %s", curl_easy_strerror(curl_init_result));
+  return TAGC_OK;
+}
+
+/* An easy handle for one request: the pool's most recently used (its connection is the
+ * likeliest to be alive), else a new one. p NULL: always a new one. */
+static CURL *take_handle(pool *p) {
+  CURL *h = NULL;
+  if (p) {
+    pthread_mutex_lock(&p->lock);
+    if (p->n_idle)
+      h = p->idle[--p->n_idle];
+    pthread_mutex_unlock(&p->lock);
+  }
+  return h ? h : curl_easy_init();
+}
+
+/* Gives h back to the pool with its connection, or closes it (p NULL, or the pool full). */
+static void give_back(pool *p, CURL *h) {
+  if (p) {
+    pthread_mutex_lock(&p->lock);
+    if (p->n_idle < POOL_IDLE_MAX) {
+      p->idle[p->n_idle++] = h;
+      h = NULL;
+    }
+    pthread_mutex_unlock(&p->lock);
+  }
+  if (h)
+    curl_easy_cleanup(h);
+}
+
+/* Sets up a POST of req on h, which keeps its open connections but no earlier option;
+ * *headers must be freed by the caller after the transfer. */
+static tagc_status setup(const tagc_etcd_request *req, CURL *h, struct curl_slist **headers) {
   char url[2048];
   if ((size_t)snprintf(url, sizeof url, "%s%s", req->endpoint, req->path) >= sizeof url)
     return tagc_errorf(TAGC_EINVAL, "etcd URL too long: %s%s", req->endpoint, req->path);
-  CURL *h = curl_easy_init();
-  if (!h)
-    return tagc_errorf(TAGC_ENOMEM, "curl_easy_init failed");
+  curl_easy_reset(h);
   struct curl_slist *hl = curl_slist_append(NULL, "Content-Type: application/json");
   if (req->auth_token && hl) {
     char auth[1024];
@@ -97,10 +146,8 @@ static tagc_status setup(const tagc_etcd_request *req, CURL **out, struct curl_s
       hl = more;
     }
   }
-  if (!hl) {
-    curl_easy_cleanup(h);
+  if (!hl)
     return tagc_errorf(TAGC_ENOMEM, "curl header list");
-  }
   curl_easy_setopt(h, CURLOPT_URL, url);
   curl_easy_setopt(h, CURLOPT_HTTPHEADER, hl);
   curl_easy_setopt(h, CURLOPT_POSTFIELDS, req->body);
@@ -118,7 +165,6 @@ static tagc_status setup(const tagc_etcd_request *req, CURL **out, struct curl_s
     curl_easy_setopt(h, CURLOPT_SSLCERT, req->cert_file);
   if (req->key_file)
     curl_easy_setopt(h, CURLOPT_SSLKEY, req->key_file);
-  *out = h;
   *headers = hl;
   return TAGC_OK;
 }
@@ -143,10 +189,17 @@ static tagc_status transfer_error(CURL *h, CURLcode rc, const tagc_etcd_request 
 
 static tagc_status curl_request(void *ctx, const tagc_etcd_request *req, long *http_status,
                                 char **body, size_t *body_len) {
-  (void)ctx;
-  CURL *h;
+  pool *p = ctx;
+  TAGC_CHECK(init_once());
+  CURL *h = take_handle(p);
+  if (!h)
+    return tagc_errorf(TAGC_ENOMEM, "curl_easy_init failed");
   struct curl_slist *hl;
-  TAGC_CHECK(setup(req, &h, &hl));
+  tagc_status st = setup(req, h, &hl);
+  if (st != TAGC_OK) {
+    give_back(p, h);
+    return st;
+  }
   char detail[CURL_ERROR_SIZE] = "";
   curl_easy_setopt(h, CURLOPT_ERRORBUFFER, detail);
   buffer b = {.max = req->max_reply_bytes ? req->max_reply_bytes : TAGC_ETCD_MAX_REPLY_BYTES};
@@ -154,7 +207,6 @@ static tagc_status curl_request(void *ctx, const tagc_etcd_request *req, long *h
   curl_easy_setopt(h, CURLOPT_WRITEDATA, &b);
   double started = tagc_now();
   CURLcode rc = curl_easy_perform(h);
-  tagc_status st = TAGC_OK;
   if (b.too_long) {
     st = tagc_errorf(TAGC_EPROTO, "etcd %s%s: reply larger than %zu bytes", req->endpoint,
                      req->path, b.max);
@@ -170,7 +222,8 @@ static tagc_status curl_request(void *ctx, const tagc_etcd_request *req, long *h
       st = tagc_errorf(TAGC_ENOMEM, "etcd reply buffer");
   }
   tagc_etcd_stats_record(tagc_now() - started, st != TAGC_OK || *http_status >= 400);
-  curl_easy_cleanup(h);
+  curl_easy_setopt(h, CURLOPT_ERRORBUFFER, NULL); /* `detail` ends with this call */
+  give_back(p, h); /* after a failed transfer curl has closed its connection already */
   curl_slist_free_all(hl);
   return st;
 }
@@ -179,15 +232,21 @@ static tagc_status curl_stream(void *ctx, const tagc_etcd_request *req, tagc_etc
                                void *sink_arg, long *http_status) {
   (void)ctx;
   *http_status = 0;
-  CURL *h;
+  TAGC_CHECK(init_once());
+  CURL *h = curl_easy_init();
+  if (!h)
+    return tagc_errorf(TAGC_ENOMEM, "curl_easy_init failed");
   struct curl_slist *hl;
-  TAGC_CHECK(setup(req, &h, &hl));
+  tagc_status st = setup(req, h, &hl);
+  if (st != TAGC_OK) {
+    curl_easy_cleanup(h);
+    return st;
+  }
   char detail[CURL_ERROR_SIZE] = "";
   curl_easy_setopt(h, CURLOPT_ERRORBUFFER, detail);
   stream_state s = {sink, sink_arg, 0};
   curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, feed_sink);
   curl_easy_setopt(h, CURLOPT_WRITEDATA, &s);
-  tagc_status st = TAGC_OK;
   CURLM *m = curl_multi_init();
   if (!m || curl_multi_add_handle(m, h) != CURLM_OK) {
     st = tagc_errorf(TAGC_ENOMEM, "curl_multi_init failed");
@@ -229,4 +288,26 @@ done:
 const tagc_etcd_transport *tagc_etcd_curl_transport(void) {
   static const tagc_etcd_transport t = {curl_request, curl_stream, NULL};
   return &t;
+}
+
+tagc_status etcd_curl_pool_create(tagc_etcd_transport **out) {
+  *out = NULL;
+  TAGC_CHECK(init_once());
+  pool *p = calloc(1, sizeof *p);
+  if (!p)
+    return tagc_errorf(TAGC_ENOMEM, "etcd connection pool");
+  pthread_mutex_init(&p->lock, NULL);
+  p->t = (tagc_etcd_transport){curl_request, curl_stream, p};
+  *out = &p->t;
+  return TAGC_OK;
+}
+
+void etcd_curl_pool_free(tagc_etcd_transport *t) {
+  if (!t)
+    return;
+  pool *p = t->ctx;
+  for (size_t i = 0; i < p->n_idle; i++)
+    curl_easy_cleanup(p->idle[i]);
+  pthread_mutex_destroy(&p->lock);
+  free(p);
 }

@@ -31,6 +31,13 @@ int etcd_token_rejected(void);
 void etcd_drop_token(tagc_etcd *c);
 
 const tagc_etcd_transport *etcd_transport(const tagc_etcd *c);
+
+/* The client's default transport: libcurl with a pool of easy handles that keep their
+ * connections open between requests (etcd_curl.c). New; free with etcd_curl_pool_free (NULL
+ * is ignored) once no request uses it. Thread-safe. TAGC_ENOMEM, TAGC_EINTERNAL when libcurl
+ * cannot be initialised. */
+tagc_status etcd_curl_pool_create(tagc_etcd_transport **out);
+void etcd_curl_pool_free(tagc_etcd_transport *t);
 double etcd_request_timeout(const tagc_etcd *c);
 
 /* The client's deadline of one call (tagc_etcd_config.deadline_s). */
