@@ -24,7 +24,8 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness import START_WAIT_S, Checks, Cluster, job_args, metrics, wait_for  # noqa: E402
+from harness import (START_WAIT_S, WORKER_LEASE_TTL_S, Checks, Cluster, job_args,  # noqa: E402
+                     metrics, wait_for)
 
 bindir = sys.argv[1]
 SECONDS = float(sys.argv[2]) if len(sys.argv) > 2 else 40.0
@@ -191,8 +192,8 @@ try:
     step1 = metrics(out)[-1]["step"]
     print("%.0f s of %.0f %% loss and %d±%d ms delay on w2's link: steps %d -> %d, w2 sent %d "
           "SYNs to etcd" % (time.time() - t0, 100 * LOSS, DELAY_MS, JITTER_MS, step0, step1, syns))
-    # a lease lost in the last moments of the impairment is seen within a TTL and a request
-    time.sleep(2 * 3.0 + 1)
+    # a lease lost in the last moments of the impairment shows within a TTL and a request
+    time.sleep(2 * WORKER_LEASE_TTL_S + 1)
 
     rows = [r for r in metrics(out) if r["step"] > step0]
     check(step1 > step0, "training went on over the lossy link (%d steps)" % (step1 - step0))
