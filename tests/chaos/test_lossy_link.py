@@ -27,8 +27,13 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from harness import (START_WAIT_S, WORKER_LEASE_TTL_S, Checks, Cluster, job_args,  # noqa: E402
                      metrics, wait_for)
 
-bindir = sys.argv[1]
-SECONDS = float(sys.argv[2]) if len(sys.argv) > 2 else 40.0
+try:
+    bindir = sys.argv[1]
+    SECONDS = float(sys.argv[2]) if len(sys.argv) > 2 else 40.0
+    if not SECONDS > 0 or len(sys.argv) > 3:
+        raise ValueError
+except (IndexError, ValueError):
+    sys.exit("usage: test_lossy_link.py BINDIR [SECONDS > 0]")
 LOSS = 0.05
 DELAY_MS, JITTER_MS = 30, 20
 QUEUE = 7
