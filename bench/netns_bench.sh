@@ -8,7 +8,8 @@
 #   usage: bench/netns_bench.sh BUILD_DIR [STEPS] [WORLDS] [LINKS] [POLICIES]
 # The runs sketch from step 1 (--compress-warmup 0): the bench times the steady compressed
 # step, not a training run's dense warm-up; its short-run val loss is not a quality figure.
-# TAGC_BENCH_KEEP=DIR keeps every run's summary.json and metrics.jsonl under DIR/W-POLICY-LINK
+# TAGC_BENCH_KEEP=DIR keeps every run's summary.json, metrics.jsonl and rank 0's log (warnings
+# and the engine's `auto` decisions) under DIR/W-POLICY-LINK
 # (DIR/W-POLICY-LINK.2, .3, ... for a policy listed again: alternated repeats, whose medians
 # the bench prints after the table).
 set -euo pipefail
@@ -18,7 +19,13 @@ worlds=${3:-"2 4"}
 links=${4:-"unlimited 1gbit 100mbit"}
 policies=${5:-"none/fp32 none/bf16 none/int8/false bf16 tagc tagc/int8 tagc/int8/false auto"}
 worker=$(readlink -f "$build/bin/tagc-worker")
-model=${TAGC_BENCH_MODEL:-"--layers 4 --dim 256 --heads 4 --ctx 128 --batch 8"}
+# TAGC_BENCH_MODEL: worker model options, or `bench` (the default: L=4 C=256 T=128, 3.3 M
+# parameters) or `small` (L=4 C=128 T=64, 0.83 M parameters: no exchange reaches 256 KiB)
+model=${TAGC_BENCH_MODEL:-bench}
+case $model in
+  bench) model="--layers 4 --dim 256 --heads 4 --ctx 128 --batch 8" ;;
+  small) model="--layers 4 --dim 128 --heads 4 --ctx 64 --batch 8" ;;
+esac
 tmp=$(mktemp -d /tmp/tagc-netns.XXXXXX)
 pfx=tagcb$$
 max_w=4
@@ -85,7 +92,7 @@ run() { # run W POLICY LINK -> prints one result line
     # shellcheck disable=SC2046
     ip netns exec "$pfx-$r" "$worker" $model --steps "$steps" $(spec_of "$policy") \
       --rank "$r" --world "$w" --rendezvous "$out/rdzv" --host "10.231.0.$((r + 1))" \
-      --threads "$threads" --ckpt-every 0 --eval-every 0 --eval-windows 16 --log warn \
+      --threads "$threads" --ckpt-every 0 --eval-every 0 --eval-windows 16 --log warn,engine=info \
       --op-timeout 120 --compress-warmup 0 --out "$out" > "$out/rank$r.log" 2>&1 &
     pids+=($!)
   done
@@ -96,7 +103,7 @@ run() { # run W POLICY LINK -> prints one result line
     local keep=$TAGC_BENCH_KEEP/$w-${policy//\//-}-$link n=1
     while [ -e "$keep" ]; do n=$((n + 1)); keep=$TAGC_BENCH_KEEP/$w-${policy//\//-}-$link.$n; done
     mkdir -p "$keep"
-    cp "$out/summary.json" "$out/metrics.jsonl" "$keep/"
+    cp "$out/summary.json" "$out/metrics.jsonl" "$out/rank0.log" "$keep/"
   fi
   # one JSON line: the summary's figures, the median bytes of a step (steady state: the first
   # step's lossless density probe excluded) and the gathers in effect at the last step

@@ -45,6 +45,14 @@ tagc_encoding tagc_auto_choose(const tagc_auto_input *in, tagc_encoding current,
   return pick(cost, current, switches);
 }
 
+double tagc_auto_gather_rate(double link_rate, double gather_bytes, double gather_s) {
+  if (link_rate > 0)
+    return link_rate;
+  if (!(gather_bytes >= TAGC_AUTO_MIN_GATHER_BYTES) || !(gather_s > 0) || !isfinite(gather_s))
+    return 0;
+  return gather_bytes / gather_s;
+}
+
 void tagc_auto_gather_costs(int world, double link_bytes_per_s, double cost[TAGC_ENC_COUNT]) {
   double share = world > 1 ? (double)(world - 1) / (double)world : 0.0;
   cost[TAGC_ENC_SKETCH] = HUGE_VAL;

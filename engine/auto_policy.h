@@ -52,7 +52,8 @@ void tagc_auto_costs(const tagc_auto_input *in, double cost[TAGC_ENC_COUNT]);
 tagc_encoding tagc_auto_choose(const tagc_auto_input *in, tagc_encoding current, int switches);
 
 /* `--gather auto` with `--compress auto`: the precision of the parameter all-gathers, fp32,
- * bf16 or blockwise int8 (kernels/q8.h), from the same shared link rate. Per gathered element,
+ * bf16 or blockwise int8 (kernels/q8.h), from the same shared link rate, or the gathers' own
+ * measured one where that is unknown (tagc_auto_gather_rate). Per gathered element,
  * on W ranks, the predicted cost is
  *   fp32   4 (W-1)/W bytes / link rate
  *   bf16   2 (W-1)/W bytes / link rate + TAGC_AUTO_GATHER_BF16_S_PER_ELEMENT
@@ -65,11 +66,28 @@ tagc_encoding tagc_auto_choose(const tagc_auto_input *in, tagc_encoding current,
 #define TAGC_AUTO_GATHER_BF16_S_PER_ELEMENT 0.5e-9 /* bench_kernels: encode + decode, 1 thread */
 #define TAGC_AUTO_GATHER_Q8_S_PER_ELEMENT 1e-9
 
+/* The link rate the gathers are priced with on one rank: the shared link rate of the wires
+ * (link_rate, the communicator's peak rate, comm.h) when it is known, else what this rank's
+ * parameter all-gathers carried since the last decision: gather_bytes received in gather_s
+ * (gather_codec.h tagc_gather_codec_take_wire), when at least TAGC_AUTO_MIN_GATHER_BYTES. The
+ * communicator only measures exchanges of at least 256 KiB, which a small model never makes
+ * (L=4 C=128 at W=2: a block's bf16 gather is 198 KB), so without the gathers' own figure the
+ * gathers kept bf16 on any link. That figure holds each all-gather's latency and any wait for a
+ * late peer (L=4 C=128, W=2, 1 thread per rank: 10.3 MB/s on a 12.5 MB/s link, 55 and 68 MB/s
+ * on 1 Gbit/s and unlimited veth), so it errs low, towards fewer bytes: it prices the gathers
+ * only, whose three encodings make the same exchanges, not the gradient wires, where it would
+ * make the sketch, which adds exchanges, look cheaper than it is. The engine takes the minimum
+ * over ranks. 0 when unknown. Pure. */
+#define TAGC_AUTO_MIN_GATHER_BYTES 65536.0
+
+double tagc_auto_gather_rate(double link_rate, double gather_bytes, double gather_s);
+
 /* Predicted seconds per gathered element of each precision (fp32 included, for the log; the
  * sketch, no gather encoding, HUGE_VAL). */
 void tagc_auto_gather_costs(int world, double link_bytes_per_s, double cost[TAGC_ENC_COUNT]);
 
-/* fp32, bf16 or int8 for the next steps; `current` when the rate is unknown or W < 2. Pure. */
+/* fp32, bf16 or int8 for the next steps at link_bytes_per_s (tagc_auto_gather_rate, agreed
+ * over ranks); `current` when the rate is unknown or W < 2. Pure. */
 tagc_encoding tagc_auto_gather_choose(int world, double link_bytes_per_s, tagc_encoding current,
                                       int switches);
 

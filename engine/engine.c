@@ -605,7 +605,7 @@ tagc_status tagc_engine_step(tagc_engine *e, const tagc_corpus *corpus, int64_t 
   e->canonical = 0; /* the step's residuals are each rank's own again */
   engine_update_density(e, stats);
   if (e->n_adaptive && e->world > 1)
-    engine_choose_wires(e, step, x->link_rate);
+    TAGC_CHECK(engine_choose_wires(e, step, x->link_rate));
   float clip = 1.0f;
   if (e->cfg.adam.grad_clip > 0 && stats->grad_norm > e->cfg.adam.grad_clip)
     clip = (float)(e->cfg.adam.grad_clip / stats->grad_norm);

@@ -65,17 +65,29 @@ void engine_choose_reshard(tagc_engine *e, int64_t step, double cannot_hold) {
              (long long)step + 1, (int)cannot_hold, held / 1e6, budget / 1e6);
 }
 
-/* `--compress auto`: at the first step with a known link rate (so short runs benefit), then
- * after each density probe (every TAGC_PROBE_EVERY steps), every adaptive segment takes the wire
- * auto_policy.h predicts cheapest, from figures all ranks share (the slowest link, the largest
- * codec time, the agreed density), so all ranks choose the same. Rank 0 logs each change with
- * its reason. */
-void engine_choose_wires(tagc_engine *e, int64_t step, double link_rate) {
+/* The gathers' link rate (auto_policy.h tagc_auto_gather_rate), the slowest rank's: the shared
+ * link rate when known, else each rank's gathers' own figure since the last decision, agreed
+ * in one all-gather of a double (collective: every rank calls it at the same steps; the comm
+ * thread is idle after the step's drain). */
+static tagc_status agreed_gather_rate(tagc_engine *e, double link_rate, double *rate) {
+  double bytes, seconds;
+  tagc_gather_codec_take_wire(e->gathers, &bytes, &seconds);
+  *rate = tagc_auto_gather_rate(link_rate, bytes, seconds);
+  LOG_DEBUG("engine", "step %lld: the parameter gathers received %.3f MB in %.1f ms",
+            (long long)e->step_now + 1, bytes / 1e6, 1e3 * seconds);
+  if (link_rate > 0)
+    return TAGC_OK;
+  double *all = e->scalars_all; /* free once the step's scalars are reduced */
+  TAGC_CHECK(tagc_device_allgather_host(e->dev, e->cfg.comm, rate, all, sizeof *rate, e->xfer,
+                                        e->cfg.op_timeout_s));
+  for (int r = 0; r < e->world; r++)
+    *rate = fmin(*rate, all[r]);
+  return TAGC_OK;
+}
+
+/* Every adaptive segment takes the wire auto_policy.h predicts cheapest at link_rate. */
+static void choose_segment_wires(tagc_engine *e, int64_t step, double link_rate) {
   int warm = step + 1 < e->cfg.compress_warmup; /* the next step is in the compression warm-up */
-  if (!(link_rate > 0) ||
-      (e->auto_decided && step % TAGC_PROBE_EVERY != 0 && step + 1 != e->cfg.compress_warmup))
-    return;
-  e->auto_decided = 1;
   for (int i = 0; i < e->n_segs; i++) {
     engine_segment *s = &e->segs[i];
     if (!s->pol.adaptive)
@@ -97,20 +109,47 @@ void engine_choose_wires(tagc_engine *e, int64_t step, double link_rate) {
     tagc_grad_segment_set_encoding(s->codec, next);
     s->switches++;
   }
-  if (!e->gather_adaptive)
-    return;
-  tagc_encoding next = tagc_auto_gather_choose(e->world, link_rate, e->gather, e->gather_switches);
+}
+
+/* The gathers' encoding auto_policy.h predicts cheapest at `rate`. */
+static void choose_gathers(tagc_engine *e, int64_t step, double link_rate, double rate) {
+  tagc_encoding next = tagc_auto_gather_choose(e->world, rate, e->gather, e->gather_switches);
   if (next == e->gather)
     return;
   double cost[TAGC_ENC_COUNT];
-  tagc_auto_gather_costs(e->world, link_rate, cost);
+  tagc_auto_gather_costs(e->world, rate, cost);
   if (e->rank == 0)
-    LOG_INFO("engine", "auto: step %lld, parameter gathers: %s -> %s (link %.1f MB/s; predicted "
-             "%.3f -> %.3f ns per gathered element)", (long long)step + 1,
-             tagc_encoding_name(e->gather), tagc_encoding_name(next), link_rate / 1e6,
-             1e9 * cost[e->gather], 1e9 * cost[next]);
+    LOG_INFO("engine", "auto: step %lld, parameter gathers: %s -> %s (link %.1f MB/s%s; "
+             "predicted %.3f -> %.3f ns per gathered element)", (long long)step + 1,
+             tagc_encoding_name(e->gather), tagc_encoding_name(next), rate / 1e6,
+             link_rate > 0 ? "" : ", measured by the gathers", 1e9 * cost[e->gather],
+             1e9 * cost[next]);
   e->gather = next;
   e->gather_switches++;
+}
+
+/* `--compress auto`: at the first step with a known link rate (so short runs benefit), then
+ * after each density probe (every TAGC_PROBE_EVERY steps), every adaptive segment takes the wire
+ * auto_policy.h predicts cheapest, from figures all ranks share (the slowest link, the largest
+ * codec time, the agreed density), so all ranks choose the same; `--gather auto` re-chooses the
+ * gathers at the same steps, and where the link rate is unknown (no exchange large enough: a
+ * small model) from the gathers' own rate at step 1 and after each probe. Rank 0 logs each
+ * change with its reason. */
+tagc_status engine_choose_wires(tagc_engine *e, int64_t step, double link_rate) {
+  int due = step % TAGC_PROBE_EVERY == 0 || step + 1 == e->cfg.compress_warmup;
+  if (e->auto_decided && !due)
+    return TAGC_OK;
+  double gather_rate = 0;
+  if (e->gather_adaptive && (link_rate > 0 || due))
+    TAGC_CHECK(agreed_gather_rate(e, link_rate, &gather_rate));
+  if (!(link_rate > 0) && !(gather_rate > 0))
+    return TAGC_OK;
+  e->auto_decided = 1;
+  if (link_rate > 0)
+    choose_segment_wires(e, step, link_rate);
+  if (gather_rate > 0)
+    choose_gathers(e, step, link_rate, gather_rate);
+  return TAGC_OK;
 }
 
 /* The compression warm-up (cfg.compress_warmup): a fixed tagc segment sends dense bf16 (its

@@ -146,9 +146,10 @@ void engine_shrink_slots(tagc_engine *e, int n);
 void engine_warmup_wires(tagc_engine *e, int64_t step);
 
 /* `--compress auto` / `--gather auto`: re-chooses the adaptive segments' wires and the gather
- * encoding at the first step with a known link rate, then after each density probe. After
- * the step's scalars are reduced. */
-void engine_choose_wires(tagc_engine *e, int64_t step, double link_rate);
+ * encoding at the first step with a known link rate (for the gathers: or their own measured
+ * rate), then after each density probe. After the step's scalars are reduced; collective where
+ * the gathers measure the rate (engine_auto.c). Errors: the all-gather's. */
+tagc_status engine_choose_wires(tagc_engine *e, int64_t step, double link_rate);
 
 /* reshard auto: at creation, a slot per unit when all fit the budget; after the first step,
  * stop resharding when no rank reported it cannot hold them (decided once). */

@@ -4,6 +4,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 
+#include "common/timeutil.h"
 #include "kernels/tagc_kernels.h"
 
 struct tagc_gather_codec {
@@ -11,6 +12,8 @@ struct tagc_gather_codec {
   int world;
   uint16_t *bf16;   /* [W][max_unit_shard] received, then [max_unit_shard] sent */
   unsigned char *q8; /* [W][max_unit_q8_bytes] received, then [max_unit_q8_bytes] sent */
+  double wire_bytes; /* received by the all-gathers since the last tagc_gather_codec_take_wire */
+  double wire_s;     /* ... and their seconds */
 };
 
 tagc_status tagc_gather_codec_new(const tagc_gather_codec_config *cfg, tagc_gather_codec **out) {
@@ -43,6 +46,21 @@ void tagc_gather_codec_free(tagc_gather_codec *c) {
   free(c);
 }
 
+/* One all-gather of `per_rank` bytes from every rank, timed for tagc_gather_codec_take_wire. */
+static tagc_status allgather(tagc_gather_codec *c, const void *send, void *recv, size_t per_rank) {
+  double t0 = tagc_now();
+  TAGC_CHECK(tagc_comm_allgather(c->cfg.comm, send, recv, per_rank, c->cfg.op_timeout_s));
+  c->wire_s += tagc_now() - t0;
+  c->wire_bytes += (double)per_rank * (double)(c->world - 1);
+  return TAGC_OK;
+}
+
+void tagc_gather_codec_take_wire(tagc_gather_codec *c, double *bytes, double *seconds) {
+  *bytes = c->wire_bytes;
+  *seconds = c->wire_s;
+  c->wire_bytes = c->wire_s = 0;
+}
+
 static size_t q8_bytes(size_t S) { return (size_t)tagc_q8_chunk_bytes((int64_t)S); }
 
 /* int8: every part's shard encoded into one message, all-gathered, each part decoded from its
@@ -59,7 +77,7 @@ static tagc_status gather_q8(tagc_gather_codec *c, const tagc_gather_part *parts
     off += q8_bytes(parts[i].S);
   }
   TAGC_CHECK(tagc_device_sync(c->cfg.device, lane));
-  TAGC_CHECK(tagc_comm_allgather(c->cfg.comm, send, recv, per_rank, c->cfg.op_timeout_s));
+  TAGC_CHECK(allgather(c, send, recv, per_rank));
   off = 0;
   for (int i = 0; i < n; i++) {
     const tagc_gather_part *p = &parts[i];
@@ -84,8 +102,7 @@ static tagc_status gather_bf16(tagc_gather_codec *c, const tagc_gather_part *par
     off += parts[i].S;
   }
   TAGC_CHECK(tagc_device_sync(c->cfg.device, lane));
-  TAGC_CHECK(tagc_comm_allgather(c->cfg.comm, send, recv, per_rank * sizeof(uint16_t),
-                                 c->cfg.op_timeout_s));
+  TAGC_CHECK(allgather(c, send, recv, per_rank * sizeof(uint16_t)));
   if (n == 1)
     return tagc_kernels_bf16_decode(ctx, recv, dst + parts[0].offset, (int64_t)parts[0].len);
   off = 0;
@@ -120,7 +137,7 @@ tagc_status tagc_gather_unit(tagc_gather_codec *c, const tagc_gather_part *parts
     }
     int direct = p->S * (size_t)c->world == p->len;
     float *recv = direct ? out : work;
-    TAGC_CHECK(tagc_comm_allgather(c->cfg.comm, p->shard, recv, p->S * sizeof(float), c->cfg.op_timeout_s));
+    TAGC_CHECK(allgather(c, p->shard, recv, p->S * sizeof(float)));
     if (!direct)
       TAGC_CHECK(tagc_device_copy(dev, lane, out, recv, p->len * sizeof(float), TAGC_COPY_D2D));
   }

@@ -64,4 +64,11 @@ void tagc_gather_codec_free(tagc_gather_codec *c);
 tagc_status tagc_gather_unit(tagc_gather_codec *c, const tagc_gather_part *parts, int n,
                              tagc_encoding enc, tagc_lane lane, float *work, float *dst);
 
+/* The bytes this rank received in the all-gathers of tagc_gather_unit since the last call
+ * ((W-1) x each message, whatever its encoding), and the seconds those all-gathers took (the
+ * collective calls alone: no conversion, but each one's latency and any wait for a late
+ * peer); then zeroes both. 0 and 0 with world size 1. Not collective; the same thread rules as
+ * tagc_gather_unit (the engine takes them after draining the step's communication). */
+void tagc_gather_codec_take_wire(tagc_gather_codec *c, double *bytes, double *seconds);
+
 #endif

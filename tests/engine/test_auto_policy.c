@@ -4,7 +4,9 @@
  * nothing; hysteresis and the switch budget stop oscillation; the spec parser makes tagc roles
  * adaptive and --gather auto follows the policy; --reshard-after-forward auto keeps gathered
  * units exactly when they fit the memory budget; --gather auto gathers int8 on a slow link,
- * bf16 around 1 GB/s and fp32 on a fast one, with the same hysteresis. */
+ * bf16 around 1 GB/s and fp32 on a fast one, with the same hysteresis, and where no exchange is
+ * large enough for the communicator to measure the link (a small model) from the rate the
+ * gathers themselves carried. */
 #include <math.h>
 #include <string.h>
 
@@ -204,9 +206,40 @@ static void test_gather_choices(void) {
   CHECK_NEAR(cost[TAGC_ENC_BF16], 0.7e-9, 1e-15);
 }
 
+static void test_gather_measured_rate(void) {
+  /* L=4 C=128 T=64 (0.83 M parameters), W=2, 100 Mbit/s: no exchange reaches the
+   * communicator's 256 KiB, so the shared link rate stays unknown, and the rule of the link
+   * rate alone kept the bf16 gathers (1.76 MB per step, 169 ms against 132 ms with int8) */
+  CHECK_EQ_INT(tagc_auto_gather_choose(2, 0, TAGC_ENC_BF16, 0), TAGC_ENC_BF16);
+  /* its step-1 gathers received 1.716 MB in 188.8 ms on rank 0: 9.1 MB/s, int8 */
+  double slow = tagc_auto_gather_rate(0, 1.716e6, 0.1888);
+  CHECK_NEAR(slow, 1.716e6 / 0.1888, 1e-6);
+  CHECK_EQ_INT(tagc_auto_gather_choose(2, slow, TAGC_ENC_BF16, 0), TAGC_ENC_INT8);
+  /* unlimited veth, same model: 1.716 MB in 32.1 ms on the slower rank (53.4 MB/s: each
+   * 200 KB all-gather is mostly latency and the wait for the peer): int8 too, where int8
+   * gathers ran 41-43 ms a step and fp32 ones 47 ms; the three encodings make the same
+   * exchanges, so the latency is the same for all and only the bytes differ */
+  double unlimited = tagc_auto_gather_rate(0, 1.716e6, 0.0321);
+  CHECK(unlimited > 50e6 && unlimited < 55e6);
+  CHECK_EQ_INT(tagc_auto_gather_choose(2, unlimited, TAGC_ENC_BF16, 0), TAGC_ENC_INT8);
+  /* a known shared link rate wins over the gathers' own figure (the 3.3 M bench model's
+   * exchanges are measured by the communicator) */
+  CHECK_NEAR(tagc_auto_gather_rate(5e9, 1.716e6, 0.1888), 5e9, 0);
+  CHECK_EQ_INT(tagc_auto_gather_choose(2, tagc_auto_gather_rate(5e9, 1.716e6, 0.1888), TAGC_ENC_BF16, 0),
+               TAGC_ENC_FP32);
+  /* too few bytes to tell bandwidth from latency, or no time: unknown, nothing changes */
+  CHECK_NEAR(tagc_auto_gather_rate(0, TAGC_AUTO_MIN_GATHER_BYTES - 1, 1e-3), 0, 0);
+  CHECK_NEAR(tagc_auto_gather_rate(0, 1.716e6, 0), 0, 0);
+  CHECK_NEAR(tagc_auto_gather_rate(0, 1.716e6, HUGE_VAL), 0, 0);
+  CHECK_NEAR(tagc_auto_gather_rate(0, 0, 0), 0, 0);
+  CHECK_EQ_INT(tagc_auto_gather_choose(2, tagc_auto_gather_rate(0, 1e3, 1e-3), TAGC_ENC_BF16, 0),
+               TAGC_ENC_BF16);
+}
+
 int main(void) {
   test_choices();
   test_gather_choices();
+  test_gather_measured_rate();
   test_reshard_budget();
   test_hysteresis();
   test_policy_spec();
