@@ -66,18 +66,19 @@ tagc_encoding tagc_auto_choose(const tagc_auto_input *in, tagc_encoding current,
 #define TAGC_AUTO_GATHER_BF16_S_PER_ELEMENT 0.5e-9 /* bench_kernels: encode + decode, 1 thread */
 #define TAGC_AUTO_GATHER_Q8_S_PER_ELEMENT 1e-9
 
-/* The link rate the gathers are priced with on one rank: the shared link rate of the wires
- * (link_rate, the communicator's peak rate, comm.h) when it is known, else what this rank's
- * parameter all-gathers carried since the last decision: gather_bytes received in gather_s
+/* The link rate `auto` prices bytes with on one rank: the shared link rate (link_rate, the
+ * communicator's peak rate, comm.h) when it is known, else what this rank's parameter
+ * all-gathers carried since the last decision: gather_bytes received in gather_s
  * (gather_codec.h tagc_gather_codec_take_wire), when at least TAGC_AUTO_MIN_GATHER_BYTES. The
  * communicator only measures exchanges of at least 256 KiB, which a small model never makes
  * (L=4 C=128 at W=2: a block's bf16 gather is 198 KB), so without the gathers' own figure the
- * gathers kept bf16 on any link. That figure holds each all-gather's latency and any wait for a
- * late peer (L=4 C=128, W=2, 1 thread per rank: 10.3 MB/s on a 12.5 MB/s link, 55 and 68 MB/s
- * on 1 Gbit/s and unlimited veth), so it errs low, towards fewer bytes: it prices the gathers
- * only, whose three encodings make the same exchanges, not the gradient wires, where it would
- * make the sketch, which adds exchanges, look cheaper than it is. The engine takes the minimum
- * over ranks. 0 when unknown. Pure. */
+ * gathers and the wires kept their starting bf16 on any link. That figure holds each
+ * all-gather's latency and any wait for a late peer (L=4 C=128, W=2, 1 thread per rank:
+ * 9.1 MB/s on a 12.5 MB/s link, 53 MB/s on unlimited veth), so it errs low, towards fewer
+ * bytes. It is sound where the choices make the same exchanges and differ in bytes only: the
+ * three gather encodings, and the dense wires (one exchange per unit each); the engine offers
+ * the segments no sketch at such a rate (rho 0), whose extra exchanges (the bitmaps' OR, the
+ * index) the latency would hide. The engine takes the minimum over ranks. 0 when unknown. Pure. */
 #define TAGC_AUTO_MIN_GATHER_BYTES 65536.0
 
 double tagc_auto_gather_rate(double link_rate, double gather_bytes, double gather_s);

@@ -1,9 +1,10 @@
 /* The engine's adaptive decisions (engine_internal.h): the compression warm-up, `--compress
  * auto`'s wires and `--gather auto`'s encoding, `--reshard-after-forward auto`, and the
  * density bookkeeping the codec's rho and `auto` decide from. Every decision is made from
- * figures all ranks share (the step's reduced scalars, the step number), so all ranks make
- * the same one; the costs and budgets are auto_policy.h's pure functions. Compute thread,
- * between or after the step's communication. */
+ * figures all ranks share (the step's reduced scalars, the step number, the gathers' measured
+ * rate agreed at the decision steps), so all ranks make the same one; the costs and budgets
+ * are auto_policy.h's pure functions. Compute thread, between or after the step's
+ * communication. */
 #include <math.h>
 #include <unistd.h>
 
@@ -85,15 +86,17 @@ static tagc_status agreed_gather_rate(tagc_engine *e, double link_rate, double *
   return TAGC_OK;
 }
 
-/* Every adaptive segment takes the wire auto_policy.h predicts cheapest at link_rate. */
-static void choose_segment_wires(tagc_engine *e, int64_t step, double link_rate) {
+/* Every adaptive segment takes the wire auto_policy.h predicts cheapest at link_rate; only a
+ * dense one when the rate is the gathers' (`measured`, auto_policy.h tagc_auto_gather_rate:
+ * its latency would hide the exchanges the sketch adds). */
+static void choose_segment_wires(tagc_engine *e, int64_t step, double link_rate, int measured) {
   int warm = step + 1 < e->cfg.compress_warmup; /* the next step is in the compression warm-up */
   for (int i = 0; i < e->n_segs; i++) {
     engine_segment *s = &e->segs[i];
     if (!s->pol.adaptive)
       continue;
     tagc_auto_input in = {(int64_t)s->len, e->world, link_rate,
-                          tagc_grad_segment_advised_rho(s->codec), s->codec_s};
+                          measured ? 0 : tagc_grad_segment_advised_rho(s->codec), s->codec_s};
     tagc_encoding now = tagc_grad_segment_encoding(s->codec);
     tagc_encoding next = tagc_auto_choose(&in, now, s->switches);
     /* through the warm-up only the wires without error feedback: fp32 and bf16 */
@@ -102,10 +105,11 @@ static void choose_segment_wires(tagc_engine *e, int64_t step, double link_rate)
     double cost[TAGC_ENC_COUNT];
     tagc_auto_costs(&in, cost);
     if (e->rank == 0)
-      LOG_INFO("engine", "auto: step %lld, %s: %s -> %s (link %.1f MB/s, rho %.2f, codec %.2f ms; "
-               "predicted %.2f -> %.2f ms per step)", (long long)step + 1, s->name,
-               tagc_encoding_name(now), tagc_encoding_name(next), link_rate / 1e6, in.rho,
-               1e3 * (s->codec_s), 1e3 * cost[now], 1e3 * cost[next]);
+      LOG_INFO("engine", "auto: step %lld, %s: %s -> %s (link %.1f MB/s%s, rho %.2f, codec %.2f "
+               "ms; predicted %.2f -> %.2f ms per step)", (long long)step + 1, s->name,
+               tagc_encoding_name(now), tagc_encoding_name(next), link_rate / 1e6,
+               measured ? " measured by the gathers" : "", in.rho, 1e3 * (s->codec_s),
+               1e3 * cost[now], 1e3 * cost[next]);
     tagc_grad_segment_set_encoding(s->codec, next);
     s->switches++;
   }
@@ -132,23 +136,22 @@ static void choose_gathers(tagc_engine *e, int64_t step, double link_rate, doubl
  * after each density probe (every TAGC_PROBE_EVERY steps), every adaptive segment takes the wire
  * auto_policy.h predicts cheapest, from figures all ranks share (the slowest link, the largest
  * codec time, the agreed density), so all ranks choose the same; `--gather auto` re-chooses the
- * gathers at the same steps, and where the link rate is unknown (no exchange large enough: a
- * small model) from the gathers' own rate at step 1 and after each probe. Rank 0 logs each
- * change with its reason. */
+ * gathers at the same steps. Where the link rate is unknown (no exchange large enough: a small
+ * model) both are priced with the gathers' own rate at step 1 and after each probe, the
+ * segments among the dense wires only. Rank 0 logs each change with its reason. */
 tagc_status engine_choose_wires(tagc_engine *e, int64_t step, double link_rate) {
   int due = step % TAGC_PROBE_EVERY == 0 || step + 1 == e->cfg.compress_warmup;
   if (e->auto_decided && !due)
     return TAGC_OK;
-  double gather_rate = 0;
-  if (e->gather_adaptive && (link_rate > 0 || due))
-    TAGC_CHECK(agreed_gather_rate(e, link_rate, &gather_rate));
-  if (!(link_rate > 0) && !(gather_rate > 0))
+  double rate = link_rate;
+  if (link_rate > 0 || due)
+    TAGC_CHECK(agreed_gather_rate(e, link_rate, &rate));
+  if (!(rate > 0))
     return TAGC_OK;
   e->auto_decided = 1;
-  if (link_rate > 0)
-    choose_segment_wires(e, step, link_rate);
-  if (gather_rate > 0)
-    choose_gathers(e, step, link_rate, gather_rate);
+  choose_segment_wires(e, step, rate, !(link_rate > 0));
+  if (e->gather_adaptive)
+    choose_gathers(e, step, link_rate, rate);
   return TAGC_OK;
 }
 

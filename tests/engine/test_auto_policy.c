@@ -222,6 +222,18 @@ static void test_gather_measured_rate(void) {
   double unlimited = tagc_auto_gather_rate(0, 1.716e6, 0.0321);
   CHECK(unlimited > 50e6 && unlimited < 55e6);
   CHECK_EQ_INT(tagc_auto_gather_choose(2, unlimited, TAGC_ENC_BF16, 0), TAGC_ENC_INT8);
+  /* the wires of that model's adaptive segments, priced with the same measured rate among the
+   * dense wires (rho 0): an MLP segment (131072 elements) and a block's attention with its
+   * norms (about 66 K) leave their starting bf16 for int8 on both links */
+  tagc_auto_input mlp = {.elements = 131072, .world = 2, .link_bytes_per_s = slow, .rho = 0};
+  tagc_auto_input attn = {.elements = 66560, .world = 2, .link_bytes_per_s = unlimited, .rho = 0};
+  CHECK_EQ_INT(tagc_auto_choose(&mlp, TAGC_ENC_BF16, 0), TAGC_ENC_INT8);
+  CHECK_EQ_INT(tagc_auto_choose(&attn, TAGC_ENC_BF16, 0), TAGC_ENC_INT8);
+  /* with the advisor's rho (6.0 there) the sketch would look cheaper than int8 at that rate:
+   * 4.6 against 7.4 ms at 9.1 MB/s, where its extra exchanges made tagc/int8/false steps 2-2.5x
+   * as long as bf16/int8/false ones, hence rho 0 for a rate the gathers measured */
+  mlp.rho = 6.0;
+  CHECK_EQ_INT(tagc_auto_choose(&mlp, TAGC_ENC_BF16, 0), TAGC_ENC_SKETCH);
   /* a known shared link rate wins over the gathers' own figure (the 3.3 M bench model's
    * exchanges are measured by the communicator) */
   CHECK_NEAR(tagc_auto_gather_rate(5e9, 1.716e6, 0.1888), 5e9, 0);
