@@ -4,7 +4,8 @@
 # checkpoint its plan names (this job's committed record), like a run without --no-resume.
 # (Before: every generation ignored the plan, so a crash at step 30 with step 20 committed
 # restarted from step 0: "the plan resumes from step 20; this rank found step 0", 30 steps
-# recomputed.)
+# recomputed.) The disk path: --mirror-every 0 (with the in-memory copies the generation after
+# the crash rebuilds step 30 from memory; tests/chaos/test_mirror.py).
 set -u
 tagctl=$1
 . "$(dirname "$0")/lib.sh"
@@ -15,7 +16,7 @@ timeout 300 "$tagctl" run --workers 2 --steps 40 --ckpt-every 10 --compress none
   --out "$out" > "$tmp/first.log" 2>&1
 check $? "an earlier run saves step-40"
 timeout 300 "$tagctl" run --workers 2 --no-resume --fault crash@30 --steps 60 --ckpt-every 10 \
-  --compress none $TINY --out "$out" > "$tmp/run.log" 2>&1
+  --compress none --mirror-every 0 $TINY --out "$out" > "$tmp/run.log" 2>&1
 rc=$?
 [ "$rc" -eq 0 ]; check $? "the --no-resume run with a crash at step 30 finishes (status $rc)"
 ! grep -q "this rank found step 0" "$tmp/run.log"
