@@ -327,8 +327,19 @@ static tagc_status apply_report(work *w, const tagc_planner_report *r) {
   const char *suspect = accused(w, r);
   if (!suspect || excluded(w, suspect))
     return TAGC_OK;
-  if (report_of(w->in, suspect))
-    return mutual(w, r->worker, suspect);
+  const tagc_planner_report *theirs = report_of(w->in, suspect);
+  if (theirs) {
+    /* A suspect that reported too is alive. Only when it accuses the reporter back is their
+       link in doubt; when it accuses another member, this report is collateral (a peer that
+       aborts on its own failure closes its connections, and the reporter names it for the
+       reset), and the member the suspect names answers for both. */
+    const char *back = accused(w, theirs);
+    if (back && !strcmp(back, r->worker))
+      return mutual(w, r->worker, suspect);
+    note(w, "%s named %s, which reported %s naming %s", r->worker, suspect, theirs->kind,
+         back ? back : "no member");
+    return TAGC_OK;
+  }
   if (silenced(w, suspect)) {
     char why[200];
     snprintf(why, sizeof why, "all %d other members reported it and it did not report",

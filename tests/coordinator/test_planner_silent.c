@@ -71,7 +71,8 @@ static void test_hang_excluded_at_once(void) {
 }
 
 /* Mutual suspicion is not misjudged: c reported too (it is alive and blocked, a link is in
- * doubt), so nobody is excluded and the pairs are counted, as before the rule. */
+ * doubt), so nobody is excluded and the pair c names back (a, c) is counted; b's naming c,
+ * which names a, is not a pair (b waits on c because c waits on a). */
 static void test_suspect_reported(void) {
   json_t *plan = plan_of(3);
   tagc_planner_report r[] = {{"a", "timeout", 40, 2, 100.0}, {"b", "timeout", 40, 2, 100.0},
@@ -81,8 +82,35 @@ static void test_suspect_reported(void) {
   CHECK_EQ_INT(decide(plan, live, 3, r, 3, &d), TAGC_PLANNER_NEW);
   CHECK_EQ_STR(plan_members_text(d.plan, buf, sizeof buf), "a,b,c");
   CHECK(!is_excluded(d.plan, "c"));
-  CHECK_EQ_INT(json_array_size(json_object_get(d.plan, "suspicion")), 2);
+  CHECK_EQ_INT(json_array_size(json_object_get(d.plan, "suspicion")), 1);
   CHECK(d.settled);
+  tagc_planner_decision_free(&d);
+  json_decref(plan);
+}
+
+/* One kill, collateral report: c died; a names c; b names a, because a, failing on c, aborted
+ * its connections (b's socket to a was reset). a reported naming c, not b: that is no mutual
+ * suspicion, so neither a nor b is counted or excluded for it (before: the pair (a, b) was
+ * counted, and a member with earlier strikes was excluded at once, losing a survivor and the
+ * in-memory copy it held). */
+static void test_collateral_not_mutual(void) {
+  json_t *plan = plan_of(3);
+  tagc_planner_report r[] = {{"a", "crash", 40, 2, 100.0}, {"b", "partition", 40, 0, 100.0}};
+  tagc_planner_decision d;
+  int act = decide(plan, live, 3, r, 2, &d);
+  CHECK(act == TAGC_PLANNER_WAIT || act == TAGC_PLANNER_NEW);
+  if (act == TAGC_PLANNER_NEW) {
+    CHECK(!is_excluded(d.plan, "a") && !is_excluded(d.plan, "b"));
+    CHECK_EQ_INT(json_array_size(json_object_get(d.plan, "suspicion")), 0);
+  }
+  CHECK(!d.reason || !strstr(d.reason, "suspect each other"));
+  tagc_planner_decision_free(&d);
+  /* after the window c, named by a and silent, goes; a and b stay */
+  tagc_planner_input in = {.gen = 3, .plan = plan, .workers = live, .n_workers = 3, .reports = r,
+                           .n_reports = 2, .now = 103.0};
+  CHECK_OK(tagc_planner_decide(&cfg, &in, &d));
+  CHECK_EQ_INT(d.action, TAGC_PLANNER_NEW);
+  CHECK(is_excluded(d.plan, "c") && !is_excluded(d.plan, "a") && !is_excluded(d.plan, "b"));
   tagc_planner_decision_free(&d);
   json_decref(plan);
 }
@@ -175,6 +203,7 @@ static void test_settled(void) {
 int main(void) {
   test_hang_excluded_at_once();
   test_suspect_reported();
+  test_collateral_not_mutual();
   test_two_members();
   test_chain_not_unanimous();
   test_four_members();
