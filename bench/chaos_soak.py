@@ -855,7 +855,7 @@ def report_goodput(soak, rc, s, ref_rc, ref, steps, deaths, ref_progress, lines)
         mine = [g for g in lines if bounds[i] <= g[0] < bounds[i + 1]]
         lost = sum(g[2] for g in mine if g[1] == "recovered")
         lost_by_fault.append(lost)
-        before = max([st for (tt, st, _) in prog if tt <= t] or [0])
+        before = ([st for (tt, st, _) in prog if tt <= t] or [0])[-1]  # where it stood (after any rollback)
         first = next((tt - t for (tt, st, _) in prog if tt > t), None)
         regain = next((tt - t for (tt, st, _) in prog if tt > t and st > before), None)
         firsts.append(first)
