@@ -437,6 +437,10 @@ class Soak:
         w.update({n: r.pid() for n, r in self.replaced.items() if r.pid()})
         return w
 
+    def stop_replacements(self):
+        for r in self.replaced.values():
+            r.stop()
+
     def tend_replacements(self):
         """Restarts a replacement that died non-zero while the job runs (0.5 s later)."""
         for r in self.replaced.values():
@@ -613,10 +617,14 @@ class Soak:
             self.skipped("term_worker", "%s exited" % w)
             return
         self.record(t, "term_worker", w)
+        own = self.replaced.get(w)
+
+        def alive():  # the driver's own child stays a zombie until polled
+            return own.proc.poll() is None if own else proc_alive(pid)
         end = time.time() + 60
-        while proc_alive(pid) and time.time() < end and self.job.poll() is None:
+        while alive() and time.time() < end and self.job.poll() is None:
             self.sleep(0.2)
-        if proc_alive(pid):
+        if alive():
             print("soak: %s (pid %d) still runs 60 s after SIGTERM; no replacement" % (w, pid), flush=True)
             return
         if self.job.poll() is not None:
@@ -629,7 +637,7 @@ class Soak:
             argv[argv.index("--worker-id") + 1] = name
         else:
             argv += ["--worker-id", name]
-        left = ("exited with status %d" % self.replaced[w].proc.returncode if w in self.replaced
+        left = ("exited with status %d" % own.proc.returncode if own
                 else "exited (tagctl run reports nothing for status 0, and does not restart it)")
         try:
             if self.lock_fd is None:
@@ -662,6 +670,7 @@ class Soak:
         self.job = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         end = time.time() + self.a.minutes * 60 * 3 + 300
         next_at = None
+        atexit.register(self.stop_replacements)
         try:
             while self.job.poll() is None and time.time() < end:
                 self.poll_progress()
