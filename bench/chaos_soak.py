@@ -858,7 +858,7 @@ def report_goodput(soak, rc, s, ref_rc, ref, steps, deaths, ref_progress, lines)
           % (len(soak.faults), on_job, len(soak.replaced)))
     # per failure: the recovery lines between it and the next fault are its own
     bounds = [t for t, _, _ in soak.faults] + [float("inf")]
-    lost_by_fault, firsts, regains = [], [], []
+    lost_by_fault, rows_lost, firsts, regains = [], [], [], []
     print("per failure (steps lost = the 'steps recomputed' of the recoveries it caused):")
     for i, (t, kind, detail) in enumerate(soak.faults):
         mine = [g for g in lines if bounds[i] <= g[0] < bounds[i + 1]]
@@ -869,10 +869,15 @@ def report_goodput(soak, rc, s, ref_rc, ref, steps, deaths, ref_progress, lines)
         regain = next((tt - t for (tt, st, _) in prog if tt > t and st > before), None)
         firsts.append(first)
         regains.append(regain)
+        # by the rows: how far back the job went before the next fault (a restarted process
+        # that is rank 0 of the next generation logs no "recovered" line: it saw no failure)
+        low = min([st for (tt, st, _) in prog if t < tt < bounds[i + 1]] or [before + 1])
+        rows_lost.append(max(0, before + 1 - low))
         how = ", ".join("%d %s" % (sum(1 for g in mine if g[1] == w), w) for w in ("recovered", "rebuilt", "disk")
                         if any(g[1] == w for g in mine))
-        print("  %3d +%5.0f s %-11s %-10s step %6d: %d steps lost (%s); first step after %s, step %d regained after %s"
-              % (i + 1, t - soak.t0, kind, detail, before, lost, how or "no recovery",
+        print("  %3d +%5.0f s %-11s %-10s step %6d: %d steps lost (rows: %d; %s); first step after %s, "
+              "step %d regained after %s"
+              % (i + 1, t - soak.t0, kind, detail, before, lost, rows_lost[-1], how or "no recovery",
                  "%.1f s" % first if first is not None else "never",
                  before + 1, "%.1f s" % regain if regain is not None else "never"))
     for g in lines:
@@ -880,17 +885,19 @@ def report_goodput(soak, rc, s, ref_rc, ref, steps, deaths, ref_progress, lines)
             print("  disk fallback at +%.0f s: %s" % (g[0] - soak.t0, g[2]))
     n_fail = max(on_job, 1)
     s_lost = s.get("steps_lost")
-    print("steps lost: %d by the recovery lines, %s by summary.json (%s memory rebuilds, %s disk fallbacks); "
-          "%.2f per failure over %d failures" % (sum(lost_by_fault), s_lost, s.get("memory_rebuilds"),
-                                                 s.get("disk_fallbacks"), (s_lost or 0) / n_fail, on_job))
+    n_disk = sum(1 for g in lines if g[1] == "disk")
+    print("steps lost: %d by the recovery lines, %d by the rows, %s by summary.json (%s memory rebuilds, %s disk "
+          "fallbacks: the final rank-0 process's own counts); %d disk fallbacks logged over %d failures"
+          % (sum(lost_by_fault), sum(rows_lost), s_lost, s.get("memory_rebuilds"), s.get("disk_fallbacks"),
+             n_disk, on_job))
     for kind in soak.kinds:
         idx = [i for i, (_, k, _) in enumerate(soak.faults) if k == kind]
         f = [firsts[i] for i in idx if firsts[i] is not None]
         r = [regains[i] for i in idx if regains[i] is not None]
         if idx:
             print("  %-11s %2d: steps lost %d (max %d); first step after: median %.1f, max %.1f s; "
-                  "regained: median %.1f, max %.1f s" % (kind, len(idx), sum(lost_by_fault[i] for i in idx),
-                                                         max(lost_by_fault[i] for i in idx),
+                  "regained: median %.1f, max %.1f s" % (kind, len(idx), sum(rows_lost[i] for i in idx),
+                                                         max(rows_lost[i] for i in idx),
                                                          statistics.median(f or [0]), max(f or [0]),
                                                          statistics.median(r or [0]), max(r or [0])))
     row_t = [tt for (tt, _, _) in prog]
@@ -934,8 +941,8 @@ def report_goodput(soak, rc, s, ref_rc, ref, steps, deaths, ref_progress, lines)
     verdict("survivors", not crashed, "%d deaths, all of processes the driver faulted%s"
             % (len(deaths), "" if not crashed else " except %d" % len(crashed)))
     # summary.json counts what its rank-0 process saw (a restarted rank 0 starts again from 0):
-    # the larger of it and the recovery lines' sum is charged
-    lost = max(sum(lost_by_fault), s_lost if isinstance(s_lost, int) else 0)
+    # the largest of it, the recovery lines' sum and the rows' is charged
+    lost = max(sum(lost_by_fault), sum(rows_lost), s_lost if isinstance(s_lost, int) else 0)
     verdict("steps_lost", lost / n_fail <= 1.0,
             "%d steps lost over %d failures: %.2f per failure (goal <= 1)" % (lost, on_job, lost / n_fail))
     verdict("goodput", goodput is not None and goodput >= 0.90,
