@@ -107,6 +107,13 @@ static tagc_status build_segments(tagc_engine *e) {
   return TAGC_OK;
 }
 
+size_t engine_max_shard(const tagc_engine *e) {
+  size_t m = 0;
+  for (int i = 0; i < e->n_segs; i++)
+    m = e->segs[i].S > m ? e->segs[i].S : m;
+  return m;
+}
+
 static void slice(int64_t total, int world, int rank, int64_t *lo, int64_t *hi) {
   *lo = total * rank / world;
   *hi = total * (rank + 1) / world;
@@ -481,15 +488,15 @@ static tagc_status run_passes(tagc_engine *e, const tagc_corpus *corpus, int64_t
     } else {
       fill(corpus, e->cfg.seed, step, first, count, T, e->tokens, e->targets);
       double part = 0;
-      st = tagc_corpus_check(corpus); /* a shard cut or rewritten under the run */
-      if (st == TAGC_OK)
-        st = pass(e, count, train, last, scale, &part);
+      st = pass(e, count, train, last, scale, &part);
       *loss_sum += part;
     }
     if (st != TAGC_OK)
       return st;
   }
-  return TAGC_OK;
+  /* a shard cut or rewritten under the run (one check per step, not per micro-batch): the
+     step fails before anything is applied */
+  return tagc_corpus_check(corpus);
 }
 
 /* tagc_val_fill with the sampler's signature (validation windows ignore seed and step). */

@@ -46,6 +46,14 @@ tagc_status tagc_engine_snapshot(tagc_engine *e, float *const *views) {
   return TAGC_OK;
 }
 
+/* The reader's index of each engine stream, or TAGC_ECORRUPT naming the missing one. */
+static tagc_status stream_indices(tagc_ckpt_reader *rd, int streams[TAGC_ENGINE_STREAMS]) {
+  for (int k = 0; k < TAGC_ENGINE_STREAMS; k++)
+    if ((streams[k] = tagc_ckpt_reader_stream_index(rd, stream_names[k])) < 0)
+      return tagc_errorf(TAGC_ECORRUPT, "%s: no '%s' stream", tagc_ckpt_reader_path(rd), stream_names[k]);
+  return TAGC_OK;
+}
+
 /* Reads stream k of segment s's range [lo, hi) into the device buffer dst through host. */
 static tagc_status load_stream(tagc_engine *e, tagc_ckpt_reader *rd, int u, int stream,
                                const engine_segment *s, float *dst, float *host) {
@@ -72,12 +80,8 @@ static tagc_status load_segment(tagc_engine *e, tagc_ckpt_reader *rd, const int 
 
 tagc_status tagc_engine_load(tagc_engine *e, tagc_ckpt_reader *rd) {
   int streams[TAGC_ENGINE_STREAMS];
-  for (int k = 0; k < TAGC_ENGINE_STREAMS; k++)
-    if ((streams[k] = tagc_ckpt_reader_stream_index(rd, stream_names[k])) < 0)
-      return tagc_errorf(TAGC_ECORRUPT, "%s: no '%s' stream", tagc_ckpt_reader_path(rd), stream_names[k]);
-  size_t max_s = 0;
-  for (int i = 0; i < e->n_segs; i++)
-    max_s = e->segs[i].S > max_s ? e->segs[i].S : max_s;
+  TAGC_CHECK(stream_indices(rd, streams));
+  size_t max_s = engine_max_shard(e);
   float *host = malloc(max_s * sizeof(float)); /* the reader fills host memory */
   if (!host)
     return tagc_errorf(TAGC_ENOMEM, "checkpoint read buffer of %zu floats", max_s);
@@ -96,12 +100,8 @@ tagc_status tagc_engine_compare(tagc_engine *e, tagc_ckpt_reader *rd, int64_t *c
     first[0] = '\0';
   TAGC_CHECK(engine_drain(e));
   int streams[TAGC_ENGINE_STREAMS];
-  for (int k = 0; k < TAGC_ENGINE_STREAMS; k++)
-    if ((streams[k] = tagc_ckpt_reader_stream_index(rd, stream_names[k])) < 0)
-      return tagc_errorf(TAGC_ECORRUPT, "%s: no '%s' stream", tagc_ckpt_reader_path(rd), stream_names[k]);
-  size_t max_s = 0;
-  for (int i = 0; i < e->n_segs; i++)
-    max_s = e->segs[i].S > max_s ? e->segs[i].S : max_s;
+  TAGC_CHECK(stream_indices(rd, streams));
+  size_t max_s = engine_max_shard(e);
   float *a = malloc(max_s * sizeof(float)), *b = malloc(max_s * sizeof(float));
   tagc_status st = a && b ? TAGC_OK : tagc_errorf(TAGC_ENOMEM, "compare buffers");
   for (int i = 0; st == TAGC_OK && i < e->n_segs; i++) {

@@ -135,6 +135,9 @@ tagc_status engine_gather_unit(tagc_engine *e, int unit, float *dst, int for_com
 /* Elements of segment s owned by this rank: [s->off + lo, s->off + lo + *n); returns lo. */
 size_t engine_shard_range(const tagc_engine *e, const engine_segment *s, size_t *n);
 
+/* The largest shard size S over the segments. */
+size_t engine_max_shard(const tagc_engine *e);
+
 /* Allocates slot buffers up to n (each holds the largest unit); frees those beyond n. */
 tagc_status engine_grow_slots(tagc_engine *e, int n);
 void engine_shrink_slots(tagc_engine *e, int n);

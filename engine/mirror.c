@@ -466,9 +466,7 @@ tagc_status tagc_engine_mirror_restore(tagc_engine *e, tagc_mirror *m, int64_t m
         at[q] = off;
         off += block_bytes(e, q, wo, me, (size_t)json_len);
       }
-  size_t max_s = 0;
-  for (int i = 0; i < e->n_segs; i++)
-    max_s = e->segs[i].S > max_s ? e->segs[i].S : max_s;
+  size_t max_s = engine_max_shard(e);
   float *host = st == TAGC_OK ? calloc(4 * max_s, sizeof(float)) : NULL;
   if (st == TAGC_OK && !host)
     st = tagc_errorf(TAGC_ENOMEM, "rebuild buffer of %zu floats", 4 * max_s);
