@@ -207,13 +207,14 @@ tagc_status tagc_engine_set_compression_state(tagc_engine *e, const json_t *stat
 
 /* In-memory redundancy (engine/mirror.h). Collective, with no step running, after step
  * `step` of generation `gen` was applied (and after a checkpoint save of that step, so that
- * the copy holds what the checkpoint holds): copies this rank's state into m and shifts it to
- * rank + shift, receiving rank - shift's (tagc_mirror_shift; 1 <= shift < W, any value at
- * W = 1). Errors: communication failures (the received slot stays invalid), TAGC_ENOMEM,
- * TAGC_EPEER for a malformed image, TAGC_EINVAL for a bad shift. */
+ * the copy holds what the checkpoint holds): copies this rank's state into m and, for each of
+ * the `copies` offsets shifts[c] (tagc_mirror_shifts: distinct, 1 <= shift < W), sends it to
+ * rank + shift, receiving rank - shift's. Any shifts at W = 1. Errors: communication
+ * failures (the received slot stays invalid), TAGC_ENOMEM, TAGC_EPEER for a malformed image,
+ * TAGC_EINVAL for bad offsets or more copies than W - 1 or TAGC_MIRROR_MAX_COPIES. */
 struct tagc_mirror;
 tagc_status tagc_engine_mirror_push(tagc_engine *e, struct tagc_mirror *m, int64_t gen,
-                                    int64_t step, int shift);
+                                    int64_t step, const int *shifts, int copies);
 
 /* Collective, in a new engine (any world size), before its first step: rebuilds its shards,
  * residuals and compression state from the images the ranks hold (tagc_mirror_choose), as a

@@ -28,7 +28,7 @@ typedef struct image_hdr {
 } image_hdr;
 
 struct tagc_mirror {
-  unsigned char *slot[TAGC_MIRROR_SLOTS]; /* 0, 1: own images; 2, 3: received */
+  unsigned char *slot[TAGC_MIRROR_SLOTS]; /* 0, 1: own images; 2 + 2c, 3 + 2c: copy c's */
   size_t cap[TAGC_MIRROR_SLOTS];
   tagc_mirror_entry ent[TAGC_MIRROR_SLOTS];
   size_t image_bytes;
@@ -37,20 +37,41 @@ struct tagc_mirror {
   size_t stage_cap;
 };
 
-int tagc_mirror_shift(const char *const *domains, int world) {
-  int best = 1, best_apart = -1;
-  for (int d = 1; d < world; d++) {
-    int apart = 0;
-    for (int r = 0; r < world; r++)
-      apart += strcmp(domains[r], domains[(r + d) % world]) != 0;
-    if (apart > best_apart) {
-      best = d;
-      best_apart = apart;
+/* Ranks whose copy at offset d leaves their failure domain. */
+static int apart_at(const char *const *domains, int world, int d) {
+  int apart = 0;
+  for (int r = 0; r < world; r++)
+    apart += strcmp(domains[r], domains[(r + d) % world]) != 0;
+  return apart;
+}
+
+int tagc_mirror_shifts(const char *const *domains, int world, int copies, int *out) {
+  int n = 0;
+  for (; n < copies && n < world - 1; n++) {
+    int best = 0, best_apart = -1;
+    for (int d = 1; d < world; d++) {
+      int used = 0;
+      for (int j = 0; j < n; j++)
+        used |= out[j] == d;
+      if (used)
+        continue;
+      int apart = apart_at(domains, world, d);
+      if (apart > best_apart) {
+        best = d;
+        best_apart = apart;
+      }
+      if (apart == world)
+        break;
     }
-    if (apart == world)
-      break;
+    out[n] = best;
   }
-  return best;
+  return n;
+}
+
+int tagc_mirror_shift(const char *const *domains, int world) {
+  int d = 1;
+  tagc_mirror_shifts(domains, world, 1, &d);
+  return d;
 }
 
 int64_t tagc_mirror_period(double copy_s, double step_s, double budget) {
@@ -221,33 +242,44 @@ static tagc_status capture(tagc_engine *e, tagc_mirror *m, int k, int64_t gen, i
 }
 
 tagc_status tagc_engine_mirror_push(tagc_engine *e, tagc_mirror *m, int64_t gen, int64_t step,
-                                    int shift) {
+                                    const int *shifts, int copies) {
   TAGC_CHECK(engine_drain(e)); /* the comm thread is idle: this is a collective of the caller */
   int own = older(m, 0);
   TAGC_CHECK(capture(e, m, own, gen, step));
   if (e->world == 1)
     return TAGC_OK;
   int w = e->world;
-  if (shift < 1 || shift >= w)
-    return tagc_errorf(TAGC_EINVAL, "copy offset %d for world size %d", shift, w);
-  int peer = older(m, 2), from = (e->rank + w - shift) % w;
+  if (copies < 1 || copies > TAGC_MIRROR_MAX_COPIES || copies > w - 1)
+    return tagc_errorf(TAGC_EINVAL, "%d in-memory copies at world size %d (1 to %d)", copies, w,
+                       w - 1 < TAGC_MIRROR_MAX_COPIES ? w - 1 : TAGC_MIRROR_MAX_COPIES);
+  for (int c = 0; c < copies; c++) {
+    int shift = shifts[c];
+    if (shift < 1 || shift >= w || (c > 0 && shift == shifts[0]))
+      return tagc_errorf(TAGC_EINVAL, "copy offset %d for world size %d", shift, w);
+  }
   size_t bytes = m->image_bytes;
-  TAGC_CHECK(ensure_slot(m, peer, bytes));
-  size_t sb[w], rb[w];
-  memset(sb, 0, sizeof sb);
-  memset(rb, 0, sizeof rb);
-  sb[(e->rank + shift) % w] = bytes;
-  rb[from] = bytes;
-  TAGC_CHECK(xfer(e, m, m->slot[own], sb, m->slot[peer], rb));
-  image_hdr h;
-  memcpy(&h, m->slot[peer], sizeof h);
-  if (h.magic != MIRROR_MAGIC || h.version != MIRROR_VERSION || h.gen != gen || h.step != step ||
-      h.world != w || h.rank != from || h.json_len < 0 || h.json_len > JSON_CAP ||
-      h.floats != image_floats(e, w))
-    return tagc_errorf(TAGC_EPEER, "the in-memory copy received from rank %d is malformed "
-                       "(step %lld, rank %d, world %d for step %lld, rank %d, world %d)", from,
-                       (long long)h.step, (int)h.rank, (int)h.world, (long long)step, from, w);
-  m->ent[peer] = (tagc_mirror_entry){h.gen, h.step, h.world, h.rank, h.json_len, h.canonical};
+  for (int c = 0; c < copies; c++) {
+    int shift = shifts[c];
+    int peer = older(m, 2 + 2 * c), from = (e->rank + w - shift) % w;
+    TAGC_CHECK(ensure_slot(m, peer, bytes));
+    size_t sb[w], rb[w];
+    memset(sb, 0, sizeof sb);
+    memset(rb, 0, sizeof rb);
+    sb[(e->rank + shift) % w] = bytes;
+    rb[from] = bytes;
+    TAGC_CHECK(xfer(e, m, m->slot[own], sb, m->slot[peer], rb));
+    image_hdr h;
+    memcpy(&h, m->slot[peer], sizeof h);
+    if (h.magic != MIRROR_MAGIC || h.version != MIRROR_VERSION || h.gen != gen ||
+        h.step != step || h.world != w || h.rank != from || h.json_len < 0 ||
+        h.json_len > JSON_CAP || h.floats != image_floats(e, w))
+      return tagc_errorf(TAGC_EPEER, "the in-memory copy received from rank %d is malformed "
+                         "(step %lld, rank %d, world %d for step %lld, rank %d, world %d)", from,
+                         (long long)h.step, (int)h.rank, (int)h.world, (long long)step, from, w);
+    m->ent[peer] = (tagc_mirror_entry){h.gen, h.step, h.world, h.rank, h.json_len, h.canonical};
+  }
+  /* slots of copies no longer made (fewer copies than before) hold older steps and are
+     offered as such: tagc_mirror_choose takes the newest complete step */
   return TAGC_OK;
 }
 

@@ -5,15 +5,17 @@
  * residual [W][S] (raw, as the rank holds it: a rank's residual covers every owner's shard),
  * plus the compression state (JSON, as a checkpoint manifest records it), the step, the
  * generation and the world size. A tagc_mirror is the process-wide store of images: this
- * rank's two newest own images and the two newest it received from the rank before it
- * (rank r sends to r + 1 mod W). It outlives generations; the engine is rebuilt around it.
+ * rank's two newest own images and, per copy (--mirror-copies, 1 or 2), the two newest it
+ * received from the rank that copies to it (rank r sends copy c to r + d_c mod W). It outlives
+ * generations; the engine is rebuilt around it.
  *
  * Keeping it current (tagc_engine_mirror_push, every --mirror-every steps): a copy of the live
- * state into the older own slot (device to host), then one collective shift of that image to
- * the buddy, received into the older peer slot. The image bytes are those of the live state,
- * so the copy is bit-identical to the owner's; a receive that fails leaves that slot invalid
- * and the newer one intact. Cost per push and rank: image bytes = 4 * (3 S + W S [feedback])
- * summed over segments, sent once and received once; memory: four images in host memory.
+ * state into the older own slot (device to host), then per copy one collective shift of that
+ * image by d_c, received into the older slot of that copy's pair. The image bytes are those of
+ * the live state, so every copy is bit-identical to the owner's; a receive that fails leaves
+ * that slot invalid and the newer one intact. Cost per push and rank: image bytes = 4 * (3 S +
+ * W S [feedback]) summed over segments, sent and received once per copy; memory: 2 + 2 x
+ * copies images in host memory. Two copies survive any two ranks lost at once.
  *
  * Rebuilding (tagc_engine_mirror_restore, collective in a new generation, any world size):
  * the ranks exchange which images they hold, choose the newest (generation, step) of which
@@ -32,8 +34,9 @@
 
 typedef struct tagc_mirror tagc_mirror;
 
-/* Slots per rank: two own images, two received ones. */
-#define TAGC_MIRROR_SLOTS 4
+/* Copies of each image at most, and slots per rank: two own images, two received per copy. */
+#define TAGC_MIRROR_MAX_COPIES 2
+#define TAGC_MIRROR_SLOTS (2 + 2 * TAGC_MIRROR_MAX_COPIES)
 
 /* What one slot holds, as the ranks tell each other before a rebuild. */
 typedef struct tagc_mirror_entry {
@@ -69,6 +72,12 @@ void tagc_mirror_choose(const tagc_mirror_entry *entries, int world_new, tagc_mi
  * smallest d for which domains[r] != domains[(r + d) % W] for every r; when none does, the d
  * separating the most ranks (the smallest of those). 1 for W < 2. */
 int tagc_mirror_shift(const char *const *domains, int world);
+
+/* Pure: the offsets of `copies` copies (1 <= copies <= TAGC_MIRROR_MAX_COPIES), distinct, the
+ * first tagc_mirror_shift's, each next the one separating the most ranks from their domain
+ * among those left (the smallest of ties). Returns how many were placed: min(copies, W - 1)
+ * (0 for W < 2). */
+int tagc_mirror_shifts(const char *const *domains, int world, int copies, int *out);
 
 /* Pure: the copies' period (steps) that keeps copy_s per copy within `budget` (a fraction) of
  * step_s per step: ceil(copy_s / (budget * step_s)), at least 1 and at most 100000 (1 when

@@ -224,7 +224,7 @@ static void failure_domain(const tagc_train_config *cfg, char *out, size_t cap) 
   out[cap - 1] = '\0';
 }
 
-/* Collective: where this generation's in-memory copies go (rank + t->mirror_shift), from
+/* Collective: where this generation's in-memory copies go (rank + t->mirror_shift[c]), from
  * every rank's failure domain (one all-gather of 64 bytes each). */
 static tagc_status place_copies(tagc_run *t) {
   enum { CAP = 64 };
@@ -240,13 +240,19 @@ static tagc_status place_copies(tagc_run *t) {
       all[(size_t)r * CAP + CAP - 1] = '\0';
       names[r] = all + (size_t)r * CAP;
     }
-    t->mirror_shift = tagc_mirror_shift(names, t->world);
-    int apart = 0;
-    for (int r = 0; r < t->world; r++)
-      apart += strcmp(names[r], names[(r + t->mirror_shift) % t->world]) != 0;
-    if (t->rank == 0 && (t->mirror_shift != 1 || (apart < t->world && apart > 0)))
-      LOG_INFO("train", "in-memory copies go to rank + %d: %d of %d ranks' copies are outside "
-               "their failure domain", t->mirror_shift, apart, t->world);
+    t->mirror_copies = tagc_mirror_shifts(names, t->world, (int)t->cfg->mirror_copies,
+                                          t->mirror_shift);
+    for (int c = 0; c < t->mirror_copies && t->rank == 0; c++) {
+      int apart = 0;
+      for (int r = 0; r < t->world; r++)
+        apart += strcmp(names[r], names[(r + t->mirror_shift[c]) % t->world]) != 0;
+      if (t->mirror_shift[c] != c + 1 || (apart < t->world && apart > 0))
+        LOG_INFO("train", "in-memory copies go to rank + %d: %d of %d ranks' copies are outside "
+                 "their failure domain", t->mirror_shift[c], apart, t->world);
+    }
+    if (t->rank == 0 && t->cfg->mirror_copies > t->mirror_copies)
+      LOG_WARN("train", "--mirror-copies %lld at world size %d: %d copies of each state",
+               (long long)t->cfg->mirror_copies, t->world, t->mirror_copies);
   }
   free(all);
   free(names);
@@ -310,7 +316,8 @@ static tagc_status gen_begin(tagc_run *t, const tagc_gen_spec *g) {
   t->mirror_steps = 0;
   if (t->mirror_k > 0 && !t->mirror)
     TAGC_CHECK(tagc_mirror_new(&t->mirror));
-  t->mirror_shift = 1;
+  t->mirror_shift[0] = 1;
+  t->mirror_copies = 1;
   if (t->mirror && t->world > 1)
     TAGC_CHECK(place_copies(t));
   int rebuilt = 0;
@@ -732,10 +739,11 @@ static tagc_status train(tagc_run *t, tagc_gen_result *res) {
     t->mirror_steps++;
     if (st == TAGC_OK && t->mirror && !rollback && mirror_due(t, step + 1)) {
       double m0 = tagc_now();
-      st = tagc_engine_mirror_push(t->engine, t->mirror, t->gen, step + 1, t->mirror_shift);
+      st = tagc_engine_mirror_push(t->engine, t->mirror, t->gen, step + 1, t->mirror_shift,
+                                   t->mirror_copies);
       ss.mirror_s = tagc_now() - m0;
       ss.step_s += ss.mirror_s;
-      ss.mirror_bytes = t->world > 1 ? tagc_mirror_image_bytes(t->mirror) : 0;
+      ss.mirror_bytes = t->world > 1 ? tagc_mirror_image_bytes(t->mirror) * (size_t)t->mirror_copies : 0;
       t->mirror_last = step + 1;
       t->mirror_pushes++;
       t->mirror_cost_s += ss.mirror_s;

@@ -103,6 +103,10 @@ static const tagc_opt train_opts[] = {
      "what this worker fails with (a node or pod name; default $TAGC_FAILURE_DOMAIN, else "
      "$NODE_NAME, else the host name): in-memory copies go to a rank of another domain when "
      "the ranks' order allows"},
+    {"mirror-copies", TAGC_OPT_INT, OFF(mirror_copies), "1", 1, 2, NULL,
+     "copies of each worker's state on other ranks (at most the world size - 1): 1 survives "
+     "any one lost worker and pairs that do not hold each other's copy, 2 any two at once, at "
+     "twice the copies' bytes and memory"},
     {"mirror-budget", TAGC_OPT_DOUBLE, OFF(mirror_budget), "0.05", 0.001, 100, NULL,
      "--mirror-every -1: the largest fraction of the step time the copies may cost (the period "
      "is chosen from their measured cost, the same on every rank)"},
@@ -169,7 +173,7 @@ const tagc_help_group tagc_train_help_groups[] = {
     {"Output, evaluation and logging", "out eval-every eval-windows log metrics-addr dump-params"},
     {"Checkpoints and resuming", "ckpt-every ckpt-every-s ckpt-dir ckpt-keep-last "
                                  "ckpt-keep-every resume allow-restart-from-scratch stop-at"},
-    {"In-memory copies (zero steps lost)", "mirror-every mirror-budget failure-domain"},
+    {"In-memory copies (zero steps lost)", "mirror-every mirror-copies mirror-budget failure-domain"},
     {"Device", "device compute threads"},
     {"Compression and communication", "compress compress-warmup gather link-rate "
                                       "reshard-after-forward max-gather-mem op-timeout host"},

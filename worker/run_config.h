@@ -60,6 +60,7 @@ typedef struct tagc_train_config {
   char *fault;        /* fault spec (see worker/fault.h) */
   int check_rebuild;          /* test hook: compare a memory rebuild with the disk checkpoint */
   int64_t mirror_every;        /* in-memory copy to the next rank every N steps (0 = off, -1 auto) */
+  int64_t mirror_copies;       /* copies of each rank's state (engine/mirror.h) */
   double mirror_budget;        /* auto: largest fraction of the step time the copies may cost */
   char *failure_domain;        /* in-memory copies go to another domain ("" = env or host) */
   int64_t max_nonfinite_skips; /* consecutive skipped (non-finite) steps before a rollback */

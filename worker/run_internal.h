@@ -60,7 +60,8 @@ struct tagc_run {
   int64_t rollback_at;     /* the step whose skip made the last rollback, or -1 */
   tagc_mirror *mirror;     /* with --mirror-every: the in-memory copies */
   int64_t mirror_k;        /* the copies' period in effect (0: no copies) */
-  int mirror_shift;        /* copies go to rank + mirror_shift (tagc_mirror_shift) */
+  int mirror_shift[TAGC_MIRROR_MAX_COPIES]; /* copy c goes to rank + mirror_shift[c] */
+  int mirror_copies;       /* ... for c < mirror_copies (tagc_mirror_shifts) */
   int mirror_auto;         /* --mirror-every -1 in elastic mode: mirror_k from the costs */
   int64_t mirror_last;     /* the step of the last copy in this generation */
   int64_t mirror_pushes;   /* copies in this generation */

@@ -85,6 +85,18 @@ static void test_shift(void) {
   const char *tri[] = {"a", "a", "a", "b", "b", "b"};
   CHECK_EQ_INT(tagc_mirror_shift(tri, 6), 3);
   CHECK_EQ_INT(tagc_mirror_shift(one, 1), 1);
+  /* two copies: distinct offsets, the second the best of the rest */
+  int d[TAGC_MIRROR_MAX_COPIES] = {0};
+  CHECK_EQ_INT(tagc_mirror_shifts(one, 3, 2, d), 2);
+  CHECK(d[0] == 1 && d[1] == 2);
+  CHECK_EQ_INT(tagc_mirror_shifts(pairs, 4, 2, d), 2); /* rank + 2 apart, then rank + 1 (2 of 4) */
+  CHECK(d[0] == 2 && d[1] == 1);
+  CHECK_EQ_INT(tagc_mirror_shifts(tri, 6, 2, d), 2); /* + 3 separates all; + 2 separates 4 */
+  CHECK_MSG(d[0] == 3 && d[1] == 2, "offsets %d %d", d[0], d[1]);
+  const char *two[] = {"a", "b"}; /* W = 2: one other rank, one copy */
+  CHECK_EQ_INT(tagc_mirror_shifts(two, 2, 2, d), 1);
+  CHECK(d[0] == 1);
+  CHECK_EQ_INT(tagc_mirror_shifts(one, 1, 2, d), 0);
 }
 
 static tagc_model_layout layout;
@@ -128,7 +140,8 @@ static void test_round_trip(void) {
   tagc_step_stats st;
   for (int s = 0; s < 3; s++)
     CHECK_OK(tagc_engine_step(a, &corpus, s, &st));
-  CHECK_OK(tagc_engine_mirror_push(a, m, 1, 3, 1));
+  int shift = 1;
+  CHECK_OK(tagc_engine_mirror_push(a, m, 1, 3, &shift, 1));
   tagc_mirror_entry e[K];
   tagc_mirror_entries(m, e);
   CHECK(e[0].step == 3 || e[1].step == 3);

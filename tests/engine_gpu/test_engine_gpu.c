@@ -219,7 +219,8 @@ static void mirror_round_trip(tagc_device *dev, tagc_engine *e, int64_t next) {
   CHECK_OK(tagc_engine_new(&cfg, &fresh));
   if (!m || !fresh)
     return;
-  CHECK_OK(tagc_engine_mirror_push(e, m, 1, next, 1));
+  int shift = 1;
+  CHECK_OK(tagc_engine_mirror_push(e, m, 1, next, &shift, 1));
   tagc_mirror_choice *ch = malloc(sizeof *ch);
   int64_t step = 0;
   CHECK_OK(tagc_engine_mirror_restore(fresh, m, 0, ch, &step));
