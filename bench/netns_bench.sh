@@ -72,7 +72,8 @@ shape() { # shape RATE|unlimited: egress of both ends of every worker link
 # precision (default auto: bf16 when anything is compressed) and --reshard-after-forward
 # (default auto: true, except that --compress auto may keep the gathered units); e.g.
 # none/fp32 = fp32 ZeRO-3, none/int8/false, bf16, tagc, auto. A fourth field is --mirror-every
-# (default 0: these static runs have no recovery): auto/auto/auto/1 times the in-memory copies.
+# (default 0: these static runs have no recovery): auto/auto/auto/1 times the in-memory copies
+# every step, auto/auto/auto/-2 under the automatic period (compared by mean step time).
 spec_of() {
   local compress gather reshard mirror
   IFS=/ read -r compress gather reshard mirror <<<"$1"
@@ -124,6 +125,14 @@ print(json.dumps({"w": w, "policy": policy, "link": link, "step_s": s["step_s_me
                   "mirror_s": s.get("mirror_s_per_step", 0.0),
                   "mirror_bytes": s.get("mirror_bytes_per_step", 0.0),
                   "rss": s.get("peak_rss_bytes", 0),
+                  # the mean step (copies included; the first, with its density probe, left
+                  # out) and the copies made
+                  "step_mean": sum(r["step_s"] for r in rows[1:]) / max(len(rows) - 1, 1),
+                  "copies": sum(1 for r in rows if r.get("mirror_s", 0) > 0),
+                  "copy_bytes": max([r.get("mirror_bytes", 0) for r in rows] + [0]),
+                  # the period in effect at the end: the gap between the last two copies
+                  "period": (lambda c: c[-1] - c[-2] if len(c) > 1 else 0)(
+                      [r["step"] for r in rows if r.get("mirror_s", 0) > 0]),
                   "fixed": not policy.startswith("auto")}))
 PY
 }
@@ -197,6 +206,15 @@ for (w, link), g in groups.items():
         k = max(1, math.ceil(m_s / (0.05 * b_step) - 1e-9)) if b_step > 0 else 1
         rss = max(r["rss"] for r in mp) / 2**20
         rss0 = max(r["rss"] for r in g if r["policy"] == base) / 2**20
+        if parts[3] == "-2":  # the auto period: the mean step (a median misses the copy steps)
+            m_mean = sorted(r["step_mean"] for r in mp)[(len(mp) - 1) // 2]
+            b_mean = sorted(r["step_mean"] for r in g if r["policy"] == base)[(len(runs[base]) - 1) // 2]
+            print("    auto copies at W=%s %s: %s mean step %.1f ms vs %s %.1f ms: %.3fx; %d copies "
+                  "of %.1f MB per rank, period %d at the end (%d steps at risk); peak RSS %.0f vs %.0f MiB"
+                  % (w, link, p, 1e3 * m_mean, base, 1e3 * b_mean, m_mean / b_mean,
+                     mp[0]["copies"], mp[0]["copy_bytes"] / 1e6, mp[0]["period"],
+                     max(mp[0]["period"] - 1, 0), rss, rss0))
+            continue
         print("    copies at W=%s %s: %s %.1f ms vs %s %.1f ms: %.3fx; copy %.1f ms, %.1f MB per "
               "copy and rank; peak RSS %.0f vs %.0f MiB; auto period (5 %%): %d (%d steps at risk)"
               % (w, link, p, 1e3 * m_step, base, 1e3 * b_step, m_step / b_step, 1e3 * m_s,

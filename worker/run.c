@@ -309,8 +309,9 @@ static tagc_status gen_begin(tagc_run *t, const tagc_gen_spec *g) {
                                                 : tagc_compress_warmup_auto(cfg->warmup, cfg->steps);
   ec.op_delay_s = t->faults.slow_s;
   TAGC_CHECK(tagc_engine_new(&ec, &t->engine));
-  t->mirror_k = cfg->mirror_every >= 0 ? cfg->mirror_every : t->elastic ? 1 : 0;
-  t->mirror_auto = cfg->mirror_every < 0 && t->elastic;
+  /* -1: auto in elastic mode, off in a static run (no recovery); -2: auto in either (benches) */
+  t->mirror_auto = cfg->mirror_every == -2 || (cfg->mirror_every == -1 && t->elastic);
+  t->mirror_k = cfg->mirror_every >= 0 ? cfg->mirror_every : t->mirror_auto ? 1 : 0;
   t->mirror_pushes = 0;
   t->mirror_cost_s = t->mirror_step_s = 0;
   t->mirror_steps = 0;

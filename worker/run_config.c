@@ -93,12 +93,13 @@ static const tagc_opt train_opts[] = {
     {"fault", TAGC_OPT_STRING, OFF(fault), "", 0, -1, NULL,
      "arm fault points: crash|exit|oom|hang|drop|nan@STEP, nan@FIRST-LAST, slow=SECONDS, "
      "ckpt:STAGE (also TAGC_FAULT)"},
-    {"mirror-every", TAGC_OPT_INT, OFF(mirror_every), "-1", -1, 1e9, NULL,
+    {"mirror-every", TAGC_OPT_INT, OFF(mirror_every), "-1", -2, 1e9, NULL,
      "every N steps each worker also sends its whole training state to the next rank, so that "
      "after a failure or a leave the survivors rebuild the last such step from memory and "
      "joiners heal from live peers (0 = off: recovery from the disk checkpoint; -1 = auto in "
      "elastic mode: every step while a copy costs at most --mirror-budget of a step, else "
-     "less often; 0 in a static run, which has no recovery)"},
+     "less often; 0 in a static run, which has no recovery; -2 = auto in a static run too, to "
+     "measure the copies' cost)"},
     {"failure-domain", TAGC_OPT_STRING, OFF(failure_domain), "", 0, -1, NULL,
      "what this worker fails with (a node or pod name; default $TAGC_FAILURE_DOMAIN, else "
      "$NODE_NAME, else the host name): in-memory copies go to a rank of another domain when "
