@@ -159,10 +159,17 @@ static tagc_status cpu_adamw(void *impl, const tagc_model_layout *layout, size_t
                                  grad_scale);
 }
 
+static tagc_status cpu_host_alloc(void *impl, size_t bytes, void **out) {
+  (void)impl;
+  *out = malloc(bytes ? bytes : 1);
+  return *out ? TAGC_OK : tagc_errorf(TAGC_ENOMEM, "host allocation of %zu bytes failed", bytes);
+}
+
 static const tagc_device_ops cpu_ops = {
     cpu_open,    cpu_close,     cpu_stream,    cpu_alloc,       cpu_free,    cpu_copy,
     cpu_zero,    cpu_add,       cpu_sync,      cpu_mark,        cpu_wait_mark, cpu_model_new,
-    cpu_model_free, cpu_forward, cpu_backward, cpu_sumsq_many, cpu_adamw};
+    cpu_model_free, cpu_forward, cpu_backward, cpu_sumsq_many, cpu_adamw, cpu_host_alloc,
+    cpu_free};
 
 /* ---------- dispatch and accounting ---------- */
 
@@ -286,6 +293,16 @@ void tagc_device_free(tagc_device *d, void *p) {
   }
   pthread_mutex_unlock(&d->mu);
   d->ops->free(d->impl, p);
+}
+
+tagc_status tagc_device_host_alloc(tagc_device *d, size_t bytes, void **out) {
+  *out = NULL;
+  return d->ops->host_alloc(d->impl, bytes, out);
+}
+
+void tagc_device_host_free(tagc_device *d, void *p) {
+  if (p)
+    d->ops->host_free(d->impl, p);
 }
 
 void tagc_device_usage(const tagc_device *d, uint64_t *current, uint64_t *peak) {

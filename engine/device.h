@@ -87,6 +87,13 @@ tagc_status tagc_device_alloc(tagc_device *d, size_t bytes, void **out);
 /* Frees a pointer from tagc_device_alloc (NULL is fine). Waits for pending work first. */
 void tagc_device_free(tagc_device *d, void *p);
 
+/* *out = `bytes` of host memory for transfers with the device, not zeroed and not in the
+ * accounting below: page-locked (cudaMallocHost) on CUDA, so that copies to and from it are
+ * DMA at the bus's speed; plain memory on the CPU. TAGC_ENOMEM (CUDA: its status) with the
+ * size. Freed with tagc_device_host_free (NULL is fine) before the device is closed. */
+tagc_status tagc_device_host_alloc(tagc_device *d, size_t bytes, void **out);
+void tagc_device_host_free(tagc_device *d, void *p);
+
 /* Bytes currently allocated through this device, and the peak since open. */
 void tagc_device_usage(const tagc_device *d, uint64_t *current, uint64_t *peak);
 

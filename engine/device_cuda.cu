@@ -236,8 +236,25 @@ static tagc_status cuda_adamw(void *impl, const tagc_model_layout *layout, size_
                                       grad_scale, c->nonfinite, c->lane[TAGC_LANE_COMPUTE]);
 }
 
+/* Page-locked host memory: device copies to and from it are DMA at the bus's speed (pageable
+ * memory goes through a driver bounce buffer). */
+static tagc_status cuda_host_alloc(void *impl, size_t bytes, void **out) {
+  use(impl);
+  cudaError_t err = cudaMallocHost(out, bytes ? bytes : 1);
+  if (err != cudaSuccess) {
+    *out = NULL;
+    return tagc_cuda_status(err, "cuda: page-locked host allocation of %zu bytes", bytes);
+  }
+  return TAGC_OK;
+}
+
+static void cuda_host_free(void *impl, void *p) {
+  use(impl);
+  cudaFreeHost(p);
+}
+
 extern "C" const tagc_device_ops tagc_device_cuda_ops = {
     cuda_open,   cuda_close,     cuda_stream,     cuda_alloc,    cuda_free,
     cuda_copy,   cuda_zero,      cuda_add,        cuda_sync,     cuda_mark,
     cuda_wait_mark, cuda_model_new, cuda_model_free, cuda_forward, cuda_backward,
-    cuda_sumsq_many, cuda_adamw};
+    cuda_sumsq_many, cuda_adamw, cuda_host_alloc, cuda_host_free};

@@ -36,6 +36,8 @@ typedef struct tagc_device_ops {
   tagc_status (*adamw)(void *impl, const tagc_model_layout *layout, size_t arena_lo, size_t n,
                        float *params, const float *grads, float *m, float *v,
                        const tagc_adamw_config *cfg, int64_t step, float lr, float grad_scale);
+  tagc_status (*host_alloc)(void *impl, size_t bytes, void **out); /* page-locked on CUDA */
+  void (*host_free)(void *impl, void *p);
 } tagc_device_ops;
 
 /* Defined in device_cuda.cu when the build has CUDA. */

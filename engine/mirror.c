@@ -3,6 +3,7 @@
 #include "engine/mirror.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -32,6 +33,7 @@ struct tagc_mirror {
   size_t cap[TAGC_MIRROR_SLOTS];
   tagc_mirror_entry ent[TAGC_MIRROR_SLOTS];
   size_t image_bytes;
+  tagc_device *host_dev; /* of the slots: host memory, page-locked on CUDA */
   tagc_device *dev; /* of the staging buffers (CUDA: NCCL moves device memory) */
   void *stage;
   size_t stage_cap;
@@ -91,7 +93,8 @@ void tagc_mirror_free(tagc_mirror *m) {
   if (!m)
     return;
   for (int k = 0; k < TAGC_MIRROR_SLOTS; k++)
-    free(m->slot[k]);
+    if (m->slot[k])
+      tagc_device_host_free(m->host_dev, m->slot[k]);
   if (m->dev)
     tagc_device_free(m->dev, m->stage);
   free(m);
@@ -139,16 +142,28 @@ static uint32_t image_crc(const unsigned char *img, const image_hdr *h) {
   return tagc_crc32c(c, img + HDR_BYTES + JSON_CAP, h->floats * sizeof(float));
 }
 
-static tagc_status ensure_slot(tagc_mirror *m, int k, size_t bytes) {
+static tagc_status ensure_slot(tagc_mirror *m, tagc_device *d, int k, size_t bytes) {
   m->ent[k].step = 0; /* invalid while written */
   if (m->cap[k] >= bytes)
     return TAGC_OK;
-  free(m->slot[k]);
-  m->slot[k] = malloc(bytes);
-  m->cap[k] = m->slot[k] ? bytes : 0;
-  return m->slot[k] ? TAGC_OK
-                    : tagc_errorf(TAGC_ENOMEM, "in-memory copy of %zu bytes (--mirror-every 0 "
-                                  "turns the copies off)", bytes);
+  if (m->host_dev && m->host_dev != d)
+    return tagc_errorf(TAGC_EINVAL, "the in-memory copies belong to another device");
+  m->host_dev = d;
+  if (m->slot[k])
+    tagc_device_host_free(d, m->slot[k]);
+  m->slot[k] = NULL;
+  m->cap[k] = 0;
+  void *p = NULL;
+  tagc_status st = tagc_device_host_alloc(d, bytes, &p);
+  if (st != TAGC_OK) {
+    char why[256];
+    snprintf(why, sizeof why, "%s", tagc_last_error());
+    return tagc_errorf(TAGC_ENOMEM, "in-memory copy of %zu bytes (--mirror-every 0 turns the "
+                       "copies off): %s", bytes, why);
+  }
+  m->slot[k] = p;
+  m->cap[k] = bytes;
+  return TAGC_OK;
 }
 
 /* The older (or an empty) slot of the pair starting at k. */
@@ -200,7 +215,7 @@ static tagc_status xfer(tagc_engine *e, tagc_mirror *m, const void *send, const 
 /* Copies the live state into own slot k: header, compression state, payload, CRC. */
 static tagc_status capture(tagc_engine *e, tagc_mirror *m, int k, int64_t gen, int64_t step) {
   size_t floats = image_floats(e, e->world), bytes = image_bytes(floats);
-  TAGC_CHECK(ensure_slot(m, k, bytes));
+  TAGC_CHECK(ensure_slot(m, e->dev, k, bytes));
   unsigned char *img = m->slot[k];
   json_t *comp = tagc_engine_compression_state(e);
   char *js = comp ? json_dumps(comp, JSON_COMPACT) : NULL;
@@ -261,7 +276,7 @@ tagc_status tagc_engine_mirror_push(tagc_engine *e, tagc_mirror *m, int64_t gen,
   for (int c = 0; c < copies; c++) {
     int shift = shifts[c];
     int peer = older(m, 2 + 2 * c), from = (e->rank + w - shift) % w;
-    TAGC_CHECK(ensure_slot(m, peer, bytes));
+    TAGC_CHECK(ensure_slot(m, e->dev, peer, bytes));
     size_t sb[w], rb[w];
     memset(sb, 0, sizeof sb);
     memset(rb, 0, sizeof rb);

@@ -85,7 +85,9 @@ int tagc_mirror_shifts(const char *const *domains, int world, int copies, int *o
 int64_t tagc_mirror_period(double copy_s, double step_s, double budget);
 
 tagc_status tagc_mirror_new(tagc_mirror **out);
-void tagc_mirror_free(tagc_mirror *m); /* NULL is fine */
+/* NULL is fine. Before the device of the engines that used it is closed: its images live in
+ * that device's host memory (page-locked on CUDA, tagc_device_host_alloc). */
+void tagc_mirror_free(tagc_mirror *m);
 
 /* Forgets every image (the state went back: a rollback, a resume from disk); keeps memory. */
 void tagc_mirror_clear(tagc_mirror *m);

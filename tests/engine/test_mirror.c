@@ -168,9 +168,9 @@ static void test_round_trip(void) {
   free(ch);
   free(pa);
   free(pb);
+  tagc_mirror_free(m); /* before a's device, whose host memory holds the slots */
   tagc_engine_free(a);
   tagc_engine_free(b);
-  tagc_mirror_free(m);
   tagc_corpus_free(&corpus);
   unlink(path);
 }

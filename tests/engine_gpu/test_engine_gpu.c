@@ -209,7 +209,7 @@ static void snapshot_round_trip(tagc_device *dev, tagc_engine *e, const float *g
 }
 
 /* The in-memory copy's path on the device (engine/mirror.h, issue 26): e's state copied into
- * a mirror (device to host), rebuilt into a fresh engine on the same device (host to
+ * a mirror (device to page-locked host memory), rebuilt into a fresh engine on the same device (host to
  * device); the next step of both gives identical loss and parameters. */
 static void mirror_round_trip(tagc_device *dev, tagc_engine *e, int64_t next) {
   tagc_mirror *m = NULL;
