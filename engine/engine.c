@@ -585,10 +585,13 @@ tagc_status tagc_engine_step(tagc_engine *e, const tagc_corpus *corpus, int64_t 
   x->nonfinite = local_bad;
   x->save_due = e->save_due;
   e->save_due = 0;
+  x->copy_due = e->copy_due;
+  e->copy_due = 0;
   x->cannot_hold = e->reshard_adaptive && e->slot_cap < e->L->n_units;
   stats->reshard = e->reshard;
   TAGC_CHECK(reduce_scalars(e));
   stats->save_due = x->save_due > 0;
+  stats->copy_due = x->copy_due > 0;
   engine_choose_reshard(e, step, x->cannot_hold);
   stats->loss = x->loss / ((double)e->cfg.batch * T);
   stats->grad_norm = sqrt(x->sumsq);
@@ -657,6 +660,8 @@ tagc_status tagc_engine_gather_params(tagc_engine *e, float *out) {
 void tagc_engine_set_op_delay(tagc_engine *e, double seconds) { e->op_delay_s = seconds; }
 
 void tagc_engine_request_save(tagc_engine *e, int due) { e->save_due = due != 0; }
+
+void tagc_engine_request_copy(tagc_engine *e, int due) { e->copy_due = due != 0; }
 
 void tagc_engine_inject_nan(tagc_engine *e, int64_t step) { e->nan_step = step; }
 

@@ -117,6 +117,7 @@ typedef struct tagc_step_stats {
   double mirror_s;
   uint64_t mirror_bytes;
   int save_due;           /* some rank asked for a save at this step (tagc_engine_request_save) */
+  int copy_due;           /* some rank asked for an in-memory copy (tagc_engine_request_copy) */
 } tagc_step_stats;
 
 /* Creates the engine: layout of segments, shards, buffers, and the parameters initialised
@@ -150,12 +151,16 @@ tagc_status tagc_engine_gather_params(tagc_engine *e, float *out);
  * Caller thread, between steps. */
 void tagc_engine_inject_nan(tagc_engine *e, int64_t step);
 
-/* Changes the injected delay before each collective task (fault "slow"); any thread. */
 /* Asks, for the next step only, that every rank be told (tagc_step_stats.save_due) that this
  * rank wants a checkpoint after it: the wall-clock interval, decided alike by all ranks
  * through the step's scalar all-gather. */
 void tagc_engine_request_save(tagc_engine *e, int due);
 
+/* The same for an in-memory copy after the next step (tagc_step_stats.copy_due): a rank that
+ * is leaving asks for one, so that its state of that step is with its buddy. */
+void tagc_engine_request_copy(tagc_engine *e, int due);
+
+/* Changes the injected delay before each collective task (fault "slow"); any thread. */
 void tagc_engine_set_op_delay(tagc_engine *e, double seconds);
 
 int tagc_engine_world_size(const tagc_engine *e);

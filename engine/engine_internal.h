@@ -67,6 +67,7 @@ struct tagc_engine {
   int reshard_adaptive; /* cfg.reshard_auto in effect and not decided yet */
   int auto_decided;    /* `auto` made its first decision with a known link rate */
   int save_due;        /* tagc_engine_request_save for the next step */
+  int copy_due;        /* tagc_engine_request_copy for the next step */
   int canonical;       /* the residuals are canonical (a snapshot or a load since the last
                           applied step): each rank's only non-zero row is its own (mirror.h) */
   float **slot_buf;

@@ -27,6 +27,7 @@ static const struct field {
     {offsetof(tagc_step_scalars, link_rate), 0, OP_MIN},
     {offsetof(tagc_step_scalars, codec_s), 1, OP_MAX},
     {offsetof(tagc_step_scalars, save_due), 0, OP_SUM},
+    {offsetof(tagc_step_scalars, copy_due), 0, OP_SUM},
 };
 #define N_FIELDS (sizeof fields / sizeof fields[0])
 

@@ -30,6 +30,7 @@ typedef struct tagc_step_scalars {
   double *codec_s;    /* [n_segs]: the sketch codec's seconds of each segment */
   /* summed over ranks */
   double save_due;    /* ranks whose wall-clock checkpoint interval passed (all then save) */
+  double copy_due;    /* ranks leaving (all then make an in-memory copy of the step) */
   int n_segs;
 } tagc_step_scalars;
 
@@ -42,7 +43,7 @@ void tagc_step_scalars_free(tagc_step_scalars *x);
 /* Zeroes every field. */
 void tagc_step_scalars_clear(tagc_step_scalars *x);
 
-/* Doubles one rank contributes: 8 + 3 n_segs + 2. */
+/* Doubles one rank contributes: 8 + 3 n_segs + 3. */
 size_t tagc_step_scalars_count(const tagc_step_scalars *x);
 
 /* Writes this rank's fields into out (tagc_step_scalars_count doubles). */

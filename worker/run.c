@@ -719,6 +719,8 @@ static tagc_status train(tagc_run *t, tagc_gen_result *res) {
     if (cfg->ckpt_every_s > 0) /* --ckpt-every-s: every rank learns if any rank's time is up */
       tagc_engine_request_save(t->engine, tagc_now() - (t->save_started > 0 ? t->save_started
                                                         : t->started_at) >= cfg->ckpt_every_s);
+    if (t->mirror) /* leaving (tagc_run_hold): every rank copies after this step */
+      tagc_engine_request_copy(t->engine, t->hold);
     if (st == TAGC_OK)
       st = tagc_engine_step(t->engine, &t->corpus, step, &ss);
     TAGC_CHECK(st);
@@ -738,7 +740,9 @@ static tagc_status train(tagc_run *t, tagc_gen_result *res) {
     /* the in-memory copy: after the save, so that it holds what the checkpoint holds */
     t->mirror_step_s += ss.step_s;
     t->mirror_steps++;
-    if (st == TAGC_OK && t->mirror && !rollback && mirror_due(t, step + 1)) {
+    int copied = 0;
+    if (st == TAGC_OK && t->mirror && t->mirror_k > 0 && !rollback &&
+        (mirror_due(t, step + 1) || ss.copy_due)) {
       double m0 = tagc_now();
       st = tagc_engine_mirror_push(t->engine, t->mirror, t->gen, step + 1, t->mirror_shift,
                                    t->mirror_copies);
@@ -748,6 +752,7 @@ static tagc_status train(tagc_run *t, tagc_gen_result *res) {
       t->mirror_last = step + 1;
       t->mirror_pushes++;
       t->mirror_cost_s += ss.mirror_s;
+      copied = st == TAGC_OK;
       if (st == TAGC_OK && t->mirror_auto)
         st = mirror_choose_period(t, step + 1);
     }
@@ -765,10 +770,11 @@ static tagc_status train(tagc_run *t, tagc_gen_result *res) {
     tagc_report_progress(&t->report, step, &ss, 0);
     if (t->rank == 0)
       tagc_report_metrics_line(&t->report, step, &ss, val, step == t->start_step || last);
-    /* leaving (tagc_run_hold): this step's copy is with the next rank; wait here, at a step
-       boundary, until the generation without this worker supersedes this one (or the leave
-       gives up and aborts it), so that the peers rebuild this very step */
-    while (t->hold && !t->aborted && !superseded(t, t->gen) && step + 1 < end)
+    /* leaving (tagc_run_hold): once this step's copy is with the other ranks (the request
+       above made every rank copy it, whatever the period), wait here, at a step boundary,
+       until the generation without this worker supersedes this one (or the leave gives up
+       and aborts it), so that the peers rebuild this very step */
+    while (t->hold && copied && !t->aborted && !superseded(t, t->gen) && step + 1 < end)
       tagc_sleep(0.01);
     if (rollback) {
       int64_t to = 0;

@@ -23,7 +23,9 @@ checkpoint to compare with, so that the disk cannot help.
   copies   3 workers with --mirror-copies 2 (rank + 1 and rank + 2 hold every state), --compress
            tagc from step 1, two exit at step 30 at once: the last one rebuilds step 30 from
            memory alone, its shards equal the checkpoint of step 30 bit for bit, 0 steps lost.
-  sigterm  3 workers, one SIGTERMed mid-run, no --leave-ckpt-wait: 0 steps lost."""
+  sigterm  3 workers, one SIGTERMed mid-run, no --leave-ckpt-wait: 0 steps lost, with copies
+           every step and with a period the leave never falls on (the leaver asks every rank
+           for a copy of the step it stops at)."""
 import json
 import os
 import re
@@ -228,20 +230,27 @@ def part_copies():
         c.close()
 
 
-def part_sigterm():
-    c = Cluster(bindir, job="mirror-term")
+def part_sigterm(every, steps):
+    """One worker SIGTERMed: 0 steps lost. With a period the leave does not fall on (every
+    > 1), the leaver asks every rank for a copy of the step it stops at."""
+    c = Cluster(bindir, job="mirror-term%d" % every)
     try:
-        common = job_args(1500, int(NEVER), 12, "none", "--mirror-every", "1")
+        common = job_args(steps, int(NEVER), 12, "none", "--mirror-every", str(every))
         out = c.start_job(common)
         wait_for(lambda: os.path.exists(out + "/metrics.jsonl") and len(metrics(out)) >= 100, 120, "100 steps")
         c.signal("w2", signal.SIGTERM)
         rc = [c.wait(n, 300) for n in ("w0", "w1", "w2")]
-        check(rc == [0, 0, 0], "all exited with status 0 (%s)" % rc)
+        tag = "SIGTERM, copies every %d steps" % every
+        check(rc == [0, 0, 0], "%s: all exited with status 0 (%s)" % (tag, rc))
         s = summary(out)
-        check(s["steps"] == 1500 and s["world_size"] == 2, "1500 steps at W=%d" % s["world_size"])
+        check(s["steps"] == steps and s["world_size"] == 2, "%s: %d steps at W=%d" % (tag, steps, s["world_size"]))
         check(s["steps_lost"] == 0 and s["failures"] == 0,
-              "SIGTERM: steps_lost %d, failures %d" % (s["steps_lost"], s["failures"]))
-        check(s["memory_rebuilds"] >= 1, "rebuilt from memory (%d)" % s["memory_rebuilds"])
+              "%s: steps_lost %d, failures %d" % (tag, s["steps_lost"], s["failures"]))
+        check(s["memory_rebuilds"] >= 1, "%s: rebuilt from memory (%d)" % (tag, s["memory_rebuilds"]))
+        if every > 1:
+            m = re.search(r"rebuilt step (\d+) from the in-memory copies of 3 workers", c.log("w0"))
+            check(m and int(m.group(1)) % every != 0,
+                  "%s: rebuilt step %s, off the period (the leaver's copy)" % (tag, m.group(1) if m else None))
     finally:
         check.print_logs(c, ("coord0", "w0", "w1", "w2")) if not check.ok() else None
         c.close()
@@ -263,5 +272,6 @@ for part in parts:
     elif part == "copies":
         part_copies()
     elif part == "sigterm":
-        part_sigterm()
+        part_sigterm(1, 1500)
+        part_sigterm(100000, 900)
 check.exit()

@@ -17,6 +17,7 @@ static void fill(tagc_step_scalars *x, int r) {
   x->nonfinite = r == 1;
   x->cannot_hold = r == 2;
   x->save_due = r == 1;
+  x->copy_due = r != 1;
   x->link_rate = 1e8 * (3 - r); /* rank 2 is the slowest */
   for (int i = 0; i < NSEG; i++) {
     x->global_bits[i] = 100 * (i + 1) + r;
@@ -30,8 +31,8 @@ int main(void) {
   CHECK_OK(tagc_step_scalars_init(&x, NSEG));
   CHECK_OK(tagc_step_scalars_init(&mine, NSEG));
   size_t n = tagc_step_scalars_count(&x);
-  CHECK_EQ_INT((long long)n, 8 + 3 * NSEG + 2);
-  double all[W][8 + 3 * NSEG + 2];
+  CHECK_EQ_INT((long long)n, 8 + 3 * NSEG + 3);
+  double all[W][8 + 3 * NSEG + 3];
   for (int r = 0; r < W; r++) {
     fill(&mine, r);
     tagc_step_scalars_pack(&mine, all[r]);
@@ -42,12 +43,14 @@ int main(void) {
   CHECK(all[2][8] == 102 && all[2][9] == 202);
   CHECK(all[2][10] == 0.1 * 2 && all[2][12] == 1e8);
   CHECK(all[0][13] == 9e-3 && all[1][14] == 9e-3);
-  CHECK(all[1][15] == 1.0 && all[0][15] == 0.0); /* save_due last */
+  CHECK(all[1][15] == 1.0 && all[0][15] == 0.0); /* save_due */
+  CHECK(all[0][16] == 1.0 && all[1][16] == 0.0 && all[2][16] == 1.0); /* copy_due last */
 
   tagc_step_scalars_reduce(&x, &all[0][0], W);
   CHECK(x.loss == (0.0 + 1.0 + 2.0 + 3.0)); /* rank-order sum */
   CHECK(x.sumsq == ((0.0 + 0.1) + 0.2) + 0.1 * 3);
-  CHECK(x.estimated == 30 && x.nonfinite == 1 && x.cannot_hold == 1 && x.save_due == 1);
+  CHECK(x.estimated == 30 && x.nonfinite == 1 && x.cannot_hold == 1 && x.save_due == 1 &&
+        x.copy_due == 2);
   CHECK(x.fb_in == (0.0 + 1e-3) + 2e-3);
   CHECK_MSG(x.link_rate == 1e8, "link rate %g: the slowest rank's", x.link_rate);
   CHECK(x.global_bits[0] == 303 && x.global_bits[1] == 603);
