@@ -1,7 +1,8 @@
 /* A model as one fp32 arena: gathered from a checkpoint, read from and written to an llm.c
- * model file, written as safetensors (model_io.h). */
+ * model file, fitted to a run's layout (model_io.h); safetensors are tagctl/model_hf.c. */
 #include "tagctl/model_io.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -14,23 +15,18 @@
 
 #include "ckpt/ckpt.h"
 #include "common/json.h"
+#include "tagctl/model_io_internal.h"
 
 #if !defined(__BYTE_ORDER__) || __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "the file formats written here are little-endian: this host is not"
 #endif
 
-#define PATH_CAP 4200
 #define LLMC_MAGIC 20240326
 #define LLMC_VERSION 3
 #define LLMC_HEADER_INTS 256
 #define LLMC_UNTIED_HEAD_SLOT 8 /* tagc's extension: 1 = the head follows lnfb */
 
-/* The tensors of one block in llm.c's order, and their Hugging Face GPT-2 names; `conv1d`
- * marks the weights GPT-2 stores transposed (in, out). */
-static const struct block_tensor {
-  const char *tagc, *hf;
-  int conv1d;
-} block_tensors[] = {
+const block_tensor_name model_block_tensors[] = {
     {"ln1_w", "ln_1.weight", 0},        {"ln1_b", "ln_1.bias", 0},
     {"qkv_w", "attn.c_attn.weight", 1}, {"qkv_b", "attn.c_attn.bias", 0},
     {"attn_proj_w", "attn.c_proj.weight", 1}, {"attn_proj_b", "attn.c_proj.bias", 0},
@@ -38,35 +34,32 @@ static const struct block_tensor {
     {"fc_w", "mlp.c_fc.weight", 1},     {"fc_b", "mlp.c_fc.bias", 0},
     {"mlp_proj_w", "mlp.c_proj.weight", 1}, {"mlp_proj_b", "mlp.c_proj.bias", 0},
 };
-#define N_BLOCK_TENSORS (int)(sizeof block_tensors / sizeof block_tensors[0])
+const int model_n_block_tensors = (int)(sizeof model_block_tensors / sizeof model_block_tensors[0]);
 
-static int is_dir(const char *path) {
+int model_is_dir(const char *path) {
   struct stat sb;
   return stat(path, &sb) == 0 && S_ISDIR(sb.st_mode);
 }
 
-static int exists(const char *path) {
+int model_exists(const char *path) {
   struct stat sb;
   return stat(path, &sb) == 0;
 }
 
-/* The layout tensor called `name`; NULL when absent. */
-static const tagc_tensor_info *find_tensor(const tagc_model_layout *lay, const char *name) {
+const tagc_tensor_info *model_find_tensor(const tagc_model_layout *lay, const char *name) {
   for (int t = 0; t < lay->n_tensors; t++)
     if (strcmp(lay->tensors[t].name, name) == 0)
       return &lay->tensors[t];
   return NULL;
 }
 
-static const tagc_tensor_info *block_tensor(const tagc_model_layout *lay, int l, const char *name) {
+const tagc_tensor_info *model_block_tensor(const tagc_model_layout *lay, int l, const char *name) {
   char full[64];
   snprintf(full, sizeof full, "h%d.%s", l, name);
-  return find_tensor(lay, full);
+  return model_find_tensor(lay, full);
 }
 
-/* Allocates the arena of m->layout (initialised and checked against the input first, so
- * that a damaged header cannot ask for any amount of memory). */
-static tagc_status model_alloc(tagctl_model *m, int vocab) {
+tagc_status model_alloc(tagctl_model *m, int vocab) {
   if (vocab < 1 || vocab > m->layout.cfg.padded_vocab)
     return tagc_errorf(TAGC_ECORRUPT, "vocabulary %d outside [1, %d] (the rows of wte)", vocab,
                        m->layout.cfg.padded_vocab);
@@ -90,11 +83,11 @@ void tagctl_model_free(tagctl_model *m) {
 static tagc_status open_ckpt(const char *path, tagc_ckpt_reader **rd) {
   char p[PATH_CAP];
   snprintf(p, sizeof p, "%s/manifest.json", path);
-  if (exists(p)) {
+  if (model_exists(p)) {
     TAGC_CHECK(tagc_ckpt_open(path, TAGC_CKPT_VERIFY_QUICK, rd));
   } else {
     snprintf(p, sizeof p, "%s/ckpt", path);
-    TAGC_CHECK(tagc_ckpt_find_latest_valid(is_dir(p) ? p : path, TAGC_CKPT_VERIFY_QUICK, rd));
+    TAGC_CHECK(tagc_ckpt_find_latest_valid(model_is_dir(p) ? p : path, TAGC_CKPT_VERIFY_QUICK, rd));
   }
   tagc_status st = tagc_ckpt_verify_files(*rd, 0, 1);
   if (st != TAGC_OK) {
@@ -170,7 +163,7 @@ static tagc_status gather_params(tagc_ckpt_reader *rd, tagctl_model *m) {
     const json_t *unit = json_array_get(json_object_get(tagc_ckpt_reader_manifest(rd), "units"), (size_t)u);
     const char *name = json_string_value(json_object_get(unit, "name"));
     const char *dot = name ? strchr(name, '.') : NULL;
-    const tagc_tensor_info *first = dot ? find_tensor(&m->layout, dot + 1) : NULL;
+    const tagc_tensor_info *first = dot ? model_find_tensor(&m->layout, dot + 1) : NULL;
     int64_t numel = tagc_ckpt_reader_unit_numel(rd, u);
     if (!first || first->offset != covered || numel < 0 ||
         first->offset + (size_t)numel > m->layout.n_params)
@@ -205,13 +198,7 @@ done:
 /* ---------------------------------------------------------------------------------------- */
 /* Writing files: temporary name, fsync, rename                                             */
 
-typedef struct out_file {
-  FILE *f;
-  char path[PATH_CAP], tmp[PATH_CAP];
-  int failed;
-} out_file;
-
-static tagc_status out_open(out_file *o, const char *path) {
+tagc_status out_open(out_file *o, const char *path) {
   memset(o, 0, sizeof *o);
   snprintf(o->path, sizeof o->path, "%s", path);
   snprintf(o->tmp, sizeof o->tmp, "%s.tmp", path);
@@ -221,24 +208,18 @@ static tagc_status out_open(out_file *o, const char *path) {
   return TAGC_OK;
 }
 
-static void out_write(out_file *o, const void *p, size_t bytes) {
+void out_write(out_file *o, const void *p, size_t bytes) {
   if (!o->failed && bytes && fwrite(p, 1, bytes, o->f) != bytes)
     o->failed = errno ? errno : EIO;
 }
 
-/* Writes `n` floats of x, or zeros when x is NULL. */
-static void out_floats(out_file *o, const float *x, size_t n) {
-  static const float zeros[1024];
-  if (x) {
-    out_write(o, x, n * sizeof(float));
-    return;
-  }
-  for (size_t i = 0; i < n; i += 1024)
-    out_write(o, zeros, (n - i < 1024 ? n - i : 1024) * sizeof(float));
+void out_zeros(out_file *o, size_t bytes) {
+  static const char zeros[4096];
+  for (size_t i = 0; i < bytes; i += sizeof zeros)
+    out_write(o, zeros, bytes - i < sizeof zeros ? bytes - i : sizeof zeros);
 }
 
-/* Completes the file: flush, fsync, rename to its name; on any failure removes it. */
-static tagc_status out_close(out_file *o) {
+tagc_status out_close(out_file *o) {
   int err = o->failed;
   if (!err && (fflush(o->f) != 0 || fsync(fileno(o->f)) != 0))
     err = errno;
@@ -254,205 +235,32 @@ static tagc_status out_close(out_file *o) {
 }
 
 /* ---------------------------------------------------------------------------------------- */
-/* safetensors                                                                              */
-
-/* One tensor of the export: its name, where it is in the arena, and whether it is written
- * transposed. */
-typedef struct st_entry {
-  char name[64];
-  const tagc_tensor_info *ti;
-  int transpose;
-} st_entry;
-
-static void set_entry(st_entry *e, const char *name, const tagc_tensor_info *ti, int transpose) {
-  snprintf(e->name, sizeof e->name, "%s", name);
-  e->ti = ti;
-  e->transpose = transpose;
-}
-
-/* GPT2LMHeadModel's state dict in tagc's arena order; returns the count. */
-static int st_entries(const tagc_model_layout *lay, st_entry *e) {
-  int n = 0;
-  set_entry(&e[n++], "transformer.wte.weight", find_tensor(lay, "wte"), 0);
-  set_entry(&e[n++], "transformer.wpe.weight", find_tensor(lay, "wpe"), 0);
-  for (int l = 0; l < lay->cfg.n_layer; l++)
-    for (int k = 0; k < N_BLOCK_TENSORS; k++) {
-      char name[64];
-      snprintf(name, sizeof name, "transformer.h.%d.%s", l, block_tensors[k].hf);
-      set_entry(&e[n++], name, block_tensor(lay, l, block_tensors[k].tagc), block_tensors[k].conv1d);
-    }
-  set_entry(&e[n++], "transformer.ln_f.weight", find_tensor(lay, "lnf_w"), 0);
-  set_entry(&e[n++], "transformer.ln_f.bias", find_tensor(lay, "lnf_b"), 0);
-  set_entry(&e[n++], "lm_head.weight", find_tensor(lay, "head_w"), 0);
-  return n;
-}
-
-static json_t *st_header(const tagctl_model *m, const st_entry *e, int n) {
-  json_t *h = json_object(), *meta = json_object();
-  char text[32];
-  json_object_set_new(meta, "format", json_string("pt"));
-  json_object_set_new(meta, "producer", json_string("tagc"));
-  snprintf(text, sizeof text, "%d", m->vocab);
-  json_object_set_new(meta, "vocab_size", json_string(text));
-  if (m->step >= 0) {
-    snprintf(text, sizeof text, "%lld", (long long)m->step);
-    json_object_set_new(meta, "step", json_string(text));
-  }
-  json_object_set_new(h, "__metadata__", meta);
-  size_t offset = 0;
-  for (int i = 0; i < n; i++) {
-    const tagc_tensor_info *ti = e[i].ti;
-    json_t *shape = ti->cols == 1 ? json_pack("[I]", (json_int_t)ti->rows)
-                    : e[i].transpose ? json_pack("[I, I]", (json_int_t)ti->cols, (json_int_t)ti->rows)
-                                     : json_pack("[I, I]", (json_int_t)ti->rows, (json_int_t)ti->cols);
-    size_t bytes = ti->numel * sizeof(float);
-    json_object_set_new(h, e[i].name, json_pack("{s:s, s:o, s:[I, I]}", "dtype", "F32", "shape", shape,
-                                                "data_offsets", (json_int_t)offset,
-                                                (json_int_t)(offset + bytes)));
-    offset += bytes;
-  }
-  return h;
-}
-
-/* The file name part of `path` (after its last '/'). Borrowed from path. */
-static const char *base_name(const char *path) {
-  const char *slash = strrchr(path, '/');
-  return slash ? slash + 1 : path;
-}
-
-/* config.json in the folder of the safetensors file `st_path`. */
-static void config_path(char *buf, size_t cap, const char *st_path) {
-  snprintf(buf, cap, "%.*sconfig.json", (int)(base_name(st_path) - st_path), st_path);
-}
-
-tagc_status tagctl_model_check_out(const char *path, int safetensors) {
-  struct stat sb;
-  const char *base = base_name(path);
-  if (!*base || !strcmp(base, ".") || !strcmp(base, "..") || (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode)))
-    return tagc_errorf(TAGC_EINVAL, "--out %s is a folder: name the model file to write", path);
-  if (!safetensors)
-    return TAGC_OK;
-  /* config.json is written through config.json.tmp.<pid> (common/json.h) */
-  if (!strcmp(base, "config.json") || !strncmp(base, "config.json.tmp", strlen("config.json.tmp")))
-    return tagc_errorf(TAGC_EINVAL, "--out %s: the config.json written beside it would replace it; "
-                       "name the model file otherwise (model.safetensors)", path);
-  char cfg[PATH_CAP];
-  config_path(cfg, sizeof cfg, path);
-  if (stat(cfg, &sb) == 0 && S_ISDIR(sb.st_mode))
-    return tagc_errorf(TAGC_EINVAL, "%s is a folder: the config.json of --out %s cannot be written", cfg, path);
-  return TAGC_OK;
-}
-
-/* Hugging Face's config.json of the model, beside the safetensors file. */
-static tagc_status write_hf_config(const tagctl_model *m, const char *st_path) {
-  const tagc_model_config *c = &m->layout.cfg;
-  char path[PATH_CAP];
-  config_path(path, sizeof path, st_path);
-  json_t *cfg = json_pack(
-      "{s:[s], s:s, s:i, s:i, s:i, s:i, s:i, s:i, s:s, s:f, s:b, s:f, s:f, s:f, s:b, s:s}",
-      "architectures", "GPT2LMHeadModel", "model_type", "gpt2", "vocab_size", c->padded_vocab,
-      "n_positions", c->ctx, "n_ctx", c->ctx, "n_embd", c->d_model, "n_layer", c->n_layer,
-      "n_head", c->n_head, "activation_function", "gelu_new", "layer_norm_epsilon", 1e-5,
-      "tie_word_embeddings", 0, "resid_pdrop", 0.0, "embd_pdrop", 0.0, "attn_pdrop", 0.0,
-      "scale_attn_weights", 1, "torch_dtype", "float32");
-  json_t *tagc = json_pack("{s:i}", "vocab", m->vocab); /* the ids in use: [0, vocab) */
-  if (tagc && m->step >= 0)
-    json_object_set_new(tagc, "step", json_integer(m->step));
-  if (!cfg || !tagc) {
-    json_decref(cfg);
-    json_decref(tagc);
-    return tagc_errorf(TAGC_ENOMEM, "config.json");
-  }
-  json_object_set_new(cfg, "tagc", tagc);
-  tagc_status st = tagc_json_write_file(path, cfg);
-  json_decref(cfg);
-  return st;
-}
-
-/* The header and the data, each Conv1D weight transposed through scratch. */
-static tagc_status write_st_file(const tagctl_model *m, const st_entry *e, int n, const char *text,
-                                 float *scratch, const char *path) {
-  out_file o;
-  TAGC_CHECK(out_open(&o, path));
-  size_t len = strlen(text), padded = (len + 8 + 7) / 8 * 8 - 8; /* data starts 8-aligned */
-  uint64_t n_header = padded;
-  out_write(&o, &n_header, sizeof n_header);
-  out_write(&o, text, len);
-  for (size_t i = len; i < padded; i++)
-    out_write(&o, " ", 1);
-  for (int i = 0; i < n; i++) {
-    const tagc_tensor_info *ti = e[i].ti;
-    const float *x = m->params + ti->offset;
-    if (e[i].transpose) { /* (out, in) -> (in, out) */
-      for (int r = 0; r < ti->rows; r++)
-        for (int c = 0; c < ti->cols; c++)
-          scratch[(size_t)c * ti->rows + r] = x[(size_t)r * ti->cols + c];
-      x = scratch;
-    }
-    out_floats(&o, x, ti->numel);
-  }
-  return out_close(&o);
-}
-
-tagc_status tagctl_model_write_safetensors(const tagctl_model *m, const char *path) {
-  TAGC_CHECK(tagctl_model_check_out(path, 1));
-  st_entry *e = calloc(TAGC_MAX_TENSORS, sizeof *e);
-  char *text = NULL;
-  float *scratch = NULL;
-  tagc_status st = e ? TAGC_OK : tagc_errorf(TAGC_ENOMEM, "tensor list");
-  int n = e ? st_entries(&m->layout, e) : 0;
-  size_t largest = 1;
-  for (int i = 0; i < n && st == TAGC_OK; i++) {
-    if (!e[i].ti)
-      st = tagc_errorf(TAGC_EINTERNAL, "safetensors: %s has no tagc tensor", e[i].name);
-    else if (e[i].transpose && e[i].ti->numel > largest)
-      largest = e[i].ti->numel;
-  }
-  if (st == TAGC_OK) {
-    json_t *h = st_header(m, e, n);
-    text = h ? json_dumps(h, JSON_COMPACT) : NULL;
-    json_decref(h);
-    scratch = malloc(largest * sizeof(float));
-    if (!text || !scratch)
-      st = tagc_errorf(TAGC_ENOMEM, "safetensors header and scratch");
-  }
-  if (st == TAGC_OK)
-    st = write_st_file(m, e, n, text, scratch, path);
-  if (st == TAGC_OK)
-    st = write_hf_config(m, path);
-  free(text);
-  free(scratch);
-  free(e);
-  return st;
-}
-
-/* ---------------------------------------------------------------------------------------- */
 /* llm.c model files                                                                        */
 
 /* The 16 llm.c tensors (a block tensor: all layers in a row), then tagc's head: calls
- * fn(ctx, the arena's tensor, its floats, the floats in the file) in file order; the file
- * pads wte and the head with zero rows up to vp. */
+ * fn(ctx, the arena's tensor, its floats, the floats in the file) in file order; of wte and
+ * the head the first `rows` rows are the arena's, the file has vp. */
 typedef void (*llmc_visit_fn)(void *ctx, float *x, size_t numel, size_t file_numel);
 
-static void llmc_visit(const tagctl_model *m, int vp, int with_head, llmc_visit_fn fn, void *ctx) {
+static void llmc_visit(const tagctl_model *m, int vp, size_t rows, int with_head, llmc_visit_fn fn,
+                       void *ctx) {
   const tagc_model_layout *lay = &m->layout;
   size_t C = (size_t)lay->cfg.d_model;
-  const tagc_tensor_info *wte = find_tensor(lay, "wte"), *wpe = find_tensor(lay, "wpe");
-  size_t rows = (size_t)(wte->rows < vp ? wte->rows : vp);
+  const tagc_tensor_info *wte = model_find_tensor(lay, "wte"), *wpe = model_find_tensor(lay, "wpe");
   fn(ctx, m->params + wte->offset, rows * C, (size_t)vp * C);
   fn(ctx, m->params + wpe->offset, wpe->numel, wpe->numel);
-  for (int k = 0; k < N_BLOCK_TENSORS; k++)
+  for (int k = 0; k < model_n_block_tensors; k++)
     for (int l = 0; l < lay->cfg.n_layer; l++) {
-      const tagc_tensor_info *ti = block_tensor(lay, l, block_tensors[k].tagc);
+      const tagc_tensor_info *ti = model_block_tensor(lay, l, model_block_tensors[k].tagc);
       fn(ctx, m->params + ti->offset, ti->numel, ti->numel);
     }
   const char *tail[] = {"lnf_w", "lnf_b"};
   for (int k = 0; k < 2; k++) {
-    const tagc_tensor_info *ti = find_tensor(lay, tail[k]);
+    const tagc_tensor_info *ti = model_find_tensor(lay, tail[k]);
     fn(ctx, m->params + ti->offset, ti->numel, ti->numel);
   }
   if (with_head) {
-    const tagc_tensor_info *head = find_tensor(lay, "head_w");
+    const tagc_tensor_info *head = model_find_tensor(lay, "head_w");
     fn(ctx, m->params + head->offset, rows * C, (size_t)vp * C);
   }
 }
@@ -463,7 +271,7 @@ static int padded_vocab(int rows) {
 
 static void write_tensor(void *ctx, float *x, size_t numel, size_t file_numel) {
   out_write(ctx, x, numel * sizeof(float));
-  out_floats(ctx, NULL, file_numel - numel);
+  out_zeros(ctx, (file_numel - numel) * sizeof(float));
 }
 
 tagc_status tagctl_model_write_llmc(const tagctl_model *m, const char *path) {
@@ -482,7 +290,7 @@ tagc_status tagctl_model_write_llmc(const tagctl_model *m, const char *path) {
   out_file o;
   TAGC_CHECK(out_open(&o, path));
   out_write(&o, header, sizeof header);
-  llmc_visit(m, header[7], 1, write_tensor, &o);
+  llmc_visit(m, header[7], (size_t)m->vocab, 1, write_tensor, &o); /* rows past the vocabulary: 0 */
   return out_close(&o);
 }
 
@@ -500,9 +308,8 @@ static void read_tensor(void *ctx, float *x, size_t numel, size_t file_numel) {
     r->failed = 1;
 }
 
-/* Copies wte into the head (llm.c ties them). */
-static void tie_head(tagctl_model *m) {
-  const tagc_tensor_info *wte = find_tensor(&m->layout, "wte"), *head = find_tensor(&m->layout, "head_w");
+void model_tie_head(tagctl_model *m) {
+  const tagc_tensor_info *wte = model_find_tensor(&m->layout, "wte"), *head = model_find_tensor(&m->layout, "head_w");
   memcpy(m->params + head->offset, m->params + wte->offset, head->numel * sizeof(float));
 }
 
@@ -528,11 +335,11 @@ static tagc_status llmc_parse(FILE *f, const char *path, off_t size, tagctl_mode
                        (long long)size, (unsigned long long)(sizeof h + expect * sizeof(float)));
   TAGC_CHECK(model_alloc(m, h[3]));
   llmc_reader r = {f, 0};
-  llmc_visit(m, vp, untied, read_tensor, &r);
+  llmc_visit(m, vp, (size_t)vp, untied, read_tensor, &r);
   if (r.failed)
     return tagc_errnof(TAGC_EIO, "%s", path);
   if (!untied)
-    tie_head(m);
+    model_tie_head(m);
   m->step = -1;
   return TAGC_OK;
 }
@@ -550,13 +357,102 @@ static tagc_status load_llmc(const char *path, tagctl_model *m) {
 
 /* ---------------------------------------------------------------------------------------- */
 
+/* The first bytes of a safetensors file: a little-endian header length, then '{' (and not
+ * llm.c's magic). */
+static int looks_like_safetensors(const char *path) {
+  unsigned char b[9];
+  int32_t magic;
+  FILE *f = fopen(path, "rb");
+  int yes = f && fread(b, 1, sizeof b, f) == sizeof b && b[8] == '{' && b[6] == 0 && b[7] == 0 &&
+            (memcpy(&magic, b, sizeof magic), magic != LLMC_MAGIC);
+  if (f)
+    fclose(f);
+  return yes;
+}
+
 tagc_status tagctl_model_load(const char *path, tagctl_model *m) {
   memset(m, 0, sizeof *m);
   struct stat sb;
   if (stat(path, &sb) != 0)
     return tagc_errnof(errno == ENOENT ? TAGC_ENOTFOUND : TAGC_EIO, "%s", path);
-  tagc_status st = S_ISDIR(sb.st_mode) ? load_ckpt(path, m) : load_llmc(path, m);
+  char st_path[PATH_CAP];
+  snprintf(st_path, sizeof st_path, "%s/model.safetensors", path);
+  tagc_status st;
+  if (S_ISDIR(sb.st_mode))
+    st = model_exists(st_path) ? model_load_safetensors(st_path, m) : load_ckpt(path, m);
+  else
+    st = looks_like_safetensors(path) ? model_load_safetensors(path, m) : load_llmc(path, m);
   if (st != TAGC_OK)
     tagctl_model_free(m);
   return st;
+}
+
+/* ---------------------------------------------------------------------------------------- */
+
+tagc_status tagctl_model_fit(const tagctl_model *m, const tagc_model_layout *layout, float *params) {
+  const tagc_model_config *have = &m->layout.cfg, *want = &layout->cfg;
+  const struct {
+    const char *what, *option;
+    int have, want;
+  } dims[] = {{"vocabulary", "--vocab", m->vocab, want->vocab},
+              {"context", "--ctx", have->ctx, want->ctx},
+              {"layers", "--layers", have->n_layer, want->n_layer},
+              {"heads", "--heads", have->n_head, want->n_head},
+              {"width", "--dim", have->d_model, want->d_model}};
+  for (size_t i = 0; i < sizeof dims / sizeof dims[0]; i++)
+    if (dims[i].have != dims[i].want)
+      return tagc_errorf(TAGC_EINVAL, "the model's %s is %d, this run's (%s) %d", dims[i].what,
+                         dims[i].have, dims[i].option, dims[i].want);
+  memset(params, 0, layout->n_params * sizeof(float));
+  for (int t = 0; t < layout->n_tensors; t++) { /* the same tensors in the same order */
+    const tagc_tensor_info *to = &layout->tensors[t], *from = &m->layout.tensors[t];
+    int vocab_rows = to->role == TAGC_ROLE_TOK_EMB || to->role == TAGC_ROLE_HEAD;
+    size_t n = vocab_rows ? (size_t)m->vocab * (size_t)to->cols : to->numel;
+    memcpy(params + to->offset, m->params + from->offset, n * sizeof(float));
+  }
+  return TAGC_OK;
+}
+
+/* The file name part of `path` (after its last '/'). Borrowed from path. */
+static const char *base_name(const char *path) {
+  const char *slash = strrchr(path, '/');
+  return slash ? slash + 1 : path;
+}
+
+static int dir_is_empty(const char *path) {
+  DIR *d = opendir(path);
+  if (!d)
+    return 0;
+  struct dirent *de;
+  int empty = 1;
+  while (empty && (de = readdir(d)))
+    empty = !strcmp(de->d_name, ".") || !strcmp(de->d_name, "..");
+  closedir(d);
+  return empty;
+}
+
+tagc_status tagctl_model_check_out(const char *path, int hf_dir) {
+  char p[PATH_CAP];
+  snprintf(p, sizeof p, "%s", path);
+  for (size_t n = strlen(p); hf_dir && n > 1 && p[n - 1] == '/'; n--)
+    p[n - 1] = 0; /* a folder may be named "hf/" */
+  const char *base = base_name(p);
+  struct stat sb;
+  int there = stat(p, &sb) == 0;
+  if (!hf_dir) {
+    if (!*base || !strcmp(base, ".") || !strcmp(base, "..") || (there && S_ISDIR(sb.st_mode)))
+      return tagc_errorf(TAGC_EINVAL, "--out %s is a folder: name the model file to write", path);
+    if (there)
+      return tagc_errorf(TAGC_EINVAL, "--out %s exists: remove it or name another file", path);
+    return TAGC_OK;
+  }
+  if (!*base || !strcmp(base, ".") || !strcmp(base, ".."))
+    return tagc_errorf(TAGC_EINVAL, "--out %s: name the folder to create for the model", path);
+  if (there && !S_ISDIR(sb.st_mode))
+    return tagc_errorf(TAGC_EINVAL, "--out %s exists and is not a folder: name a new folder "
+                       "for the model (it gets config.json, model.safetensors, ...)", path);
+  if (there && !dir_is_empty(p))
+    return tagc_errorf(TAGC_EINVAL, "--out %s is a folder that is not empty: name a new or "
+                       "empty folder for the model", path);
+  return TAGC_OK;
 }

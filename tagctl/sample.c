@@ -1,6 +1,6 @@
 /* tagctl sample CKPT --prompt TEXT --tokens N: text from a trained model on the CPU, with the
  * worker's own forward pass (model/model.h). Byte models (vocabulary 256) print text; token
- * models take --prompt-ids and print ids. No cache of keys and values: every new token runs
+ * models print text through --tokenizer (GPT-2 BPE, tagctl/tokenizer.h), ids otherwise. No cache of keys and values: every new token runs
  * the forward over the whole context window (the model's ctx), which is what tagc trains. */
 #include <math.h>
 #include <omp.h>
@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "tagctl/model_io.h"
+#include "tagctl/tokenizer.h"
 #include "tagctl/tagctl.h"
 #include "data/data.h"
 
@@ -22,11 +23,14 @@ typedef struct sample_args {
   int64_t seed;
   int64_t threads;
   char *logits;
+  char *tokenizer;
+  int ids;
 } sample_args;
 
 #define OFF(f) offsetof(sample_args, f)
 static const tagc_opt sample_opts[] = {
-    {"prompt", TAGC_OPT_STRING, OFF(prompt), "", 0, -1, NULL, "the text to continue (byte models)"},
+    {"prompt", TAGC_OPT_STRING, OFF(prompt), "", 0, -1, NULL,
+     "the text to continue (byte models, or encoded by --tokenizer)"},
     {"prompt-ids", TAGC_OPT_STRING, OFF(prompt_ids), "", 0, -1, NULL,
      "the token ids to continue, comma-separated (instead of --prompt; any model)"},
     {"tokens", TAGC_OPT_INT, OFF(tokens), "200", 0, 1e7, NULL, "tokens to generate"},
@@ -39,6 +43,11 @@ static const tagc_opt sample_opts[] = {
     {"logits", TAGC_OPT_STRING, OFF(logits), "", 0, -1, NULL,
      "also write the logits of the prompt's positions to this file (float32, positions x rows "
      "of the head), for checks against other implementations"},
+    {"tokenizer", TAGC_OPT_STRING, OFF(tokenizer), "", 0, -1, NULL,
+     "GPT-2 BPE tokenizer of a token model: llm.c's tokenizer.bin (decodes), a vocab.json "
+     "(encodes too with merges.txt beside it) or a folder holding them; the text is printed"},
+    {"ids", TAGC_OPT_BOOL, OFF(ids), "false", 0, -1, NULL,
+     "print token ids, not text (the prompt's as --tokenizer encoded it)"},
 };
 
 /* The draw for token `index`: uniform in [0, 1) from (seed, index), counter-based. */
@@ -80,13 +89,27 @@ static int pick(const float *z, int V, double temperature, int top_k, double u, 
   return order[k - 1].id;
 }
 
-/* The prompt as token ids: --prompt-ids, else the bytes of --prompt (byte models only). */
-static int parse_prompt(const sample_args *a, const tagctl_model *m, int **ids, int *n) {
+/* --prompt encoded by the tokenizer into *ids (new); -1 when done, else the exit status. */
+static int encode_prompt(const tagctl_tokenizer *tok, const char *text, int **ids, int *n) {
+  tagc_status st = tagctl_tokenizer_encode(tok, text, ids, n);
+  if (st == TAGC_OK)
+    return -1;
+  fprintf(stderr, "tagctl sample: --prompt: %s%s\n", tagc_last_error(),
+          st == TAGC_EUNSUPPORTED ? "; give --prompt-ids" : "");
+  return st == TAGC_ENOMEM ? 1 : 2;
+}
+
+/* The prompt as token ids: --prompt-ids, else --prompt encoded by the tokenizer, else the bytes
+ * of --prompt (byte models only). */
+static int parse_prompt(const sample_args *a, const tagctl_model *m, const tagctl_tokenizer *tok,
+                        int **ids, int *n) {
   *n = 0;
   if (*a->prompt && *a->prompt_ids) {
     fprintf(stderr, "tagctl sample: give --prompt or --prompt-ids, not both\n");
     return 2;
   }
+  if (*a->prompt && tok)
+    return encode_prompt(tok, a->prompt, ids, n);
   size_t cap = strlen(a->prompt) + strlen(a->prompt_ids) + 1;
   *ids = malloc(cap * sizeof **ids);
   if (!*ids) {
@@ -95,7 +118,8 @@ static int parse_prompt(const sample_args *a, const tagctl_model *m, int **ids, 
   }
   if (*a->prompt) {
     if (m->layout.cfg.vocab != 256 || m->vocab != 256) {
-      fprintf(stderr, "tagctl sample: this model's tokens are not bytes (vocabulary %d): give --prompt-ids\n", m->vocab);
+      fprintf(stderr, "tagctl sample: this model's tokens are not bytes (vocabulary %d): give "
+              "--tokenizer or --prompt-ids\n", m->vocab);
       return 2;
     }
     for (const unsigned char *p = (const unsigned char *)a->prompt; *p; p++)
@@ -119,6 +143,8 @@ static int parse_prompt(const sample_args *a, const tagctl_model *m, int **ids, 
 
 typedef struct sampler {
   const tagctl_model *m;
+  const tagctl_tokenizer *tok; /* NULL: bytes or ids */
+  int print_ids;
   tagc_model_acts *acts;
   tagc_arena_hooks hooks;
   uint16_t *window, *targets; /* one sequence of ctx tokens */
@@ -149,11 +175,16 @@ static tagc_status write_logits(const char *path, const float *logits, int n, in
   return TAGC_OK;
 }
 
-static void print_token(const tagctl_model *m, int id, int first) {
-  if (m->vocab == 256 && m->layout.cfg.vocab == 256)
+static void print_token(const sampler *s, int id, int first) {
+  if (s->tok && !s->print_ids) {
+    size_t len;
+    const unsigned char *b = tagctl_tokenizer_bytes(s->tok, id, &len);
+    fwrite(b, 1, len, stdout);
+  } else if (s->m->vocab == 256 && s->m->layout.cfg.vocab == 256 && !s->print_ids) {
     putchar(id);
-  else
+  } else {
     printf(first ? "%d" : " %d", id);
+  }
 }
 
 /* The first of z[0..n) that is inf or NaN (a diverged model), -1 when none. */
@@ -174,7 +205,7 @@ static tagc_status generate(sampler *s, const sample_args *a, int *ids, int n_pr
   const float *row;
   tagc_status st = TAGC_OK;
   for (int i = 0; i < n_prompt; i++)
-    print_token(m, ids[i], i == 0);
+    print_token(s, ids[i], i == 0);
   for (int64_t t = 0; t < a->tokens && st == TAGC_OK; t++) {
     st = forward(s, ids, n, &row);
     if (st != TAGC_OK)
@@ -187,7 +218,7 @@ static tagc_status generate(sampler *s, const sample_args *a, int *ids, int n_pr
     /* only ids the model knows: the padded rows of the head never come out */
     int next = pick(row, m->vocab, a->temperature, (int)a->top_k, uniform((uint64_t)a->seed, (uint64_t)t), order);
     ids[n++] = next;
-    print_token(m, next, 0);
+    print_token(s, next, 0);
     fflush(stdout);
   }
   putchar('\n');
@@ -195,9 +226,10 @@ static tagc_status generate(sampler *s, const sample_args *a, int *ids, int n_pr
   return st;
 }
 
-static tagc_status sample_model(const tagctl_model *m, const sample_args *a, int *prompt, int n_prompt) {
+static tagc_status sample_model(const tagctl_model *m, const tagctl_tokenizer *tok, const sample_args *a,
+                                int *prompt, int n_prompt) {
   int T = m->layout.cfg.ctx, V = m->layout.cfg.vocab;
-  sampler s = {.m = m};
+  sampler s = {.m = m, .tok = tok, .print_ids = a->ids};
   int *ids = malloc(((size_t)n_prompt + (size_t)a->tokens) * sizeof *ids);
   s.window = calloc((size_t)T, sizeof *s.window);
   s.logits = malloc((size_t)T * V * sizeof(float));
@@ -222,11 +254,28 @@ static tagc_status sample_model(const tagctl_model *m, const sample_args *a, int
   return st;
 }
 
+/* The tokenizer at path, which must have the model's vocabulary; -1 when loaded, else the
+ * exit status (reported). */
+static int load_tokenizer(const char *path, const tagctl_model *m, tagctl_tokenizer **tok) {
+  tagc_status st = tagctl_tokenizer_load(path, tok);
+  if (st != TAGC_OK) {
+    fprintf(stderr, "tagctl sample: --tokenizer %s\n", tagc_last_error());
+    return st == TAGC_ENOMEM || st == TAGC_EIO ? 1 : 2;
+  }
+  if (tagctl_tokenizer_size(*tok) != m->vocab) {
+    fprintf(stderr, "tagctl sample: --tokenizer %s has %d tokens, the model's vocabulary is %d\n", path,
+            tagctl_tokenizer_size(*tok), m->vocab);
+    return 2;
+  }
+  return -1;
+}
+
 int tagctl_sample(int argc, char **argv) {
   tagc_opt_program prog = {"tagctl sample", "CKPT [--prompt TEXT | --prompt-ids IDS] [options]",
                            "Continues a prompt with a trained model on the CPU. CKPT is a "
-                           "checkpoint (a step-N directory, a checkpoint root or a run's OUT) or an "
-                           "llm.c model file (tagctl ckpt export --format llmc).",
+                           "checkpoint (a step-N directory, a checkpoint root or a run's OUT), a "
+                           "Hugging Face folder or safetensors file, or an llm.c model file "
+                           "(tagctl ckpt export).",
                            sample_opts, sizeof sample_opts / sizeof sample_opts[0]};
   sample_args args = {0};
   char *path = NULL;
@@ -236,19 +285,23 @@ int tagctl_sample(int argc, char **argv) {
     return rc;
   }
   tagctl_model m;
+  tagctl_tokenizer *tok = NULL;
   int *prompt = NULL, n_prompt = 0;
   tagc_status st = tagctl_model_load(path, &m);
   if (st != TAGC_OK) {
     fprintf(stderr, "tagctl sample: %s\n", tagc_last_error());
     rc = st == TAGC_ENOTFOUND || st == TAGC_EINVAL ? 2 : 1;
-  } else if ((rc = parse_prompt(&args, &m, &prompt, &n_prompt)) < 0) {
+  } else if (*args.tokenizer && (rc = load_tokenizer(args.tokenizer, &m, &tok)) >= 0) {
+    /* reported */
+  } else if ((rc = parse_prompt(&args, &m, tok, &prompt, &n_prompt)) < 0) {
     omp_set_num_threads(args.threads > 0 ? (int)args.threads : omp_get_num_procs());
-    st = sample_model(&m, &args, prompt, n_prompt);
+    st = sample_model(&m, tok, &args, prompt, n_prompt);
     if (st != TAGC_OK)
       fprintf(stderr, "tagctl sample: %s\n", tagc_last_error());
     rc = st == TAGC_OK ? 0 : st == TAGC_EINVAL ? 2 : 1;
   }
   free(prompt);
+  tagctl_tokenizer_free(tok);
   if (m.params)
     tagctl_model_free(&m);
   tagc_opts_free(&prog, &args);

@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
-"""tagctl ckpt export on the checkpoints of a real two-worker run: the safetensors and llm.c
-files hold exactly the run's final parameters (--dump-params), read back by readers written
-here from the formats' definitions; an llm.c export read back by tagctl's own loader
-(export again, and export as safetensors) is bit-exact; the same state saved at world sizes
-1, 2 and 3 exports to byte-identical files; bad arguments and damaged inputs are refused.
+"""tagctl ckpt export on the checkpoints of a real two-worker run: the Hugging Face folder's
+safetensors and the llm.c file hold exactly the run's final parameters (--dump-params), read
+back by readers written here from the formats' definitions; an llm.c export read back by
+tagctl's own loader (export again, and export as safetensors) is bit-exact; the same state
+saved at world sizes 1, 2 and 3 exports to byte-identical files; an --out that exists is
+refused and left as it was; bad arguments and damaged inputs are refused.
 usage: test_export.py BINDIR"""
 import json
 import os
@@ -65,9 +66,8 @@ try:
 
     # ---- safetensors ----
     st_dir = os.path.join(tmp, "st")
-    os.mkdir(st_dir)
     st = os.path.join(st_dir, "model.safetensors")
-    export(out, "safetensors", st)
+    export(out, "safetensors", st_dir)
     header, tensors, raw = mf.read_safetensors(st)
     n = int.from_bytes(raw[:8], "little")
     check((8 + n) % 8 == 0, "safetensors: the data starts 8-byte aligned")
@@ -104,8 +104,7 @@ try:
     check(open(llmc, "rb").read() == open(llmc2, "rb").read(),
           "llm.c -> tagctl loader -> llm.c: byte-identical")
     st2_dir = os.path.join(tmp, "st2")
-    os.mkdir(st2_dir)
-    export(llmc, "safetensors", os.path.join(st2_dir, "model.safetensors"))
+    export(llmc, "safetensors", st2_dir)
     h2, t2, _ = mf.read_safetensors(os.path.join(st2_dir, "model.safetensors"))
     check(set(t2) == set(tensors) and all(same_bits(t2[k], tensors[k]) for k in tensors),
           "llm.c -> tagctl loader -> safetensors: every tensor bit-identical to the checkpoint's")
@@ -122,28 +121,35 @@ try:
     for src, w in ((out, 2), (os.path.join(tmp, "w1"), 1), (os.path.join(tmp, "w3"), 3),
                    (step6, 2), (os.path.join(tmp, "w3", "step-6"), 3)):
         d = tempfile.mkdtemp(dir=tmp)
-        export(src, "safetensors", os.path.join(d, "model.safetensors"))
+        export(src, "safetensors", os.path.join(d, "hf"))
         export(src, "llmc", os.path.join(d, "model.bin"))
         files[(src, w)] = [open(os.path.join(d, f), "rb").read()
-                           for f in ("model.safetensors", "config.json", "model.bin")]
+                           for f in ("hf/model.safetensors", "hf/config.json", "model.bin")]
     first = files[(out, 2)]
     check(all(v == first for v in files.values()),
           "exports from world sizes 1, 2 and 3 (root, OUT or step dir) are byte-identical")
 
     # ---- bad arguments and damaged input ----
-    refused(["ckpt", "export", out], 2, "--out FILE is required")
+    refused(["ckpt", "export", out], 2, "--out is required")
     refused(["ckpt", "export", out, "--format", "onnx", "--out", "x"], 2, "'onnx' is not one of safetensors|llmc")
     refused(["ckpt", "export", "--out", "x"], 2, "usage: tagctl ckpt export")
     refused(["ckpt", "export", out, "--bogus", "--out", "x"], 2, "unknown option '--bogus'")
     refused(["ckpt", "export", os.path.join(tmp, "nothing"), "--out", "x"], 2, "No such file")
-    before = {f: open(os.path.join(st_dir, f), "rb").read() for f in ("model.safetensors", "config.json")}
+    names = ["config.json", "generation_config.json", "model.safetensors"]
+    before = {f: open(os.path.join(st_dir, f), "rb").read() for f in names}
     refused(["ckpt", "export", out, "--out", os.path.join(st_dir, "config.json")], 2,
-            "the config.json written beside it")
-    refused(["ckpt", "export", out, "--out", st_dir], 2, "is a folder")
+            "exists and is not a folder")
+    refused(["ckpt", "export", out, "--out", st_dir], 2, "is a folder that is not empty")
+    refused(["ckpt", "export", out, "--out", st_dir + "/"], 2, "is a folder that is not empty")
     refused(["ckpt", "export", out, "--format", "llmc", "--out", st_dir + "/"], 2, "is a folder")
+    refused(["ckpt", "export", out, "--format", "llmc", "--out", st], 2, "exists: remove it")
+    refused(["ckpt", "export", out, "--format", "llmc", "--dtype", "bf16", "--out", "x.bin"], 2,
+            "--dtype and --tokenizer are for safetensors")
+    refused(["ckpt", "export", out, "--dtype", "f8", "--out", "x"], 2, "'f8' is not one of f32|bf16|f16")
     check(before == {f: open(os.path.join(st_dir, f), "rb").read() for f in before}
-          and sorted(os.listdir(st_dir)) == ["config.json", "model.safetensors"],
+          and sorted(os.listdir(st_dir)) == names,
           "a refused --out leaves the folder as it was")
+    check(not [f for f in os.listdir(tmp) if ".tmp" in f], "no staging folder left behind")
     bad = os.path.join(tmp, "bad")
     shutil.copytree(os.path.join(out, "ckpt"), bad)
     shard = os.path.join(bad, "step-6", "rank-00001.bin")

@@ -56,10 +56,10 @@ try:
             "--threads", "1", "--batch", "8", "--ctx", str(T), "--layers", str(L), "--heads", str(NH),
             "--dim", str(C), "--eval-every", "0", "--eval-windows", "4", "--out", out)
     check(r.returncode == 0, "tagctl run --workers 2 --steps 8, %d layers (status %d)" % (L, r.returncode))
-    st = os.path.join(tmp, "model.safetensors")
-    r = run("ckpt", "export", out, "--format", "safetensors", "--out", st)
+    hf = os.path.join(tmp, "hf")
+    r = run("ckpt", "export", out, "--format", "safetensors", "--out", hf)
     check(r.returncode == 0, "tagctl ckpt export --format safetensors (status %d)" % r.returncode)
-    model = load_twin(st)
+    model = load_twin(os.path.join(hf, "model.safetensors"))
 
     worst = 0.0
     for i, prompt in enumerate(PROMPTS):
