@@ -95,7 +95,7 @@ static int write_model(const export_args *a, int llmc, const tagctl_model *m) {
 
 int tagctl_export(int argc, char **argv) {
   tagc_opt_program prog = {"tagctl ckpt export",
-                           "CKPT [--format safetensors] --out DIR | CKPT --format llmc --out FILE",
+                           "CKPT [--format safetensors] --out DIR\nCKPT --format llmc --out FILE",
                            "Writes the parameters of a checkpoint (a step-N directory, a "
                            "checkpoint root or a run's OUT: its newest valid checkpoint; any world "
                            "size), of a Hugging Face folder or safetensors file, or of an llm.c "

@@ -16,7 +16,11 @@ int tagctl_parse_file_args(const tagc_opt_program *prog, void *cfg, int argc, ch
     return 2;
   }
   if (n_pos != n_pos_wanted) {
-    fprintf(stderr, "usage: %s %s\n", prog->name, prog->usage);
+    /* one line: the usage's forms (one per line in --help) joined by " | " */
+    fprintf(stderr, "usage: %s ", prog->name);
+    for (const char *u = prog->usage; *u; u++)
+      u[0] == '\n' ? fputs(" | ", stderr) : fputc(*u, stderr);
+    fputc('\n', stderr);
     return 2;
   }
   return -1;
