@@ -61,7 +61,8 @@ Exit status 1 when any verdict fails (77: etcd not found).
   kill_worker    SIGKILL one worker             kill_two     SIGKILL two workers at once
   term_worker    SIGTERM one worker             kill_leader  SIGKILL the leading coordinator
 
-plus the restarts `tagctl run` makes. A SIGTERMed worker leaves at a step boundary and exits 0,
+plus the restarts `tagctl run` makes, with two in-memory copies of every state (--mirror-copies
+2: a kill_two leaves one). A SIGTERMed worker leaves at a step boundary and exits 0,
 which `tagctl run` does not restart (a finished worker): the driver then starts a replacement
 with the same arguments and a worker id of its own (Replacement), as an orchestrator replaces a
 drained node, and restarts it like `tagctl run` would when it dies; it never SIGTERMs the last
@@ -664,7 +665,8 @@ class Soak:
                 "--job", job, "--out", out, "--workers", str(self.a.workers), "--coordinators", "2",
                 "--min-workers", str(self.a.min_workers), "--max-restarts", "1000", "--log", self.log_spec(), "--steps", str(steps),
                 "--ckpt-every", str(self.ckpt_every), "--threads", "1", "--batch", "12", "--eval-every", "0",
-                "--eval-windows", str(EVAL_WINDOWS), "--compress", "tagc", "--op-timeout", str(self.a.op_timeout)]
+                "--eval-windows", str(EVAL_WINDOWS), "--compress", "tagc", "--op-timeout", str(self.a.op_timeout),
+                "--mirror-copies", str(self.a.mirror_copies)]
         log = open(out + ".log", "w")
         self.t0 = self.job_t0 = time.time()
         self.job = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
@@ -983,10 +985,15 @@ def main():
                          "goodput: 1.05, so that the faults last about as long as the job)")
     ap.add_argument("--op-timeout", type=float, default=20,
                     help="the workers' --op-timeout in seconds (default 20)")
+    ap.add_argument("--mirror-copies", type=int, default=None, choices=(1, 2),
+                    help="the workers' --mirror-copies (default: 2 in goodput mode, where two "
+                         "workers are killed at once; 1 otherwise)")
     ap.add_argument("--bindir", default=os.path.join(HERE, "..", "build", "dev", "bin"))
     a = ap.parse_args()
     if a.job_factor is None:
         a.job_factor = 1.05 if a.mode == "goodput" else 1.25
+    if a.mirror_copies is None:
+        a.mirror_copies = 2 if a.mode == "goodput" else 1
     if not shutil.which("etcd"):
         print("soak: etcd not found")
         return 77
