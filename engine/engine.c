@@ -237,10 +237,12 @@ void engine_shrink_slots(tagc_engine *e, int n) {
 /* ---------- lifecycle ---------- */
 
 static tagc_status init_params(tagc_engine *e) {
-  float *full = malloc(e->L->n_params * sizeof(float));
+  float *own = e->cfg.init_params ? NULL : malloc(e->L->n_params * sizeof(float));
+  const float *full = e->cfg.init_params ? e->cfg.init_params : own;
   if (!full)
     return tagc_errorf(TAGC_ENOMEM, "initial parameters (%zu floats)", e->L->n_params);
-  tagc_model_init_params(e->L, e->cfg.seed, full);
+  if (own)
+    tagc_model_init_params(e->L, e->cfg.seed, own);
   tagc_status st = TAGC_OK;
   for (int i = 0; st == TAGC_OK && i < e->n_segs; i++) {
     engine_segment *s = &e->segs[i];
@@ -248,7 +250,7 @@ static tagc_status init_params(tagc_engine *e) {
     st = tagc_device_copy(e->dev, TAGC_LANE_COMPUTE, s->p, full + s->off + lo, n * sizeof(float),
                           TAGC_COPY_H2D);
   }
-  free(full);
+  free(own);
   return st;
 }
 

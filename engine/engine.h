@@ -55,6 +55,9 @@ typedef struct tagc_engine_config {
   int64_t batch;                   /* global batch in sequences */
   int micro_batch;                 /* sequences per forward/backward on this rank (>= 1) */
   uint64_t seed;                   /* init and sampler */
+  const float *init_params;        /* borrowed, layout->n_params floats, only read by
+                                      tagc_engine_new: the initial parameters instead of the
+                                      seed's; NULL: from the seed */
   double op_timeout_s;             /* deadline of each collective */
   int check_feedback;              /* test hook: measure error-feedback mass conservation */
   tagc_encoding gather;            /* the parameter all-gathers' encoding (engine/gather_codec.h):
@@ -121,7 +124,8 @@ typedef struct tagc_step_stats {
 } tagc_step_stats;
 
 /* Creates the engine: layout of segments, shards, buffers, and the parameters initialised
- * from cfg->seed (every rank computes the same full init and keeps its shard). Errors:
+ * from cfg->seed (every rank computes the same full init and keeps its shard) or copied from
+ * cfg->init_params (this rank's shard of it). Errors:
  * TAGC_EINVAL, TAGC_ENOMEM (host or device memory: the caller's OOM path),
  * TAGC_EUNSUPPORTED (check_feedback on a CUDA device). */
 tagc_status tagc_engine_new(const tagc_engine_config *cfg, tagc_engine **out);

@@ -19,6 +19,7 @@
 #include "common/fsutil.h"
 #include "common/log.h"
 #include "common/timeutil.h"
+#include "tagctl/model_io.h"
 #include "worker/out_lock.h"
 
 /* This process owns OUT: through `tagctl run`, or by locking it itself when it writes OUT's
@@ -57,6 +58,29 @@ static tagc_status own_ckpt_dir(tagc_run *r) {
 }
 
 /* ---------- the process-wide part ---------- */
+
+/* --init-from: the model file's weights in this run's layout, into r->init_params. */
+static tagc_status load_init(tagc_run *r) {
+  const char *path = r->cfg->init_from;
+  tagctl_model m;
+  tagc_status st = tagctl_model_load(path, &m);
+  if (st == TAGC_OK) {
+    r->init_params = malloc(r->layout.n_params * sizeof(float));
+    st = r->init_params ? tagctl_model_fit(&m, &r->layout, r->init_params)
+                        : tagc_errorf(TAGC_ENOMEM, "--init-from: %zu floats", r->layout.n_params);
+    tagctl_model_free(&m);
+  }
+  if (st != TAGC_OK) {
+    free(r->init_params);
+    r->init_params = NULL;
+    char detail[512]; /* the detail lives in the buffer tagc_errorf writes */
+    snprintf(detail, sizeof detail, "%s", tagc_last_error());
+    /* a file that is not a model of this shape is the run's configuration */
+    return tagc_errorf(st == TAGC_ENOMEM || st == TAGC_EIO ? st : TAGC_EINVAL, "--init-from %s: %s",
+                       path, detail);
+  }
+  return TAGC_OK;
+}
 
 tagc_status tagc_run_new(const tagc_train_config *cfg, tagc_run **out) {
   tagc_run *r = calloc(1, sizeof *r);
@@ -108,6 +132,8 @@ tagc_status tagc_run_new(const tagc_train_config *cfg, tagc_run **out) {
     goto fail;
   }
   snprintf(r->ckpt_root, sizeof r->ckpt_root, "%s%s", root, *cfg->ckpt_dir ? "" : "/ckpt");
+  if (*cfg->init_from) /* checked at start, whether or not a checkpoint takes precedence */
+    TAGC_CHECK_GOTO(load_init(r), st, fail);
   tagc_report_config rc = {cfg, &r->layout, &r->corpus, r->device, r->threads, r->http};
   tagc_report_init(&r->report, &rc);
   *out = r;
@@ -123,6 +149,7 @@ void tagc_run_free(tagc_run *r) {
   tagc_report_free(&r->report);
   tagc_metrics_http_stop(r->http);
   tagc_corpus_free(&r->corpus);
+  free(r->init_params);
   tagc_mirror_free(r->mirror); /* its staging buffer is the device's */
   tagc_device_close(r->device);
   free(r->chaos_seen);
@@ -298,6 +325,9 @@ static tagc_status gen_begin(tagc_run *t, const tagc_gen_spec *g) {
   ec.batch = cfg->batch;
   ec.micro_batch = micro > 0 && micro < local ? micro : (int)local;
   ec.seed = (uint64_t)cfg->seed;
+  if (*cfg->init_from && !t->init_params) /* a later generation: read again */
+    TAGC_CHECK(load_init(t));
+  ec.init_params = t->init_params;
   ec.op_timeout_s = cfg->op_timeout;
   ec.check_feedback = cfg->check_feedback;
   TAGC_CHECK(tagc_policy_gather(cfg->gather, &t->policy, &ec.gather, &ec.gather_auto));
@@ -308,7 +338,10 @@ static tagc_status gen_begin(tagc_run *t, const tagc_gen_spec *g) {
   ec.compress_warmup = cfg->compress_warmup >= 0 ? cfg->compress_warmup /* -1: the rule below */
                                                 : tagc_compress_warmup_auto(cfg->warmup, cfg->steps);
   ec.op_delay_s = t->faults.slow_s;
-  TAGC_CHECK(tagc_engine_new(&ec, &t->engine));
+  tagc_status made = tagc_engine_new(&ec, &t->engine);
+  free(t->init_params); /* the engine holds its shard; a checkpoint may yet replace it */
+  t->init_params = NULL;
+  TAGC_CHECK(made);
   /* -1: auto in elastic mode, off in a static run (no recovery); -2: auto in either (benches) */
   t->mirror_auto = cfg->mirror_every == -2 || (cfg->mirror_every == -1 && t->elastic);
   t->mirror_k = cfg->mirror_every >= 0 ? cfg->mirror_every : t->mirror_auto ? 1 : 0;
@@ -326,6 +359,8 @@ static tagc_status gen_begin(tagc_run *t, const tagc_gen_spec *g) {
     TAGC_CHECK(run_rebuild(t, g, &rebuilt));
   if (!rebuilt)
     TAGC_CHECK(run_resume(t, g));
+  if (*cfg->init_from && !rebuilt && t->start_step == 0 && t->rank == 0)
+    LOG_INFO("train", "starting from the weights of --init-from %s", cfg->init_from);
   TAGC_CHECK(run_open_saver(t));
   return tagc_report_open_metrics(&t->report, t->start_step);
 }

@@ -128,6 +128,10 @@ static const tagc_opt train_opts[] = {
     {"leave-ckpt-wait", TAGC_OPT_DOUBLE, OFF(leave_ckpt_wait), "0", 0, 86400, NULL,
      "SIGTERM/SIGINT: first keep training up to this many seconds until the next periodic "
      "checkpoint is committed (0 = leave at once)"},
+    {"init-from", TAGC_OPT_STRING, OFF(init_from), "", 0, -1, NULL,
+     "start from these weights instead of the seed's (when there is no checkpoint to resume): "
+     "a Hugging Face GPT-2 folder or safetensors file, an llm.c model file or a tagc checkpoint, "
+     "of the run's exact shape (--vocab, --ctx, --layers, --heads, --dim)"},
     {"dump-params", TAGC_OPT_STRING, OFF(dump_params), "", 0, -1, NULL,
      "at the end, rank 0 writes the full fp32 parameter arena to this file (tests, tools)"},
     {"gather", TAGC_OPT_CHOICE, OFF(gather), "auto", 0, -1, "auto|fp32|bf16|int8",
@@ -168,7 +172,7 @@ const tagc_opt_program tagc_train_program = {
 
 const tagc_help_group tagc_train_help_groups[] = {
     {"Data", "corpus data val-data data-format vocab"},
-    {"Model", "layers heads dim ctx"},
+    {"Model", "layers heads dim ctx init-from"},
     {"Optimisation", "steps batch micro-batch lr min-lr-ratio warmup weight-decay grad-clip beta1 "
                      "beta2 eps seed"},
     {"Output, evaluation and logging", "out eval-every eval-windows log metrics-addr dump-params"},

@@ -51,6 +51,7 @@ typedef struct tagc_train_config {
   int64_t ckpt_keep_last, ckpt_keep_every;
   int resume;
   int allow_restart_from_scratch; /* every checkpoint invalid: train from step 0, loudly */
+  char *init_from;    /* a model file whose weights a run from step 0 starts with ("" = the seed) */
   int64_t stop_at;    /* stop after this step (0 = no) */
   int check_feedback; /* test hook, see tagc_engine_config */
   double link_rate;   /* bytes/s assumed by the auto choices; 0 = measured */

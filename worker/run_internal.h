@@ -36,6 +36,7 @@ typedef struct recovery {
 struct tagc_run {
   const tagc_train_config *cfg;
   tagc_model_layout layout;
+  float *init_params; /* --init-from fitted to layout (owned), until an engine took it; NULL */
   tagc_compress_policy policy;
   tagc_corpus corpus;
   int threads;
