@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "tagctl/model_io.h"
 #include "tagctl/tokenizer.h"
@@ -45,7 +46,8 @@ static const tagc_opt sample_opts[] = {
      "of the head), for checks against other implementations"},
     {"tokenizer", TAGC_OPT_STRING, OFF(tokenizer), "", 0, -1, NULL,
      "GPT-2 BPE tokenizer of a token model: llm.c's tokenizer.bin (decodes), a vocab.json "
-     "(encodes too with merges.txt beside it) or a folder holding them; the text is printed"},
+     "(encodes too with merges.txt beside it) or a folder holding them; the text is printed "
+     "(default: the tokenizer in CKPT's Hugging Face folder, if it has one)"},
     {"ids", TAGC_OPT_BOOL, OFF(ids), "false", 0, -1, NULL,
      "print token ids, not text (the prompt's as --tokenizer encoded it)"},
 };
@@ -270,6 +272,26 @@ static int load_tokenizer(const char *path, const tagctl_model *m, tagctl_tokeni
   return -1;
 }
 
+/* The folder of a Hugging Face model (path itself, or the folder of a .safetensors file)
+ * when it holds a vocab.json: the tokenizer `ckpt export --tokenizer` put there; else "". */
+static void folder_tokenizer(const char *path, char *dir, size_t cap) {
+  struct stat sb;
+  size_t n = strlen(path);
+  dir[0] = 0;
+  if (stat(path, &sb) != 0 || n + 16 > cap)
+    return;
+  if (S_ISDIR(sb.st_mode)) {
+    snprintf(dir, cap, "%s", path);
+  } else if (n > 12 && strcmp(path + n - 12, ".safetensors") == 0) {
+    const char *slash = strrchr(path, '/');
+    snprintf(dir, cap, "%.*s", slash ? (int)(slash - path) : 1, slash ? path : ".");
+  }
+  char vocab[4096 + 16];
+  snprintf(vocab, sizeof vocab, "%s/vocab.json", dir);
+  if (!*dir || stat(vocab, &sb) != 0 || !S_ISREG(sb.st_mode))
+    dir[0] = 0;
+}
+
 int tagctl_sample(int argc, char **argv) {
   tagc_opt_program prog = {"tagctl sample", "CKPT [--prompt TEXT | --prompt-ids IDS] [options]",
                            "Continues a prompt with a trained model on the CPU. CKPT is a "
@@ -287,11 +309,14 @@ int tagctl_sample(int argc, char **argv) {
   tagctl_model m;
   tagctl_tokenizer *tok = NULL;
   int *prompt = NULL, n_prompt = 0;
+  char own[4096];
+  folder_tokenizer(path, own, sizeof own);
+  const char *tok_path = *args.tokenizer ? args.tokenizer : own;
   tagc_status st = tagctl_model_load(path, &m);
   if (st != TAGC_OK) {
     fprintf(stderr, "tagctl sample: %s\n", tagc_last_error());
     rc = st == TAGC_ENOTFOUND || st == TAGC_EINVAL ? 2 : 1;
-  } else if (*args.tokenizer && (rc = load_tokenizer(args.tokenizer, &m, &tok)) >= 0) {
+  } else if (*tok_path && (rc = load_tokenizer(tok_path, &m, &tok)) >= 0) {
     /* reported */
   } else if ((rc = parse_prompt(&args, &m, tok, &prompt, &n_prompt)) < 0) {
     omp_set_num_threads(args.threads > 0 ? (int)args.threads : omp_get_num_procs());
