@@ -198,6 +198,14 @@ def elastic_run():
               (last["failures_total"], last["recoveries_total"], last["steps_lost_total"]),
               "rank 0's /metrics equals summary.json (failures %d, recoveries %d, steps lost %d)"
               % (s["failures"], s["recoveries"], s["steps_lost"]))
+        # goodput: rank 0 ran from step 0, so steps x median step time / wall time (selection
+        # and sort give the same median); its last scrape had a figure of the same definition
+        want = s["steps"] * s["step_s_median"] / s["wall_s"]
+        check(0 < s["goodput"] <= 1 and abs(s["goodput"] - want) <= 1e-3 * want and
+              last and 0 < last["goodput_ratio"] <= 1,
+              "summary goodput %.4f = %d steps x %.4f s / %.2f s; last scrape %.4f"
+              % (s["goodput"], s["steps"], s["step_s_median"], s["wall_s"],
+                 last["goodput_ratio"] if last else float("nan")))
         # summary.json's max_recovery_s is the worst over the survivors (each one's /metrics)
         worst = max(m["max_recovery_seconds"] for m in after.values())
         check(last and abs(s["max_recovery_s"] - max(worst, last["max_recovery_seconds"])) < 1e-6,
