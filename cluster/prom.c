@@ -61,7 +61,8 @@ static void number(double v, char *buf, size_t cap) {
 void tagc_prom_sample(tagc_prom *p, const char *name, const char *labels, double v) {
   char num[40];
   number(v, num, sizeof num);
-  add(p, "%s{job=\"%s\"%s%s} %s\n", name, p->job, labels ? "," : "", labels ? labels : "", num);
+  add(p, "%s{tagc_job=\"%s\"%s%s} %s\n", name, p->job, labels ? "," : "", labels ? labels : "",
+      num);
 }
 
 void tagc_prom_gauge(tagc_prom *p, const char *name, const char *help, double v) {

@@ -1,5 +1,6 @@
 /* Prometheus text exposition (version 0.0.4) for the worker's and the coordinator's /metrics:
- * a growing text buffer, metric families whose every sample carries the `job` label, a
+ * a growing text buffer, metric families whose every sample carries the `tagc_job` label (not
+ * `job`, which Prometheus sets to the scrape job's name), a
  * histogram writer, and the metrics every tagc process exports (process_* from /proc,
  * tagc_build_info, the etcd client's request counters of cluster/etcd_stats.h).
  *
@@ -18,16 +19,16 @@ typedef struct tagc_prom {
   char *buf;
   size_t len, cap;
   int failed;          /* an allocation failed: finish returns NULL */
-  char job[160];       /* the job label's value, escaped */
+  char job[160];       /* the tagc_job label's value, escaped */
 } tagc_prom;
 
-/* Starts an empty text; job (may be NULL: "") is the value of every sample's job label. */
+/* Starts an empty text; job (may be NULL: "") is the value of every sample's tagc_job label. */
 void tagc_prom_init(tagc_prom *p, const char *job);
 
 /* HELP and TYPE lines of family name (type: gauge, counter or histogram). */
 void tagc_prom_family(tagc_prom *p, const char *name, const char *type, const char *help);
 
-/* One sample of name with the job label, then `labels` (e.g. "kind=\"crash\"", or NULL). NaN
+/* One sample of name with the tagc_job label, then `labels` (e.g. "kind=\"crash\"", or NULL). NaN
  * and infinities are written as Prometheus spells them. */
 void tagc_prom_sample(tagc_prom *p, const char *name, const char *labels, double v);
 

@@ -16,8 +16,8 @@
  *
  * HTTP (when configured): /healthz (200 while reads from etcd succeed, else 503), /status
  * (JSON: role, leader, generation, plan, workers, failures, step, progress, checkpoint, done,
- * last decision), /metrics (Prometheus text: tagc_coordinator_leader, tagc_generation,
- * tagc_world_size, tagc_step, tagc_members, tagc_failures_total{kind}, tagc_job_done).
+ * last decision), /metrics (Prometheus text, tagc_coordinator_ prefix: leader, generation,
+ * world_size, step, members, failures_total{kind}, job_done, goodput_ratio, ...).
  *
  * Threading: tagc_coord_run() runs the loop on the calling thread; the coordinator adds a
  * lease keep-alive thread, a watch thread while leading, and the HTTP server's thread.

@@ -73,13 +73,13 @@ static int listed_kind(const char *kind) {
 }
 
 static void failure_metrics(tagc_prom *p, const json_t *totals) {
-  tagc_prom_family(p, "tagc_failures_total", "counter", "Failure reports and lost leases, by "
-                   "kind, over the job");
+  tagc_prom_family(p, "tagc_coordinator_failures_total", "counter", "Failure reports and lost "
+                   "leases, by kind, over the job");
   char label[128];
   for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++) {
     const char *name = tagc_failure_kind_name(kinds[i]);
     snprintf(label, sizeof label, "kind=\"%s\"", name);
-    tagc_prom_sample(p, "tagc_failures_total", label,
+    tagc_prom_sample(p, "tagc_coordinator_failures_total", label,
                      (double)json_integer_value(json_object_get(totals, name)));
   }
   const char *kind;
@@ -89,7 +89,8 @@ static void failure_metrics(tagc_prom *p, const json_t *totals) {
         strlen(kind) > 64)
       continue;
     snprintf(label, sizeof label, "kind=\"%s\"", kind);
-    tagc_prom_sample(p, "tagc_failures_total", label, (double)json_integer_value(n));
+    tagc_prom_sample(p, "tagc_coordinator_failures_total", label,
+                     (double)json_integer_value(n));
   }
 }
 
@@ -98,10 +99,10 @@ static void checkpoint_metrics(tagc_prom *p, const json_t *ckpt) {
   const json_t *time = json_object_get(ckpt, "time");
   if (!json_is_number(time))
     return;
-  tagc_prom_gauge(p, "tagc_checkpoint_last_step", "Step of the job's latest committed "
-                  "checkpoint", (double)coord_int_field(ckpt, "step"));
-  tagc_prom_gauge(p, "tagc_checkpoint_age_seconds", "Seconds since the job's latest "
-                  "checkpoint was committed", tagc_wall_time() - json_number_value(time));
+  tagc_prom_gauge(p, "tagc_coordinator_checkpoint_last_step", "Step of the job's latest "
+                  "committed checkpoint", (double)coord_int_field(ckpt, "step"));
+  tagc_prom_gauge(p, "tagc_coordinator_checkpoint_age_seconds", "Seconds since the job's "
+                  "latest checkpoint was committed", tagc_wall_time() - json_number_value(time));
 }
 
 /* Prometheus text of the snapshot. Caller holds s->lock. */
@@ -112,21 +113,27 @@ static char *metrics_text(const coord_status *s) {
   tagc_prom_init(&p, json_string_value(json_object_get(s->snapshot, "job")));
   tagc_prom_gauge(&p, "tagc_coordinator_leader", "1 when this coordinator is the job's leader",
                   s->leader);
-  tagc_prom_gauge(&p, "tagc_generation", "Current generation number",
+  tagc_prom_gauge(&p, "tagc_coordinator_generation", "Current generation number",
                   (double)coord_int_field(s->snapshot, "generation"));
-  tagc_prom_gauge(&p, "tagc_world_size", "Workers in the current generation",
+  tagc_prom_gauge(&p, "tagc_coordinator_world_size", "Workers in the current generation",
                   (double)coord_int_field(plan, "world"));
-  tagc_prom_gauge(&p, "tagc_step", "Training step last reported by rank 0",
+  tagc_prom_gauge(&p, "tagc_coordinator_step", "Training step last reported by rank 0",
                   (double)coord_int_field(s->snapshot, "step"));
   if (json_is_object(progress)) {
-    tagc_prom_gauge(&p, "tagc_loss", "Training loss last reported by rank 0",
+    tagc_prom_gauge(&p, "tagc_coordinator_loss", "Training loss last reported by rank 0",
                     json_number_value(json_object_get(progress, "loss")));
-    tagc_prom_gauge(&p, "tagc_tokens_per_second", "Global tokens per second last reported by "
-                    "rank 0", json_number_value(json_object_get(progress, "tokens_per_s")));
+    tagc_prom_gauge(&p, "tagc_coordinator_tokens_per_second", "Global tokens per second last "
+                    "reported by rank 0 (of its last step's step_seconds)",
+                    json_number_value(json_object_get(progress, "tokens_per_s")));
+    const json_t *good = json_object_get(progress, "goodput");
+    if (json_is_number(good))
+      tagc_prom_gauge(&p, "tagc_coordinator_goodput_ratio", "Goodput rank 0 last reported: "
+                      "fault-free time of its committed steps over its wall time",
+                      json_number_value(good));
   }
-  tagc_prom_gauge(&p, "tagc_members", "Workers registered with a live lease",
+  tagc_prom_gauge(&p, "tagc_coordinator_members", "Workers registered with a live lease",
                   (double)json_object_size(json_object_get(s->snapshot, "workers")));
-  tagc_prom_gauge(&p, "tagc_job_done", "1 once the job is done", s->done);
+  tagc_prom_gauge(&p, "tagc_coordinator_job_done", "1 once the job is done", s->done);
   failure_metrics(&p, json_object_get(plan, "failures_total"));
   checkpoint_metrics(&p, json_object_get(s->snapshot, "checkpoint"));
   tagc_prom_common(&p, "tagc-coordinator");

@@ -8,8 +8,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 DEPS=(build-essential cmake pkg-config libopenblas-dev libjansson-dev libcurl4-openssl-dev
-      libgloo-dev libmicrohttpd-dev libicu-dev etcd-server etcd-client fortunes python3-torch python3-numpy python3-regex
+      libgloo-dev libmicrohttpd-dev libicu-dev etcd-server etcd-client fortunes python3-torch python3-numpy
       clang libclang-rt-14-dev iproute2 iptables procps nodejs prometheus gnuplot-nox
+      python3-regex python3-yaml
       # kubectl and npm (tests/deploy): Debian 12 packages them as kubernetes-client and npm;
       # a kubectl or a nodejs that bundles npm, installed otherwise, is used as it is.
       $(command -v kubectl >/dev/null || echo kubernetes-client) $(command -v npm >/dev/null || echo npm))

@@ -29,7 +29,7 @@ void tagc_worker_sample_observe_step(tagc_worker_sample *s, double step_s) {
 tagc_worker_sample tagc_worker_sample_empty(void) {
   return (tagc_worker_sample){.loss = NAN, .rank = -1, .val_loss = NAN, .lr = NAN,
                               .grad_norm = NAN, .sketch_coverage = NAN, .reshard = NAN,
-                              .ckpt_last_step = -1};
+                              .goodput = NAN, .ckpt_last_step = -1};
 }
 
 /* The last step, its losses and the step duration histogram. */
@@ -37,11 +37,16 @@ static void step_metrics(tagc_prom *p, const tagc_worker_sample *s) {
   tagc_prom_gauge(p, "tagc_worker_step", "Steps completed", (double)s->step);
   tagc_prom_gauge(p, "tagc_worker_loss", "Training loss of the last step", s->loss);
   tagc_prom_gauge(p, "tagc_worker_step_seconds", "Wall time of the last step", s->step_s);
+  tagc_prom_counter(p, "tagc_worker_steps_total", "Steps this process ran (a step recomputed "
+                    "after a failure counts again)", (double)s->steps_total);
+  tagc_prom_counter(p, "tagc_worker_tokens_total", "Tokens of this worker's share of the "
+                    "batches of those steps (the sum over workers is the job's)", s->tokens_total);
   tagc_prom_histogram(p, "tagc_worker_step_duration_seconds", "Wall time of the steps this "
                       "process ran", tagc_step_bounds, s->step_le, TAGC_STEP_BUCKETS,
                       s->step_count, s->step_sum);
   tagc_prom_gauge(p, "tagc_worker_tokens_per_second", "Global tokens per second of the last "
-                  "step", s->tokens_per_s);
+                  "step's step_seconds (throughput with pauses: rate of tokens_total)",
+                  s->tokens_per_s);
   tagc_prom_gauge(p, "tagc_worker_val_loss", "Validation loss of the latest evaluation (NaN "
                   "before one)", s->val_loss);
   tagc_prom_gauge(p, "tagc_worker_learning_rate", "Learning rate of the last step", s->lr);
@@ -66,6 +71,9 @@ static void recovery_metrics(tagc_prom *p, const tagc_worker_sample *s) {
                   "next completed step", s->last_recovery_s);
   tagc_prom_gauge(p, "tagc_worker_recovering", "1 while a failure awaits its first completed "
                   "step", s->recovering);
+  tagc_prom_gauge(p, "tagc_worker_goodput_ratio", "Fault-free time of the steps this process "
+                  "committed (at its median step time) over its wall time (NaN before a step)",
+                  s->goodput);
   tagc_prom_counter(p, "tagc_worker_nonfinite_skips_total", "Steps every rank skipped for a "
                     "non-finite loss or gradient", (double)s->nonfinite_skips);
 }

@@ -4,10 +4,13 @@
  * The training loop owns a tagc_worker_sample and hands a copy to the server whenever it
  * changes (after a step, at a generation's start and end); the server keeps the copy under a
  * mutex and renders each scrape from it, so a scrape never waits on training and never reads
- * a half-updated sample. Every sample carries the label job="<--job>" ("default" unless given).
- * Metrics (prefixed tagc_worker_ unless said otherwise):
+ * a half-updated sample. Every sample carries the label tagc_job="<--job>" ("default" unless
+ * given). Metrics (prefixed tagc_worker_ unless said otherwise):
  *   step, loss, step_seconds, tokens_per_second         the last completed step
+ *   steps_total, tokens_total                            steps this process ran, its share of
+ *                                                        their tokens (sum over workers = job)
  *   step_duration_seconds (histogram)                    every step of the process
+ *   goodput_ratio                                        as summary.json's goodput, so far
  *   val_loss, learning_rate, grad_norm                    latest evaluation / step
  *   sketch_coverage_ratio                                 fraction sent as sketches, last step
  *   reshard_after_forward                                 1: the last step gathered twice
@@ -54,6 +57,9 @@ typedef struct tagc_worker_sample {
   uint64_t step_le[TAGC_STEP_BUCKETS]; /* steps that took <= tagc_step_bounds[i] (cumulative) */
   uint64_t step_count;
   double step_sum;
+  uint64_t steps_total;     /* steps this process ran (recomputed ones again) */
+  double tokens_total;      /* the tokens of this rank's share of their batches */
+  double goodput;           /* summary.json's goodput so far; NaN before the first step */
   int64_t ckpt_last_step;   /* latest good save, -1 before one */
   double ckpt_time;         /* tagc_now() when it was seen finished, 0 before one */
   double ckpt_write_s;      /* background write time of the latest finished save */

@@ -73,6 +73,51 @@ static double step_tokens(const tagc_report *rp) {
   return (double)rp->c.cfg->batch * (double)rp->c.cfg->ctx;
 }
 
+/* The tokens of this rank's share of a batch (the split of worker/run.c). */
+static double rank_tokens(const tagc_report *rp) {
+  int64_t b = rp->c.cfg->batch, w = rp->world > 0 ? rp->world : 1, r = rp->rank > 0 ? rp->rank : 0;
+  return (double)((b * (r + 1)) / w - (b * r) / w) * (double)rp->c.cfg->ctx;
+}
+
+/* The k-th smallest of v[0..n) (0 <= k < n), reordering v: Hoare's selection, O(n) on average. */
+static double select_kth(double *v, int64_t n, int64_t k) {
+  int64_t lo = 0, hi = n - 1;
+  while (lo < hi) {
+    double pivot = v[lo + (hi - lo) / 2];
+    int64_t i = lo, j = hi;
+    while (i <= j) {
+      while (v[i] < pivot)
+        i++;
+      while (v[j] > pivot)
+        j--;
+      if (i <= j) {
+        double x = v[i];
+        v[i++] = v[j];
+        v[j--] = x;
+      }
+    }
+    if (k <= j)
+      hi = j;
+    else if (k >= i)
+      lo = i;
+    else
+      return v[k];
+  }
+  return v[k];
+}
+
+/* summary.json's goodput with the job at step `step`: the steps this process committed since
+ * its first generation started, at its median step time, over its wall time. NaN before a
+ * step. Reorders tt.step_s. */
+static double goodput(tagc_report *rp, int64_t step, int64_t first) {
+  const tagc_report_totals *tt = &rp->tt;
+  double wall = tagc_now() - rp->t0;
+  if (tt->n_times == 0 || wall <= 0)
+    return NAN;
+  double median = select_kth(tt->step_s, tt->n_times, tt->n_times / 2);
+  return step > first ? (double)(step - first) * median / wall : 0.0;
+}
+
 void tagc_report_step(tagc_report *rp, const tagc_step_stats *ss) {
   if (isfinite(ss->loss)) /* a step skipped for a non-finite loss keeps the last one */
     rp->loss = ss->loss;
@@ -230,6 +275,8 @@ void tagc_report_progress(tagc_report *rp, int64_t step, const tagc_step_stats *
                         "loss", isfinite(ss->loss) ? ss->loss : 0.0, "tokens_per_s", tokens_per_s,
                         "bytes_per_step", (json_int_t)ss->bytes_sent, "world_size", rp->world,
                         "generation", (json_int_t)rp->gen, "recoveries", rp->recoveries);
+  if (p && rp->first_step >= 0) /* the coordinator's tagc_coordinator_goodput_ratio */
+    json_object_set_new(p, "goodput", json_real(goodput(rp, done, rp->first_step)));
   if (p && rp->progress(rp->progress_ctx, p) != TAGC_OK)
     LOG_WARN("train", "progress not recorded: %s", tagc_last_error());
   json_decref(p);
@@ -269,6 +316,8 @@ static void sample_step(tagc_report *rp, const tagc_step_stats *ss) {
   m->loss = ss->loss;
   m->step_s = ss->step_s;
   m->tokens_per_s = step_tokens(rp) / ss->step_s;
+  m->steps_total++;
+  m->tokens_total += rank_tokens(rp);
   m->bytes_sent += ss->bytes_sent;
   m->bytes_recv += ss->bytes_recv;
   m->lr = ss->lr;
@@ -300,6 +349,11 @@ void tagc_report_sample(tagc_report *rp, int64_t steps_done, const tagc_step_sta
   m->generation = rp->gen;
   m->world_size = rp->world;
   m->rank = rp->rank;
+  double now = tagc_now(); /* the median costs O(steps): at most once a second */
+  if (rp->first_step >= 0 && (now - rp->goodput_at >= 1.0 || !ss)) {
+    m->goodput = goodput(rp, steps_done, rp->first_step);
+    rp->goodput_at = now;
+  }
   if (comm)
     m->link_rate = tagc_comm_link_rate(tagc_comm_backend_of(comm));
   sample_checkpoints(rp, saver);
@@ -336,6 +390,8 @@ static tagc_status write_summary(tagc_report *rp, const tagc_report_final *f, co
   const tagc_report_totals *tt = &rp->tt;
   const tagc_recovery_counts *rec = f->recovery;
   double n = tt->steps ? (double)tt->steps : 1, wall = tagc_now() - rp->t0;
+  int64_t first = rp->first_step >= 0 ? rp->first_step : f->resumed_from;
+  double good = goodput(rp, f->step, first);
   qsort(tt->step_s, (size_t)tt->n_times, sizeof(double), cmp_double);
   double median = tt->n_times ? tt->step_s[tt->n_times / 2] : 0;
   json_t *s = json_pack(
@@ -377,10 +433,7 @@ static tagc_status write_summary(tagc_report *rp, const tagc_report_final *f, co
   json_object_set_new(s, "max_regain_s", json_real(rec->max_regain_s));
   /* the fault-free time of the steps this process committed (at the median step time) over
      its wall time: what the failures, restarts and start-up cost */
-  int64_t first = rp->first_step >= 0 ? rp->first_step : f->resumed_from;
-  json_object_set_new(s, "goodput", json_real(wall > 0 && f->step > first
-                                                  ? (double)(f->step - first) * median / wall
-                                                  : 0.0));
+  json_object_set_new(s, "goodput", json_real(isnan(good) ? 0.0 : good));
   json_object_set_new(s, "steps_lost", json_integer(rec->steps_lost));
   json_object_set_new(s, "nonfinite_skips", json_integer(rec->nonfinite_skips));
   json_object_set_new(s, "nonfinite_rollbacks", json_integer(rec->rollbacks));

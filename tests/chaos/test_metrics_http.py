@@ -3,7 +3,9 @@
 1. bad addresses (not HOST:PORT, port out of range, a name that does not resolve, a port in
    use): exit status 2 and one line on stderr naming --metrics-addr;
 2. a static single-worker run scraped twice while it trains: every sample has HELP and TYPE
-   and parses as a number, the step advances, loss and tokens/s are sane, no failures;
+   and parses as a number, the step advances, loss and tokens/s are sane, no failures; the
+   steps and tokens counters grow between the scrapes by the steps run (x batch x ctx), and
+   goodput is a ratio in (0, 1];
 3. an elastic run of 3 workers, one SIGKILLed: the survivors' /metrics shows the failure and
    the recovery (failures, recoveries, steps lost, recovery seconds, generation, W = 2), bytes
    counters grow, and rank 0's figures equal what it writes to summary.json at the end."""
@@ -39,7 +41,7 @@ def get(port, path):
 
 def scrape(port, job=""):
     """/metrics as {name: value} for the samples of tagc_worker_ families without labels other
-    than job (which must be `job`), plus the histogram's buckets as {"le=B": count}; raises
+    than tagc_job (whose value must be `job`), plus the histogram's buckets as {"le=B": count}; raises
     ValueError on a malformed line or a sample without its family's HELP and TYPE lines."""
     status, body = get(port, "/metrics")
     if status != 200:
@@ -52,7 +54,7 @@ def scrape(port, job=""):
             _, _, name, kind = line.split()
             typed[name] = kind
         else:
-            m = re.fullmatch(r'([a-z_]+)\{job="([^"]*)"(?:,(.*))?\} (\S+)', line)
+            m = re.fullmatch(r'([a-z_]+)\{tagc_job="([^"]*)"(?:,(.*))?\} (\S+)', line)
             if not m or m.group(2) != job:
                 raise ValueError("malformed sample or job label: %r" % line)
             name, labels, value = m.group(1), m.group(3), float(m.group(4))
@@ -88,7 +90,8 @@ def static_run(tmp):
     out = os.path.join(tmp, "static")
     log = open(os.path.join(tmp, "static.log"), "w")
     p = subprocess.Popen([worker, "--out", out, "--metrics-addr", "127.0.0.1:0"] +
-                         job_args(1000000, 0, 8), stdout=log, stderr=subprocess.STDOUT)
+                         job_args(1000000, 0, 8, "none", "--ctx", "64"), stdout=log,
+                         stderr=subprocess.STDOUT)
     try:
         port = wait_for(lambda: port_of(open(log.name).read()), 30, "the metrics port")
         first = wait_for(lambda: (lambda m: m if m["step"] >= 3 else None)(scrape(port, "default")), 60,
@@ -98,6 +101,14 @@ def static_run(tmp):
                           60, "a later step")
         check(second["step"] > first["step"] >= 3,
               "step advances between scrapes (%d -> %d)" % (first["step"], second["step"]))
+        # counters for rate(): every step once (no failure here), its 8 x 64 tokens (W=1)
+        grown = second["steps_total"] - first["steps_total"]
+        check(grown == second["step"] - first["step"] > 0 and second["steps_total"] == second["step"],
+              "steps_total grows with the steps run (%d -> %d)" % (first["steps_total"], second["steps_total"]))
+        check(second["tokens_total"] - first["tokens_total"] == grown * 8 * 64 and
+              second["tokens_total"] == second["step"] * 8 * 64,
+              "tokens_total grows by 512 a step (%d -> %d)" % (first["tokens_total"], second["tokens_total"]))
+        check(0 < second["goodput_ratio"] <= 1, "goodput %.3f" % second["goodput_ratio"])
         check(math.isfinite(second["loss"]) and 0 < second["loss"] < 10,
               "loss %.4f" % second["loss"])
         check(second["tokens_per_second"] > 0 and second["step_seconds"] > 0,
@@ -187,6 +198,14 @@ def elastic_run():
               (last["failures_total"], last["recoveries_total"], last["steps_lost_total"]),
               "rank 0's /metrics equals summary.json (failures %d, recoveries %d, steps lost %d)"
               % (s["failures"], s["recoveries"], s["steps_lost"]))
+        # goodput: rank 0 ran from step 0, so steps x median step time / wall time (selection
+        # and sort give the same median); its last scrape had a figure of the same definition
+        want = s["steps"] * s["step_s_median"] / s["wall_s"]
+        check(0 < s["goodput"] <= 1 and abs(s["goodput"] - want) <= 1e-3 * want and
+              last and 0 < last["goodput_ratio"] <= 1,
+              "summary goodput %.4f = %d steps x %.4f s / %.2f s; last scrape %.4f"
+              % (s["goodput"], s["steps"], s["step_s_median"], s["wall_s"],
+                 last["goodput_ratio"] if last else float("nan")))
         # summary.json's max_recovery_s is the worst over the survivors (each one's /metrics)
         worst = max(m["max_recovery_seconds"] for m in after.values())
         check(last and abs(s["max_recovery_s"] - max(worst, last["max_recovery_seconds"])) < 1e-6,

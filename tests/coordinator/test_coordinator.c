@@ -204,22 +204,23 @@ static double wait_role(const coord_proc *cp, const char *role, double limit_s) 
   return -1;
 }
 
-/* Removes the job label every sample carries ({job="J"} or {job="J",...}) in place. */
+/* Removes the tagc_job label every sample carries ({tagc_job="J"} or {tagc_job="J",...}) in
+ * place. */
 static void drop_job_label(char *body) {
   char *at;
-  while (body && (at = strstr(body, "{job=\"")) != NULL) {
-    char *end = strchr(at + 6, '"');
+  while (body && (at = strstr(body, "{tagc_job=\"")) != NULL) {
+    char *end = strchr(at + 11, '"');
     if (!end)
       return;
     end++;
     if (*end == ',')
-      memmove(at + 1, end + 1, strlen(end + 1) + 1); /* {job="J",kind=...} -> {kind=...} */
+      memmove(at + 1, end + 1, strlen(end + 1) + 1); /* {tagc_job="J",kind=...} -> {kind=...} */
     else
-      memmove(at, end + 1, strlen(end + 1) + 1);     /* {job="J"} -> nothing */
+      memmove(at, end + 1, strlen(end + 1) + 1);     /* {tagc_job="J"} -> nothing */
   }
 }
 
-/* Waits until /metrics of cp holds line (a full line; samples without their job label). */
+/* Waits until /metrics of cp holds line (a full line; samples without their tagc_job label). */
 static int wait_metric(const coord_proc *cp, const char *line, double limit_s) {
   double t0 = tagc_now();
   char want[128];
@@ -337,13 +338,13 @@ static void check_http(const coord_proc *leader, const coord_proc *standby, int6
   json_decref(s);
 
   char line[64];
-  snprintf(line, sizeof line, "tagc_generation %lld", (long long)gen);
+  snprintf(line, sizeof line, "tagc_coordinator_generation %lld", (long long)gen);
   CHECK(wait_metric(leader, line, 3));
   CHECK(wait_metric(leader, "tagc_coordinator_leader 1", 1));
-  CHECK(wait_metric(leader, "tagc_world_size 3", 1));
-  CHECK(wait_metric(leader, "tagc_members 3", 1));
-  CHECK(wait_metric(leader, "tagc_failures_total{kind=\"lease\"} 0", 1));
-  CHECK(wait_metric(leader, "# TYPE tagc_failures_total counter", 1));
+  CHECK(wait_metric(leader, "tagc_coordinator_world_size 3", 1));
+  CHECK(wait_metric(leader, "tagc_coordinator_members 3", 1));
+  CHECK(wait_metric(leader, "tagc_coordinator_failures_total{kind=\"lease\"} 0", 1));
+  CHECK(wait_metric(leader, "# TYPE tagc_coordinator_failures_total counter", 1));
 
   s = status_of(standby);
   CHECK_EQ_STR(json_string_value(json_object_get(s, "role")), "standby");
@@ -405,7 +406,7 @@ static void scenario(const char *url, tagc_etcd *c) {
   plan = wait_plan_members(c, JOB, "m0,m2", 10);
   CHECK(plan && strstr(json_string_value(json_object_get(plan, "reason")), "lost m1"));
   json_decref(plan);
-  CHECK(wait_metric(&a, "tagc_failures_total{kind=\"lease\"} 1", 3));
+  CHECK(wait_metric(&a, "tagc_coordinator_failures_total{kind=\"lease\"} 1", 3));
 
   m[3] = start_member(url, "m3");
   plan = wait_plan_members(c, JOB, "m0,m2,m3", 10);
@@ -533,10 +534,11 @@ static void failure_rules(const char *url, tagc_etcd *c) {
   json_decref(plan);
 
   char line[96];
-  snprintf(line, sizeof line, "tagc_failures_total{kind=\"timeout\"} %d", 1 + 2 * rounds);
+  snprintf(line, sizeof line, "tagc_coordinator_failures_total{kind=\"timeout\"} %d",
+           1 + 2 * rounds);
   CHECK(wait_metric(&k, line, 3));
-  CHECK(wait_metric(&k, "tagc_failures_total{kind=\"oom\"} 1", 1));
-  CHECK(wait_metric(&k, "tagc_world_size 2", 1));
+  CHECK(wait_metric(&k, "tagc_coordinator_failures_total{kind=\"oom\"} 1", 1));
+  CHECK(wait_metric(&k, "tagc_coordinator_world_size 2", 1));
 
   /* Rank 0 finishes: the coordinator stops and every member learns it. */
   CHECK_OK(tagc_member_finish(a, g, 50));
@@ -593,7 +595,7 @@ static void etcd_outage(tagc_test_etcd *e, tagc_etcd *c) {
   CHECK(!tagc_member_lease_lost(a) && !tagc_member_lease_lost(b));
   CHECK_OK(tagc_member_finish(a, g, 1));
   /* --linger: the done job stays visible until SIGTERM. */
-  CHECK(wait_metric(&k, "tagc_job_done 1", 5));
+  CHECK(wait_metric(&k, "tagc_coordinator_job_done 1", 5));
   CHECK_EQ_INT(waitpid(k.pid, NULL, WNOHANG), 0);
   kill(k.pid, SIGTERM);
   CHECK_EQ_INT(wait_exit(k.pid, 5), 0);

@@ -65,7 +65,7 @@ scrape() {
   python3 - "$port" <<'PY'
 import sys, urllib.request
 body = urllib.request.urlopen("http://127.0.0.1:%s/metrics" % sys.argv[1], timeout=5).read().decode()
-# every sample carries the job label: tagc_worker_step{job="default"} 5
+# every sample carries the tagc_job label: tagc_worker_step{tagc_job="default"} 5
 vals = {l.split(" ")[0].split("{")[0]: l.split(" ")[1] for l in body.splitlines()
         if l and not l.startswith("#")}
 ok = vals.get("tagc_worker_step") == "5" and vals.get("tagc_worker_nonfinite_skips_total") == "1"

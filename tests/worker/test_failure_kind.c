@@ -85,15 +85,31 @@ static void test_metrics_text(void) {
   if (!text)
     return;
   CHECK(strstr(text, "# TYPE tagc_worker_step_duration_seconds histogram\n") != NULL);
-  CHECK(strstr(text, "\ntagc_worker_step_duration_seconds_bucket{job=\"j\\\"1\",le=\"0.05\"} 1\n") != NULL);
-  CHECK(strstr(text, "\ntagc_worker_step_duration_seconds_bucket{job=\"j\\\"1\",le=\"+Inf\"} 3\n") != NULL);
-  CHECK(strstr(text, "\ntagc_worker_step_duration_seconds_count{job=\"j\\\"1\"} 3\n") != NULL);
-  CHECK(strstr(text, "\ntagc_worker_val_loss{job=\"j\\\"1\"} NaN\n") != NULL);
-  CHECK(strstr(text, "\ntagc_worker_checkpoint_last_step{job=\"j\\\"1\"} -1\n") != NULL);
-  CHECK(strstr(text, "\ntagc_worker_checkpoint_age_seconds{job=\"j\\\"1\"} 10\n") != NULL);
-  CHECK(strstr(text, "\nprocess_resident_memory_bytes{job=") != NULL);
-  CHECK(strstr(text, "\ntagc_build_info{job=\"j\\\"1\",version=\"" TAGC_VERSION "\",program=\"tagc-worker\"} 1\n") != NULL);
-  CHECK(strstr(text, "\ntagc_etcd_request_duration_seconds_bucket{job=") != NULL);
+  CHECK(strstr(text, "\ntagc_worker_step_duration_seconds_bucket{tagc_job=\"j\\\"1\",le=\"0.05\"} 1\n") != NULL);
+  CHECK(strstr(text, "\ntagc_worker_step_duration_seconds_bucket{tagc_job=\"j\\\"1\",le=\"+Inf\"} 3\n") != NULL);
+  CHECK(strstr(text, "\ntagc_worker_step_duration_seconds_count{tagc_job=\"j\\\"1\"} 3\n") != NULL);
+  CHECK(strstr(text, "\ntagc_worker_val_loss{tagc_job=\"j\\\"1\"} NaN\n") != NULL);
+  CHECK(strstr(text, "\ntagc_worker_checkpoint_last_step{tagc_job=\"j\\\"1\"} -1\n") != NULL);
+  CHECK(strstr(text, "\ntagc_worker_checkpoint_age_seconds{tagc_job=\"j\\\"1\"} 10\n") != NULL);
+  CHECK(strstr(text, "\nprocess_resident_memory_bytes{tagc_job=") != NULL);
+  CHECK(strstr(text, "\ntagc_build_info{tagc_job=\"j\\\"1\",version=\"" TAGC_VERSION "\",program=\"tagc-worker\"} 1\n") != NULL);
+  CHECK(strstr(text, "\ntagc_etcd_request_duration_seconds_bucket{tagc_job=") != NULL);
+  CHECK(strstr(text, "{job=") == NULL); /* Prometheus's own label is left to the scrape */
+  CHECK(strstr(text, "# TYPE tagc_worker_steps_total counter\n") != NULL);
+  CHECK(strstr(text, "\ntagc_worker_steps_total{tagc_job=\"j\\\"1\"} 0\n") != NULL);
+  CHECK(strstr(text, "# TYPE tagc_worker_tokens_total counter\n") != NULL);
+  CHECK(strstr(text, "\ntagc_worker_goodput_ratio{tagc_job=\"j\\\"1\"} NaN\n") != NULL);
+  free(text);
+  s.steps_total = 7; /* counters as they grow */
+  s.tokens_total = 7 * 512;
+  s.goodput = 0.875;
+  text = tagc_metrics_text(&s, 10, 100);
+  CHECK(text != NULL);
+  if (!text)
+    return;
+  CHECK(strstr(text, "\ntagc_worker_steps_total{tagc_job=\"j\\\"1\"} 7\n") != NULL);
+  CHECK(strstr(text, "\ntagc_worker_tokens_total{tagc_job=\"j\\\"1\"} 3584\n") != NULL);
+  CHECK(strstr(text, "\ntagc_worker_goodput_ratio{tagc_job=\"j\\\"1\"} 0.875\n") != NULL);
   free(text);
 }
 
