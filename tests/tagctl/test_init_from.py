@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """tagctl run --init-from on real runs: a run trained for 4 steps is exported (a Hugging Face
 folder, an llm.c file) and a new run started from the export with a zero learning rate ends
-with exactly the first run's parameters (--dump-params), at world sizes 1 and 2; a checkpoint
+with exactly the first run's parameters (--dump-params), at world sizes 1 and 2, and exports
+again to bit-identical tensors; a checkpoint
 in OUT takes precedence over --init-from; a model of another shape and a missing file are
 refused with status 2 and one line naming --init-from.
 usage: test_init_from.py BINDIR"""
@@ -13,7 +14,9 @@ import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "chaos"))
+sys.path.insert(0, HERE)
 from harness import Checks  # noqa: E402
+import model_files as mf  # noqa: E402
 
 bindir = sys.argv[1]
 tagctl = os.path.join(bindir, "tagctl")
@@ -69,6 +72,13 @@ try:
               "--init-from %s, %d worker(s): trains and says so (status %d)" % (name, workers, r.returncode))
         check(r.returncode == 0 and read(dump) == want,
               "--init-from %s, %d worker(s), lr 0: the first run's parameters bit for bit" % (name, workers))
+        if src == hf:  # exported again: the same tensors
+            again = os.path.join(tmp, "hf-again")
+            e = run("ckpt", "export", b, "--out", again)
+            _, t0, _ = mf.read_safetensors(os.path.join(hf, "model.safetensors"))
+            _, t1, _ = mf.read_safetensors(os.path.join(again, "model.safetensors")) if e.returncode == 0 else (0, {}, 0)
+            same = set(t0) == set(t1) and all(t0[k].tobytes() == t1[k].tobytes() for k in t0)
+            check(e.returncode == 0 and same, "--init-from hf, exported again: %d tensors bit-identical" % len(t0))
 
     # a checkpoint in OUT is resumed; --init-from does not replace it
     r = train(a, 2, 5, "--lr", "0", "--init-from", hf, "--dump-params", os.path.join(tmp, "a5.params"))
