@@ -1,11 +1,11 @@
 /* tagctl ckpt export CKPT --format safetensors|llmc --out DIR|FILE: a checkpoint of any world
- * size as a Hugging Face model folder or an llm.c model file (tagctl/model_io.h,
+ * size as a Hugging Face model folder or an llm.c model file (model/model_io.h,
  * docs/operations.md). */
 #include <stddef.h>
 #include <stdio.h>
 #include <string.h>
 
-#include "tagctl/model_io.h"
+#include "model/model_io.h"
 #include "tagctl/tagctl.h"
 #include "tagctl/tokenizer.h"
 

@@ -10,7 +10,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "tagctl/model_io.h"
+#include "model/model_io.h"
 #include "tagctl/tokenizer.h"
 #include "tagctl/tagctl.h"
 #include "data/data.h"

@@ -19,7 +19,7 @@
 #include "common/fsutil.h"
 #include "common/log.h"
 #include "common/timeutil.h"
-#include "tagctl/model_io.h"
+#include "model/model_io.h"
 #include "worker/out_lock.h"
 
 /* This process owns OUT: through `tagctl run`, or by locking it itself when it writes OUT's

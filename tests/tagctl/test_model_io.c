@@ -1,4 +1,4 @@
-/* tagctl/model_io.c on a randomly initialised model: the llm.c file reads back bit-exactly
+/* model/model_io.c on a randomly initialised model: the llm.c file reads back bit-exactly
  * (its head untied, or tied when the file has none, as llm.c's own files); the Hugging Face
  * folder's safetensors follow the format (8-byte aligned data, contiguous offsets, GPT-2
  * names, Conv1D weights transposed, the vocabulary cut) and read back (f32, bf16) into a
@@ -12,7 +12,7 @@
 
 #include <jansson.h>
 
-#include "tagctl/model_io.h"
+#include "model/model_io.h"
 #include "test.h"
 
 /* a vocabulary that is not a multiple of 128: wte and the head have VP rows */

@@ -1,11 +1,11 @@
-/* What tagctl/model_io.c (checkpoints, llm.c files) and tagctl/model_hf.c (safetensors,
+/* What model/model_io.c (checkpoints, llm.c files) and model/model_hf.c (safetensors,
  * Hugging Face folders) share. */
 #ifndef TAGC_TAGCTL_MODEL_IO_INTERNAL_H
 #define TAGC_TAGCTL_MODEL_IO_INTERNAL_H
 
 #include <stdio.h>
 
-#include "tagctl/model_io.h"
+#include "model/model_io.h"
 
 #define PATH_CAP 4200
 

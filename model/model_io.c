@@ -1,6 +1,6 @@
 /* A model as one fp32 arena: gathered from a checkpoint, read from and written to an llm.c
- * model file, fitted to a run's layout (model_io.h); safetensors are tagctl/model_hf.c. */
-#include "tagctl/model_io.h"
+ * model file, fitted to a run's layout (model_io.h); safetensors are model/model_hf.c. */
+#include "model/model_io.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -15,7 +15,7 @@
 
 #include "ckpt/ckpt.h"
 #include "common/json.h"
-#include "tagctl/model_io_internal.h"
+#include "model/model_io_internal.h"
 
 #if !defined(__BYTE_ORDER__) || __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "the file formats written here are little-endian: this host is not"

@@ -13,7 +13,7 @@
 
 #include "common/json.h"
 #include "kernels/bf16.h"
-#include "tagctl/model_io_internal.h"
+#include "model/model_io_internal.h"
 
 #define ST_MAX_HEADER (100u << 20) /* the safetensors format's own bound on the header */
 
