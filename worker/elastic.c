@@ -38,6 +38,7 @@ typedef struct session {
   int active;           /* tagc_elastic_run is running */
   int stop;             /* a signal asked this worker to leave the job */
   int finishing;        /* tagc_elastic_run is about to return: a leave stops waiting */
+  int job_done;         /* the job was found done (a plan or the done key) */
   int leaving;          /* the signal thread is leaving through member */
   int64_t seen_gen;     /* the latest generation the member's watch saw */
   int64_t run_gen;      /* the generation being trained, 0 between generations */
@@ -215,6 +216,9 @@ static tagc_status supervise(tagc_run *run, tagc_etcd *etcd, tagc_member *m, jso
     if (st == TAGC_ETIMEDOUT || (st == TAGC_EABORTED && stop_requested()))
       continue;
     if (plan.job_done) {
+      pthread_mutex_lock(&S.lock);
+      S.job_done = 1;
+      pthread_mutex_unlock(&S.lock);
       LOG_INFO("elastic", "the job is done");
       return TAGC_OK;
     }
@@ -460,6 +464,9 @@ tagc_status tagc_elastic_run(const tagc_train_config *cfg) {
   TAGC_CHECK_GOTO(connect_etcd(cfg, &etcd), st, out);
   TAGC_CHECK_GOTO(read_done(etcd, cfg, &done), st, out);
   if (done) {
+    pthread_mutex_lock(&S.lock);
+    S.job_done = 1;
+    pthread_mutex_unlock(&S.lock);
     say_done(cfg, done);
     goto out;
   }
@@ -487,4 +494,11 @@ out:;
   json_decref(done);
   tagc_error_restore(&first);
   return st;
+}
+
+int tagc_elastic_left(void) {
+  pthread_mutex_lock(&S.lock);
+  int left = S.stop && !S.job_done;
+  pthread_mutex_unlock(&S.lock);
+  return left;
 }

@@ -29,4 +29,8 @@ tagc_status tagc_elastic_run(const tagc_train_config *cfg);
  * for the leave; call it only from the signal thread. */
 int tagc_elastic_terminate(int sig);
 
+/* After tagc_elastic_run returned TAGC_OK: 1 when it returned because this worker left on a
+ * signal before the job was done, 0 when the job is done (or there was no signal). */
+int tagc_elastic_left(void);
+
 #endif

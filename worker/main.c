@@ -80,6 +80,9 @@ int main(int argc, char **argv) {
     st = tagc_train_run(&cfg);
   if (st != TAGC_OK)
     fprintf(stderr, "tagc-worker: %s\n", tagc_last_error());
+  int code = tagc_exit_code_of(st); /* the one table, which tagctl run reads back */
+  if (st == TAGC_OK && cfg.leave_exit_code && tagc_elastic_left())
+    code = (int)cfg.leave_exit_code; /* left on a signal before the job was done */
   tagc_opts_free(&tagc_train_program, &cfg);
-  return tagc_exit_code_of(st); /* the one table, which tagctl run reads back */
+  return code;
 }

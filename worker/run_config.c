@@ -128,6 +128,10 @@ static const tagc_opt train_opts[] = {
     {"leave-ckpt-wait", TAGC_OPT_DOUBLE, OFF(leave_ckpt_wait), "0", 0, 86400, NULL,
      "SIGTERM/SIGINT: first keep training up to this many seconds until the next periodic "
      "checkpoint is committed (0 = leave at once)"},
+    {"leave-exit-code", TAGC_OPT_INT, OFF(leave_exit_code), "0", 0, 255, NULL,
+     "exit status after leaving the job on SIGTERM/SIGINT before it is done (0: success; "
+     "143 on Kubernetes, so that an evicted pod counts as failed and is replaced, not as a "
+     "completed index)"},
     {"init-from", TAGC_OPT_STRING, OFF(init_from), "", 0, -1, NULL,
      "start from these weights instead of the seed's (when there is no checkpoint to resume): "
      "a Hugging Face GPT-2 folder or safetensors file, an llm.c model file or a tagc checkpoint, "
@@ -183,7 +187,7 @@ const tagc_help_group tagc_train_help_groups[] = {
     {"Compression and communication", "compress compress-warmup gather link-rate "
                                       "reshard-after-forward max-gather-mem op-timeout host"},
     {"Elastic mode (etcd)", "etcd job lease-ttl etcd-ca etcd-cert etcd-key etcd-user "
-                            "etcd-password-file leave-timeout leave-ckpt-wait"},
+                            "etcd-password-file leave-timeout leave-ckpt-wait leave-exit-code"},
     {"Failures and fault injection", "max-nonfinite-skips fault check-feedback check-rebuild"},
     {NULL, "rank world rendezvous worker-id"},
 };

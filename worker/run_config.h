@@ -68,6 +68,7 @@ typedef struct tagc_train_config {
   char *etcd;         /* etcd endpoints: elastic mode */
   char *job;
   char *worker_id;
+  int64_t leave_exit_code;     /* exit status after leaving on SIGTERM/SIGINT (0 = success) */
   double lease_ttl;
   char *etcd_ca, *etcd_cert, *etcd_key; /* TLS files of the etcd client ("" = none) */
   char *etcd_user;            /* etcd auth ("" = none); password: TAGC_ETCD_PASSWORD or the file */

@@ -2,7 +2,8 @@
 """Graceful termination as in a container: SIGTERM to processes running as PID 1 of their own
 PID namespace (`unshare --pid --fork --mount-proc`), where the kernel drops signals a process
 has no handler for.
-1. 3 workers, w2 as PID 1: SIGTERM to w2 -> it exits 0 within 5 s, and the survivors train at
+1. 3 workers, w2 as PID 1 with --leave-exit-code 143 (as on Kubernetes): SIGTERM to w2 -> it
+   exits 143 within 5 s, and the survivors train at
    W = 2 within 3 s of the signal, without a data-path failure: the coordinator plans "w2
    left" and counts no failure (failures_total unchanged), no worker reports one (no
    failures/ key), and each survivor's failure counter (/metrics, summary.json; worker/run.c
@@ -12,7 +13,8 @@ has no handler for.
 2. The leader coordinator, as PID 1: SIGTERM -> it exits 0 and resigns (its election key is
    gone at once), so the standby leads well before the leader's lease TTL would run out.
 3. --leave-ckpt-wait: SIGTERM to w1 -> it trains on until the next checkpoint is committed,
-   then leaves; w0 resumes alone from that checkpoint and finishes the job.
+   then leaves (status 0: the default --leave-exit-code); w0 (--leave-exit-code 143 too)
+   resumes alone from that checkpoint, finishes the job and exits 0.
 Skipped (77) without root, `unshare` or etcd."""
 import base64
 import json
@@ -112,10 +114,10 @@ try:
     wait_for(lambda: "leads job" in c.log("coord0"), 30, "coord0 to lead")
     c.start_coordinator("coord1", "--min-workers", "1", "--max-workers", "3", "--start-workers", "3")
     out = os.path.join(c.tmp, "out")
-    c.start_worker("w0", "--out", out, *common)
+    c.start_worker("w0", "--out", out, "--leave-exit-code", "143", *common)
     c.start_worker("w1", "--out", out, "--leave-ckpt-wait", "60", *common)
     c._start("w2", PID1 + [worker, "--etcd", c.etcd_url, "--job", c.job, "--worker-id", "w2",
-                           "--log", "info", "--out", out] + common)
+                           "--log", "info", "--out", out, "--leave-exit-code", "143"] + common)
     wait_for(lambda: len(rows_at(out, 3)) >= 15, 180, "15 steps at W=3")
     ports = {n: metrics_port(c, n) for n in ("w0", "w1")}
     before = {n: failures_counter(p) for n, p in ports.items()}
@@ -136,7 +138,7 @@ try:
     rc = c.procs["w2"].poll()
     print("SIGTERM -> w2 exited after %s s; -> survivors' next step (W=2) after %s s" %
           ("%.2f" % t_exit if t_exit is not None else "-", "%.2f" % t_step if t_step is not None else "-"))
-    check(rc == 0 and t_exit is not None and t_exit <= EXIT_LIMIT,
+    check(rc == 143 and t_exit is not None and t_exit <= EXIT_LIMIT,
           "w2 (PID 1) exited with status %s within %.0f s of SIGTERM" % (rc, EXIT_LIMIT))
     check("SIGTERM: leaving the job" in c.log("w2"), "w2 logged that it leaves on SIGTERM")
     check(t_step is not None and t_step <= STEP_LIMIT,
