@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
-# Renders both kustomize overlays and validates every object offline (validator/validate.cjs:
-# Kubernetes 1.27 OpenAPI schemas from the npm package kubernetes-models, unknown fields,
-# references between the objects); then checks that the validator rejects broken manifests:
-# each file in broken/ (its first line names the expected error) and the real render with
-# etcd's `replicas: 3` turned into "three".
+# Renders the kustomize overlays (cpu, gpu, gpu-rdma) and validates every object offline
+# (validator/validate.cjs: OpenAPI schemas from the npm package kubernetes-models, unknown
+# fields, references between the objects), then how the worker Job fails and recovers and the
+# GPU pod layout (check_policy.py); then checks that both reject broken manifests: each file in
+# broken/ (its first line names the expected error), the real render with etcd's
+# `replicas: 3` turned into "three", and renders with the failure policy or the GPU layout
+# broken.
 # Needs kubectl (with kustomize v4 or newer built in), node and npm; exits 77 (skipped) without
 # them. The npm packages go into the build tree, never into the sources.
 set -uo pipefail
@@ -40,7 +42,7 @@ bad() { echo "FAIL: $*"; failed=$((failed + 1)); }
 out=$build/tests/deploy/rendered
 mkdir -p "$out"
 
-for overlay in cpu gpu; do
+for overlay in cpu gpu gpu-rdma; do
   echo "== kubectl kustomize deploy/k8s/overlays/$overlay"
   if ! kubectl kustomize "$src/deploy/k8s/overlays/$overlay" >"$out/$overlay.yaml" 2>"$out/$overlay.err"; then
     cat "$out/$overlay.err"
@@ -48,6 +50,11 @@ for overlay in cpu gpu; do
     continue
   fi
   if validate "$out/$overlay.yaml"; then ok "overlay $overlay: every object valid"; else bad "overlay $overlay: invalid objects"; fi
+  if python3 "$here/check_policy.py" "$out/$overlay.yaml" "$overlay" "$src/deploy/k8s/overlays/gpu/node-launch.sh"; then
+    ok "overlay $overlay: failure policy and pod layout"
+  else
+    bad "overlay $overlay: failure policy or pod layout"
+  fi
 done
 
 # What each overlay must contain, beyond being valid.
@@ -60,7 +67,7 @@ for overlay in cpu gpu; do
   check $overlay "etcd serves clients over TLS with client certificates" '--client-cert-auth=true'
   check $overlay "the workers' headless Service exists" '^  name: tagc-worker$'
 done
-check gpu "one GPU per worker" 'nvidia.com/gpu: 1'
+check gpu "a pod holds its node's 8 GPUs" 'nvidia.com/gpu: 8'
 check gpu "workers compute on cuda" '--device=cuda'
 if grep -q 'nvidia.com/gpu' "$out/cpu.yaml"; then bad "cpu: asks for GPUs"; else ok "cpu: asks for no GPU"; fi
 
@@ -85,6 +92,25 @@ if cmp -s "$out/cpu.yaml" "$out/cpu-broken.yaml"; then
 else
   reject 'the cpu render with etcd replicas: "three"' "data/spec/replicas must be integer" "$out/cpu-broken.yaml"
 fi
+
+# check_policy.py must reject renders with the failure policy or the GPU layout broken.
+reject_policy() { # description overlay expected-substring sed-expression
+  sed "$4" "$out/$2.yaml" >"$out/$2-policy-broken.yaml"
+  if cmp -s "$out/$2.yaml" "$out/$2-policy-broken.yaml"; then
+    bad "the $2 render has nothing for '$4' to break"
+    return
+  fi
+  local log rc
+  log=$(python3 "$here/check_policy.py" "$out/$2-policy-broken.yaml" "$2" 2>&1)
+  rc=$?
+  if [ $rc -eq 1 ] && grep -qF -- "$3" <<<"$log"; then ok "policy rejected: $1"; else
+    echo "$log"; bad "policy not rejected as expected (rc $rc, wanted '$3'): $1"; fi
+}
+reject_policy "restartPolicy OnFailure" cpu "restartPolicy Never" 's/restartPolicy: Never/restartPolicy: OnFailure/'
+reject_policy "no leave exit code" cpu "--leave-exit-code=143" '/--leave-exit-code=143/d'
+reject_policy "DisruptionTarget counted" cpu "DisruptionTarget" 's/type: DisruptionTarget/type: Ready/'
+reject_policy "8 workers on 4 GPUs" gpu "TAGC_LOCAL_WORKERS 8 = the pod's GPUs 4" 's/nvidia.com\/gpu: 8/nvidia.com\/gpu: 4/g'
+reject_policy "GPU pods may share a node" gpu "one worker pod per node" 's/topologyKey: kubernetes.io\/hostname/topologyKey: topology.kubernetes.io\/zone/'
 
 echo "$passed checks passed, $failed failed"
 [ "$failed" -eq 0 ]
