@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "config_toml.h"
 #include "json.h"
 #include "log.h"
 
@@ -97,9 +98,17 @@ static const tagc_opt *find_opt(const tagc_opt_program *prog, const char *name, 
   return NULL;
 }
 
+/* A config file as JSON: a FILE.toml is TOML (common/config_toml.h), anything else JSON. */
+static tagc_status load_config(const char *path, json_t **root) {
+  size_t n = strlen(path);
+  if (n > 5 && !strcmp(path + n - 5, ".toml"))
+    return tagc_toml_to_json(path, root);
+  return tagc_json_load_file(path, root);
+}
+
 static tagc_status apply_json(const tagc_opt_program *prog, void *cfg, const char *path) {
   json_t *root;
-  TAGC_CHECK(tagc_json_load_file(path, &root));
+  TAGC_CHECK(load_config(path, &root));
   tagc_status st = TAGC_OK;
   if (!json_is_object(root)) {
     st = tagc_errorf(TAGC_EINVAL, "%s: the config file must hold a JSON object", path);
@@ -247,7 +256,7 @@ static const char *type_hint(const tagc_opt *o) {
 }
 
 void tagc_opts_help(const tagc_opt_program *prog, FILE *f) {
-  fprintf(f, "usage: %s %s\n\n%s\n\noptions (flag > environment > --config JSON file > default):\n",
+  fprintf(f, "usage: %s %s\n\n%s\n\noptions (flag > environment > --config file > default):\n",
           prog->name, prog->usage ? prog->usage : "[options]", prog->summary ? prog->summary : "");
   for (size_t i = 0; i < prog->n_opts; i++) {
     const tagc_opt *o = &prog->opts[i];
@@ -257,7 +266,8 @@ void tagc_opts_help(const tagc_opt_program *prog, FILE *f) {
     fprintf(f, "  %-34s %s\n  %-34s [env %s; default %s]\n", flag, o->help, "", env,
             o->def && *o->def ? o->def : "none");
   }
-  fprintf(f, "  %-34s %s\n  %-34s %s\n", "--config FILE", "JSON file with option values (keys use _)",
+  fprintf(f, "  %-34s %s\n  %-34s %s\n", "--config FILE",
+          "JSON object or, for FILE.toml, TOML file of option values (keys use _)",
           "--help", "show this text");
 }
 

@@ -1,8 +1,10 @@
 /* One declarative option table per program.
  *
  * Each option has one name ("warmup-steps") that is, at once, the flag (--warmup-steps),
- * the environment variable (TAGC_WARMUP_STEPS) and the JSON config key (warmup_steps).
- * Precedence: flag > environment > JSON config file (--config FILE or TAGC_CONFIG) > default.
+ * the environment variable (TAGC_WARMUP_STEPS) and the config file key (warmup_steps).
+ * Precedence: flag > environment > config file (--config FILE or TAGC_CONFIG) > default.
+ * The config file is a JSON object, or TOML when its name ends in .toml (common/config_toml.h:
+ * tables only group keys).
  * --help prints text generated from the table. Values are stored into a caller-owned config
  * struct at each option's offset:
  *   TAGC_OPT_INT    -> int64_t      TAGC_OPT_DOUBLE -> double
@@ -56,8 +58,9 @@ typedef struct tagc_opt_program {
  * and returns TAGC_OK without validating anything else.
  * Errors: TAGC_EINVAL with a one-line detail naming the option and the problem (unknown
  * option, missing value, malformed number, out of range, not one of the choices, unknown key
- * or wrong type in the JSON config), TAGC_EPROTO for a malformed JSON file, TAGC_ENOTFOUND /
- * TAGC_EIO for an unreadable config file. */
+ * or wrong type in the config file; for TOML also a key given twice, a nested table, an
+ * array or a date), TAGC_EPROTO for a malformed JSON or TOML file (FILE:LINE:COLUMN),
+ * TAGC_ENOTFOUND / TAGC_EIO for an unreadable config file. */
 tagc_status tagc_opts_parse(const tagc_opt_program *prog, void *cfg, int argc, char **argv,
                             char **positional, int max_positional, int *n_positional,
                             int *want_help);

@@ -7,7 +7,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-DEPS=(build-essential cmake pkg-config libopenblas-dev libjansson-dev libcurl4-openssl-dev
+DEPS=(build-essential cmake pkg-config libopenblas-dev libjansson-dev libcurl4-openssl-dev libtomlplusplus-dev
       libgloo-dev libmicrohttpd-dev libicu-dev etcd-server etcd-client fortunes python3-torch python3-numpy
       clang libclang-rt-14-dev iproute2 iptables procps nodejs prometheus gnuplot-nox
       python3-regex python3-yaml

@@ -137,7 +137,8 @@ void tagctl_help_print(const tagc_opt_program *prog, const tagc_help_group *grou
       print_group(f, prog, &groups[g]);
   print_rest(f, groups ? "Other options" : "Options", prog, groups, n_groups);
   fprintf(f, "\nConfiguration and help:\n");
-  print_entry(f, "  --config FILE", "a JSON object of option values (keys: the names with _)", "");
+  print_entry(f, "  --config FILE", "a JSON object of option values, or TOML for FILE.toml "
+              "(keys: the names with _)", "");
   print_entry(f, "  --help", "show this text and exit", "");
   /* the first option as the example of its environment variable and config key */
   const char *name = prog->n_opts ? prog->opts[0].name : "name";
