@@ -13,8 +13,8 @@ static tagc_adamw_config schedule_of(const tagc_train_config *cfg) {
                              .warmup_steps = cfg->warmup, .total_steps = cfg->steps};
 }
 
-/* The schedule of the run that wrote OUT/job.json (the options tagctl run gave its workers
- * last time): TAGC_OK, or an error when there is no such file or it lacks a field. */
+/* The schedule of the run that wrote OUT/job.json (the options of the previous tagctl run
+ * there): TAGC_OK, or an error when there is no such file or it lacks a field. */
 static tagc_status previous_schedule(const char *out, tagc_adamw_config *prev) {
   char path[4200];
   snprintf(path, sizeof path, "%s/job.json", out);

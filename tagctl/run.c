@@ -1,7 +1,8 @@
-/* tagctl run: a training job on this machine. Writes OUT/job.json (the worker options),
- * starts the workers (static: rendezvous in OUT; elastic: a local etcd unless --etcd, and
- * --coordinators coordinators), supervises them (tagctl/supervise.h: restarts, why a child
- * died, OUT/pids) until the job is done and stops everything it started. */
+/* tagctl run: a training job on this machine. Writes OUT/worker.json (the worker options)
+ * and OUT/job.json (this run's options, to replay it), starts the workers (static:
+ * rendezvous in OUT; elastic: a local etcd unless --etcd, and --coordinators coordinators),
+ * supervises them (tagctl/supervise.h: restarts, why a child died, OUT/pids) until the job is
+ * done and stops everything it started. */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <ftw.h>
@@ -60,7 +61,7 @@ static const tagc_opt run_extra[] = {
 };
 
 /* The options of tagctl run: its own, then every worker option (forwarded through
- * OUT/job.json). *opts is malloc'd, sized from the two tables; the caller frees it. */
+ * OUT/worker.json). *opts is malloc'd, sized from the two tables; the caller frees it. */
 static tagc_status run_program(tagc_opt_program *prog, tagc_opt **opts) {
   size_t n_extra = sizeof run_extra / sizeof run_extra[0];
   size_t n = n_extra + tagc_train_program.n_opts;
@@ -103,17 +104,41 @@ static tagc_status self_dir(char *buf, size_t cap) {
   return TAGC_OK;
 }
 
-/* Writes the worker part of the configuration to OUT/job.json for the workers to read. */
-static tagc_status write_job(const run_config *rc, char *path, size_t cap) {
-  snprintf(path, cap, "%s/job.json", rc->train.out);
-  json_t *job = tagc_opts_to_json(&tagc_train_program, &rc->train);
-  if (job) { /* --fault and --metrics-addr are per worker (its command line): see spawn_worker */
-    json_object_set_new(job, "fault", json_string(""));
-    json_object_set_new(job, "metrics_addr", json_string(""));
+/* The worker options OUT/job.json leaves out: per worker process (rank, world, rendezvous,
+ * worker_id: worker_argv gives each worker its own; fault, metrics_addr: one worker's command
+ * line) or per invocation (out: a replay names its own). */
+static const char *const not_replayed[] = {"rank", "world", "rendezvous", "worker_id",
+                                           "out", "fault", "metrics_addr"};
+
+/* Writes OUT/worker.json, the options every worker reads (tagc-worker --config; path gets its
+ * name), and OUT/job.json, this run's options for a replay (tagctl run --config OUT/job.json
+ * --out NEW trains the same job again): tagctl run's own options and the worker options less
+ * not_replayed, and less the URL of the local etcd this run started (local_etcd; a replay
+ * starts its own). Neither file holds the etcd password, only the name of its file. */
+static tagc_status write_job(const run_config *rc, int local_etcd, char *path, size_t cap) {
+  const tagc_opt_program own = {"tagctl run", NULL, NULL, run_extra,
+                                sizeof run_extra / sizeof run_extra[0]};
+  json_t *worker = tagc_opts_to_json(&tagc_train_program, &rc->train);
+  json_t *job = tagc_opts_to_json(&own, rc);
+  tagc_status st = TAGC_OK;
+  if (!worker || !job || json_object_update(job, worker)) {
+    st = tagc_errorf(TAGC_ENOMEM, "job config");
+    goto done;
   }
-  if (!job)
-    return tagc_errorf(TAGC_ENOMEM, "job config");
-  tagc_status st = tagc_json_write_file(path, job);
+  /* --fault and --metrics-addr are per worker (its command line): see worker_argv */
+  json_object_set_new(worker, "fault", json_string(""));
+  json_object_set_new(worker, "metrics_addr", json_string(""));
+  for (size_t i = 0; i < sizeof not_replayed / sizeof not_replayed[0]; i++)
+    json_object_del(job, not_replayed[i]);
+  if (local_etcd)
+    json_object_del(job, "etcd");
+  snprintf(path, cap, "%s/job.json", rc->train.out);
+  st = tagc_json_write_file(path, job);
+  snprintf(path, cap, "%s/worker.json", rc->train.out);
+  if (st == TAGC_OK)
+    st = tagc_json_write_file(path, worker);
+done:
+  json_decref(worker);
   json_decref(job);
   return st;
 }
@@ -162,7 +187,7 @@ typedef struct worker_args {
   char rank[16], world[16], id[32], maddr[300], dev[32];
 } worker_args;
 
-static void worker_argv(worker_args *wa, const char *job, int rank, int n, const char *rdzv,
+static void worker_argv(worker_args *wa, const char *config, int rank, int n, const char *rdzv,
                         const run_config *rc, int with_fault) {
   snprintf(wa->rank, sizeof wa->rank, "%d", rank);
   snprintf(wa->world, sizeof wa->world, "%d", n);
@@ -171,7 +196,7 @@ static void worker_argv(worker_args *wa, const char *job, int rank, int n, const
   int a = 0;
   argv[a++] = "tagc-worker";
   argv[a++] = "--config";
-  argv[a++] = (char *)job;
+  argv[a++] = (char *)config; /* OUT/worker.json */
   if (rdzv) {
     argv[a++] = "--rank", argv[a++] = wa->rank, argv[a++] = "--world", argv[a++] = wa->world;
     argv[a++] = "--rendezvous", argv[a++] = (char *)rdzv;
@@ -541,7 +566,7 @@ int tagctl_run(int argc, char **argv) {
   if (st == TAGC_OK && !finished) {
     tagctl_resume_note(&rc.train, stdout); /* reads the previous OUT/job.json: before write_job */
     fflush(stdout);
-    st = write_job(&rc, job, sizeof job);
+    st = write_job(&rc, local_etcd, job, sizeof job);
   }
   if (st != TAGC_OK) {
     fprintf(stderr, "tagctl run: %s\n", tagc_last_error());

@@ -1,6 +1,6 @@
 /* The configuration of a training job, shared by both ways of running it (static ranks,
  * worker/train.h; elastic through etcd, worker/elastic.h) and by `tagctl run`, which
- * forwards it to its workers through OUT/job.json.
+ * forwards it to its workers through OUT/worker.json.
  *
  * tagc_train_program is the option table of tagc-worker: flags, environment, --config JSON
  * file and defaults (common/options.h) fill a tagc_train_config; tagc_opts_free() frees its
