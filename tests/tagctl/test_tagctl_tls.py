@@ -126,9 +126,10 @@ try:
     check(r.returncode == 0 and s.get("steps") == 20 and s.get("world_size") == 2,
           "tagctl run --workers 2 with certificate, user and TAGC_ETCD_PASSWORD trained 20 steps "
           "at W=2 (status %d, %.1f s%s)" % (r.returncode, took, "" if r.returncode == 0 else ": " + r.stderr.strip()[-300:]))
-    job_json = open(out + "/job.json").read()
-    check(PASSWORD not in job_json and '"etcd_user": "root"' in job_json.replace('":"', '": "'),
-          "OUT/job.json names the user and files, never the password")
+    for name in ("job.json", "worker.json"):
+        text = open(os.path.join(out, name)).read()
+        check(PASSWORD not in text and '"etcd_user": "root"' in text.replace('":"', '": "'),
+              "OUT/%s names the user and files, never the password" % name)
     r, _ = run([tagctl, "status", "--etcd", url, "--job", "secure"] + creds, PASSWORD)
     check(r.returncode == 0 and "state       done: finished at step 20" in r.stdout,
           "tagctl status with credentials says done")
