@@ -22,6 +22,7 @@ std::string where(const char *path, const toml::source_position &p) {
   return std::string(path) + ":" + std::to_string(p.line) + ":" + std::to_string(p.column);
 }
 
+/* The JSON key of a TOML key: warmup-steps and warmup_steps are one option. */
 std::string json_key(std::string_view k) {
   std::string s(k);
   for (char &c : s)
@@ -44,16 +45,23 @@ json_t *value_of(const toml::node &v, const char **why) {
   switch (v.type()) {
   case toml::node_type::integer: return json_integer(v.as_integer()->get());
   case toml::node_type::boolean: return json_boolean(v.as_boolean()->get());
-  case toml::node_type::string: return json_string(v.as_string()->get().c_str());
+  case toml::node_type::string: {
+    const std::string &s = v.as_string()->get();
+    *why = "is a string with a NUL character";
+    return s.find('\0') == std::string::npos ? json_stringn(s.data(), s.size()) : nullptr;
+  }
   case toml::node_type::floating_point: {
     double d = v.as_floating_point()->get();
     *why = "is not a finite number";
     return std::isfinite(d) ? json_real(d) : nullptr;
   }
-  case toml::node_type::array: *why = "is an array: an option takes one value"; return nullptr;
-  case toml::node_type::table: *why = "is a table inside a table: tables nest one level only"; return nullptr;
-  default: *why = "is a date or time: options take numbers, booleans and strings"; return nullptr;
+  case toml::node_type::array: *why = "is an array: an option takes one value"; break;
+  case toml::node_type::table:
+    *why = "is a table inside a table: tables nest one level only";
+    break;
+  default: *why = "is a date or time: options take numbers, booleans and strings"; break;
   }
+  return nullptr;
 }
 
 /* Adds the values of one table (top level: table_name empty) to obj; a table at the top level
@@ -61,7 +69,8 @@ json_t *value_of(const toml::node &v, const char **why) {
 tagc_status flatten(const char *path, const toml::table &tbl, const std::string &table_name,
                     json_t *obj, std::map<std::string, given> &seen) {
   for (auto &&[k, v] : tbl) {
-    std::string name = table_name.empty() ? std::string(k.str()) : table_name + "." + std::string(k.str());
+    std::string name = table_name.empty() ? std::string(k.str())
+                                          : table_name + "." + std::string(k.str());
     if (v.is_table() && table_name.empty()) {
       tagc_status st = flatten(path, *v.as_table(), name, obj, seen);
       if (st != TAGC_OK)

@@ -22,8 +22,9 @@ extern "C" {
  * Errors, each with a one-line detail: TAGC_ENOTFOUND / TAGC_EIO for an unreadable file;
  * TAGC_EPROTO for malformed TOML ("FILE:LINE:COLUMN: what"); TAGC_EINVAL naming the key
  * (FILE:LINE:COLUMN: key 'K' ...) for a key given twice (in two tables, or as a-b and a_b),
- * a table inside a table, an array, a date or time, or a float that is not finite;
- * TAGC_ENOMEM. Blocks on the file read; thread-safe (no shared state). */
+ * a table inside a table, an array, a date or time, a float that is not finite or a string
+ * holding a NUL character; TAGC_ENOMEM. Blocks on the file read; thread-safe (no shared
+ * state). */
 tagc_status tagc_toml_to_json(const char *path, json_t **out);
 
 #ifdef __cplusplus

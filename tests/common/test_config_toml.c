@@ -66,6 +66,7 @@ static void test_refusals(void) {
   CHECK_EQ_INT(refused("[model]\nsizes = [1, 2]\n", "key 'model.sizes'"), TAGC_EINVAL);
   CHECK_EQ_INT(refused("when = 1979-05-27\n", "key 'when'"), TAGC_EINVAL);
   CHECK_EQ_INT(refused("lr = nan\n", "key 'lr'"), TAGC_EINVAL);
+  CHECK_EQ_INT(refused("job = \"a\\u0000b\"\n", "key 'job'"), TAGC_EINVAL);
   json_t *v = NULL;
   CHECK_EQ_INT(tagc_toml_to_json("/nonexistent/x.toml", &v), TAGC_ENOTFOUND);
 }
@@ -80,7 +81,8 @@ static const tagc_opt opts[] = {
     {"warmup-steps", TAGC_OPT_INT, offsetof(cfg, warmup_steps), "0", 0, 1e6, NULL, "warmup"},
     {"lr", TAGC_OPT_DOUBLE, offsetof(cfg, lr), "0.001", 0, 1, NULL, "learning rate"},
 };
-static const tagc_opt_program prog = {"t", NULL, "test program", opts, sizeof opts / sizeof opts[0]};
+static const tagc_opt_program prog = {"t", NULL, "test program", opts,
+                                      sizeof opts / sizeof opts[0]};
 
 /* --config FILE.toml: file < environment < flag, an unknown key named. */
 static void test_options_toml(void) {
