@@ -65,6 +65,26 @@ tagc_status tagc_log_configure(const char *spec, tagc_log_format format) {
   return TAGC_OK;
 }
 
+tagc_status tagc_log_format_parse(const char *name, tagc_log_format *out) {
+  static const char *names[] = {"auto", "text", "json"};
+  for (int i = 0; i < 3; i++)
+    if (name && !strcmp(name, names[i])) {
+      *out = (tagc_log_format)i;
+      return TAGC_OK;
+    }
+  return tagc_errorf(TAGC_EINVAL, "log format '%s' is not auto|text|json", name ? name : "");
+}
+
+tagc_log_format tagc_log_format_resolve(tagc_log_format format) {
+  if (format != TAGC_LOG_AUTO)
+    return format;
+  return isatty(STDERR_FILENO) ? TAGC_LOG_TEXT : TAGC_LOG_JSON;
+}
+
+const char *tagc_log_format_name(tagc_log_format format) {
+  return tagc_log_format_resolve(format) == TAGC_LOG_TEXT ? "text" : "json";
+}
+
 void tagc_log_set_tag(const char *t) {
   snprintf(tag, sizeof tag, "%s", t ? t : "");
 }
@@ -126,8 +146,8 @@ void tagc_log(tagc_log_level level, const char *subsys, const char *fmt, ...) {
     pos = json_escape(line, sizeof line, pos, msg);
     pos += (size_t)snprintf(line + pos, sizeof line - pos, "\"}\n");
   } else {
-    pos = (size_t)snprintf(line, sizeof line, "%s %-5s %s%s%s: %s\n", when + 11, level_names[level],
-                           subsys, tag[0] ? " " : "", tag, msg);
+    pos = (size_t)snprintf(line, sizeof line, "%s%s%s %-5s %s: %s\n", when + 11, tag[0] ? " " : "",
+                           tag, level_names[level], subsys, msg);
   }
   if (pos >= sizeof line) {
     pos = sizeof line - 1;

@@ -1,8 +1,9 @@
 /* The one logging function of tagc.
  *
- * Each line carries a level and a subsystem name ("comm", "etcd", "train", ...). Output goes
- * to stderr: human-readable when stderr is a terminal, one JSON object per line otherwise
- * (or when forced). A filter spec chooses the minimum level, globally and per subsystem:
+ * Each line carries a level and a subsystem name ("comm", "etcd", "train", ...) and the
+ * process's tag (a worker's id, a coordinator's). Output goes to stderr, as text
+ * ("12:00:01.234 w0 info  data: message") or one JSON object per line; auto: text when stderr
+ * is a terminal. A filter spec chooses the minimum level, globally and per subsystem:
  * "info" or "warn,comm=debug,etcd=error". Thread-safe: each line is written with one call. */
 #ifndef TAGC_COMMON_LOG_H
 #define TAGC_COMMON_LOG_H
@@ -27,7 +28,16 @@ typedef enum tagc_log_format { TAGC_LOG_AUTO = 0, TAGC_LOG_TEXT, TAGC_LOG_JSON }
  * with a detail message for a malformed spec. Call once at start, before threads log. */
 tagc_status tagc_log_configure(const char *spec, tagc_log_format format);
 
-/* Sets a process-wide tag added to every line (e.g. "rank=1"); NULL clears it. */
+/* "auto" | "text" | "json" -> *out; TAGC_EINVAL with a one-line detail otherwise. */
+tagc_status tagc_log_format_parse(const char *name, tagc_log_format *out);
+
+/* The format auto resolves to for this process (text when stderr is a terminal). */
+tagc_log_format tagc_log_format_resolve(tagc_log_format format);
+
+/* "text" or "json": the name of a resolved format (for a child's TAGC_LOG_FORMAT). */
+const char *tagc_log_format_name(tagc_log_format format);
+
+/* Sets a process-wide tag added to every line (e.g. "w1"); NULL clears it. */
 void tagc_log_set_tag(const char *tag);
 
 /* True when a message of this level for this subsystem would be written. */

@@ -297,7 +297,7 @@ json_t *tagc_opts_to_json(const tagc_opt_program *prog, const void *cfg) {
 void tagc_opts_log(const tagc_opt_program *prog, const void *cfg) {
   json_t *obj = tagc_opts_to_json(prog, cfg);
   char *text = obj ? json_dumps(obj, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
-  LOG_INFO("config", "%s effective configuration %s", prog->name, text ? text : "(out of memory)");
+  LOG_DEBUG("config", "%s effective configuration %s", prog->name, text ? text : "(out of memory)");
   free(text);
   json_decref(obj);
 }

@@ -71,7 +71,8 @@ void tagc_opts_help(const tagc_opt_program *prog, FILE *f);
 /* New JSON object holding the effective value of every option (caller decrefs). */
 json_t *tagc_opts_to_json(const tagc_opt_program *prog, const void *cfg);
 
-/* Logs the effective configuration as one line (subsystem "config"). */
+/* Logs the effective configuration as one line at debug level (subsystem "config"; tagctl run
+ * writes it to OUT/worker.json and OUT/job.json instead). */
 void tagc_opts_log(const tagc_opt_program *prog, const void *cfg);
 
 /* Frees the strings the parser allocated in cfg. Idempotent. */

@@ -35,6 +35,7 @@ typedef struct coord_options {
   char *etcd_user;
   char *etcd_password_file;
   char *log;
+  char *log_format;
 } coord_options;
 
 #define OFF(f) offsetof(coord_options, f)
@@ -74,6 +75,8 @@ static const tagc_opt coord_opts[] = {
     TAGC_ETCD_CREDENTIAL_OPTS(OFF),
     {"log", TAGC_OPT_STRING, OFF(log), "info", 0, -1, NULL,
      "log filter, e.g. info or warn,coord=debug"},
+    {"log-format", TAGC_OPT_CHOICE, OFF(log_format), "auto", 0, -1, "auto|text|json",
+     "log lines as text or one JSON object each (auto: text when stderr is a terminal)"},
 };
 
 static const tagc_opt_program coord_program = {
@@ -178,8 +181,12 @@ int main(int argc, char **argv) {
   memset(&o, 0, sizeof o);
   int help = 0;
   tagc_status st = tagc_opts_parse(&coord_program, &o, argc, argv, NULL, 0, NULL, &help);
+  tagc_log_format format = TAGC_LOG_AUTO;
   if (st == TAGC_OK && !help)
-    st = tagc_log_configure(o.log, TAGC_LOG_AUTO);
+    st = tagc_log_format_parse(o.log_format, &format);
+  if (st == TAGC_OK && !help)
+    st = tagc_log_configure(o.log, format);
+  tagc_log_set_tag("coord");
   if (st != TAGC_OK || help) {
     if (st != TAGC_OK)
       fprintf(stderr, "tagc-coordinator: %s\n", tagc_last_error());

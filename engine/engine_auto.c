@@ -91,6 +91,8 @@ static tagc_status agreed_gather_rate(tagc_engine *e, double link_rate, double *
  * its latency would hide the exchanges the sketch adds). */
 static void choose_segment_wires(tagc_engine *e, int64_t step, double link_rate, int measured) {
   int warm = step + 1 < e->cfg.compress_warmup; /* the next step is in the compression warm-up */
+  int moved[TAGC_ENC_COUNT][TAGC_ENC_COUNT] = {{0}}, n_moved = 0;
+  double before_ms = 0, after_ms = 0;
   for (int i = 0; i < e->n_segs; i++) {
     engine_segment *s = &e->segs[i];
     if (!s->pol.adaptive)
@@ -105,14 +107,34 @@ static void choose_segment_wires(tagc_engine *e, int64_t step, double link_rate,
     double cost[TAGC_ENC_COUNT];
     tagc_auto_costs(&in, cost);
     if (e->rank == 0)
-      LOG_INFO("engine", "auto: step %lld, %s: %s -> %s (link %.1f MB/s%s, rho %.2f, codec %.2f "
-               "ms; predicted %.2f -> %.2f ms per step)", (long long)step + 1, s->name,
-               tagc_encoding_name(now), tagc_encoding_name(next), link_rate / 1e6,
-               measured ? " measured by the gathers" : "", in.rho, 1e3 * (s->codec_s),
-               1e3 * cost[now], 1e3 * cost[next]);
+      LOG_DEBUG("engine", "auto: step %lld, %s: %s -> %s (link %.1f MB/s%s, rho %.2f, codec %.2f "
+                "ms; predicted %.2f -> %.2f ms per step)", (long long)step + 1, s->name,
+                tagc_encoding_name(now), tagc_encoding_name(next), link_rate / 1e6,
+                measured ? " measured by the gathers" : "", in.rho, 1e3 * (s->codec_s),
+                1e3 * cost[now], 1e3 * cost[next]);
+    moved[now][next]++;
+    n_moved++;
+    before_ms += 1e3 * cost[now];
+    after_ms += 1e3 * cost[next];
     tagc_grad_segment_set_encoding(s->codec, next);
     s->switches++;
   }
+  if (!n_moved || e->rank != 0)
+    return;
+  /* one line per decision: how many segments moved from which wire to which (each segment's
+   * own figures at debug level, subsystem engine) */
+  char what[256] = "";
+  size_t used = 0;
+  for (int a = 0; a < TAGC_ENC_COUNT; a++)
+    for (int b = 0; b < TAGC_ENC_COUNT; b++)
+      if (moved[a][b] && used < sizeof what)
+        used += (size_t)snprintf(what + used, sizeof what - used, "%s%d %s -> %s",
+                                 used ? ", " : "", moved[a][b], tagc_encoding_name((tagc_encoding)a),
+                                 tagc_encoding_name((tagc_encoding)b));
+  LOG_INFO("engine", "auto: step %lld, %d segment wire%s changed (%s; link %.1f MB/s%s; predicted "
+           "%.2f -> %.2f ms per step for them)", (long long)step + 1, n_moved,
+           n_moved == 1 ? "" : "s", what, link_rate / 1e6,
+           measured ? " measured by the gathers" : "", before_ms, after_ms);
 }
 
 /* The gathers' encoding auto_policy.h predicts cheapest at `rate`. */

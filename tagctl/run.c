@@ -517,10 +517,15 @@ int tagctl_run(int argc, char **argv) {
     code = st != TAGC_OK ? 2 : 0;
     goto done;
   }
-  if ((st = tagc_log_configure(rc.train.log, TAGC_LOG_AUTO)) != TAGC_OK) {
+  tagc_log_format format = TAGC_LOG_AUTO;
+  if ((st = tagc_log_format_parse(rc.train.log_format, &format)) != TAGC_OK ||
+      (st = tagc_log_configure(rc.train.log, format)) != TAGC_OK) {
     fprintf(stderr, "tagctl run: %s\n", tagc_last_error());
     goto done;
   }
+  /* The workers' and coordinators' stderr is a pipe into this process: they log in the format
+   * auto chose here (the environment outranks their config file, a flag would outrank it) */
+  setenv("TAGC_LOG_FORMAT", tagc_log_format_name(format), 1);
   char maddr[300];
   if (*rc.train.metrics_addr && (st = metrics_addr_of(&rc, 0, maddr, sizeof maddr)) != TAGC_OK) {
     fprintf(stderr, "tagctl run: %s\n", tagc_last_error());
@@ -580,6 +585,7 @@ int tagctl_run(int argc, char **argv) {
       print_where(&rc, &sv);
     code = start_workers(&sv, worker, job, rdzv, &rc, lock_fd) == 0 ? supervise_run(&sv, &rc, local_etcd)
                                                                   : 1;
+    tagctl_closing_block(&rc.train, code, interrupted, stdout);
   }
   supervise_stop(&sv, SUPERVISE_WORKER, SIGKILL);
   supervise_stop(&sv, SUPERVISE_COORDINATOR, SIGTERM);

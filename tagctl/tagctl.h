@@ -51,6 +51,12 @@ int tagctl_parse_file_args(const tagc_opt_program *prog, void *cfg, int argc, ch
  * OUT/job.json, when --stop-at is reached, or when nothing changes. Reads only. */
 void tagctl_resume_note(const tagc_train_config *cfg, FILE *f);
 
+/* tagctl run, after the workers have stopped (tagctl/closing.c): a closing block on f: what
+ * was trained (OUT/summary.json when the run finished: steps, time, losses, throughput), or
+ * that it was interrupted or failed (code: tagctl run's exit status), then where the outputs
+ * are and the command that continues or replays the run. */
+void tagctl_closing_block(const tagc_train_config *cfg, int code, int interrupted, FILE *f);
+
 /* How long one etcd call of a subcommand may take, retries included, in seconds: a command
  * answers within seconds or says why. */
 #define TAGCTL_ETCD_DEADLINE_S 5.0

@@ -75,7 +75,18 @@ int main(int argc, char **argv) {
     tagc_opts_free(&tagc_train_program, &cfg);
     return st != TAGC_OK ? TAGC_EXIT_CONFIG : TAGC_EXIT_DONE;
   }
-  st = tagc_log_configure(cfg.log, TAGC_LOG_AUTO);
+  tagc_log_format format = TAGC_LOG_AUTO;
+  st = tagc_log_format_parse(cfg.log_format, &format);
+  if (st == TAGC_OK)
+    st = tagc_log_configure(cfg.log, format);
+  if (st == TAGC_OK) { /* each line names its worker: the id, else the static rank */
+    char tag[64];
+    if (cfg.worker_id && *cfg.worker_id)
+      snprintf(tag, sizeof tag, "%s", cfg.worker_id);
+    else
+      snprintf(tag, sizeof tag, "r%lld", (long long)cfg.rank);
+    tagc_log_set_tag(tag);
+  }
   if (st == TAGC_OK)
     st = tagc_train_run(&cfg);
   if (st != TAGC_OK)

@@ -164,13 +164,30 @@ static void format_duration(double s, char *buf, size_t cap) {
     snprintf(buf, cap, "%dh%02dm", (int)s / 3600, (int)s % 3600 / 60);
 }
 
-static void print_progress(const tagc_report *rp, int64_t step, double val_loss) {
+/* Seconds to train `left` more steps at the rate since this process's first step (start-up,
+ * the first step's warm-up and a recovery's pause before it are not steps); after one step,
+ * that step's time. */
+static double eta_s(const tagc_report *rp, int64_t left, double step_s) {
+  double since = tagc_now() - rp->t_first;
+  int64_t steps = rp->tt.steps - rp->steps_first;
+  double per_step = steps > 0 && since > 0 ? since / (double)steps : step_s;
+  return left > 0 && per_step > 0 ? per_step * (double)left : 0.0;
+}
+
+/* The first step this process finished starts the ETA's clock (eta_s). */
+static void mark_first_step(tagc_report *rp) {
+  if (rp->t_first > 0)
+    return;
+  rp->t_first = tagc_now();
+  rp->steps_first = rp->tt.steps;
+}
+
+static void print_progress(const tagc_report *rp, int64_t step, double step_s, double val_loss) {
   double elapsed = tagc_now() - rp->t0;
   char el[32], eta[32];
   int64_t done = step + 1, steps = rp->c.cfg->steps;
   format_duration(elapsed, el, sizeof el);
-  format_duration(elapsed / (double)(rp->tt.steps ? rp->tt.steps : 1) * (double)(steps - done),
-                  eta, sizeof eta);
+  format_duration(eta_s(rp, steps - done, step_s), eta, sizeof eta);
   char val[32] = "";
   if (!isnan(val_loss))
     snprintf(val, sizeof val, " val %.4f", val_loss);
@@ -251,9 +268,10 @@ static void write_metrics(tagc_report *rp, int64_t step, const tagc_step_stats *
 void tagc_report_metrics_line(tagc_report *rp, int64_t step, const tagc_step_stats *ss,
                               double val_loss, int force) {
   write_metrics(rp, step, ss, val_loss);
+  mark_first_step(rp);
   double now = tagc_now();
   if (force || !isnan(val_loss) || now - rp->last_print >= 1.0) {
-    print_progress(rp, step, val_loss);
+    print_progress(rp, step, ss->step_s, val_loss);
     rp->last_print = now;
   }
 }
@@ -269,7 +287,8 @@ void tagc_report_progress(tagc_report *rp, int64_t step, const tagc_step_stats *
   rp->last_progress = now;
   double tokens_per_s = ss->step_s > 0 ? step_tokens(rp) / ss->step_s : 0;
   int64_t done = step + 1, left = rp->c.cfg->steps - done;
-  double eta = (now - rp->t0) / (double)(rp->tt.steps ? rp->tt.steps : 1) * (double)left;
+  mark_first_step(rp);
+  double eta = eta_s(rp, left, ss->step_s);
   json_t *p = json_pack("{s:I, s:I, s:f, s:f, s:f, s:I, s:i, s:I, s:i}", "step", (json_int_t)done,
                         "steps", (json_int_t)rp->c.cfg->steps, "eta_s", left > 0 ? eta : 0.0,
                         "loss", isfinite(ss->loss) ? ss->loss : 0.0, "tokens_per_s", tokens_per_s,

@@ -80,6 +80,8 @@ typedef struct tagc_report {
   FILE *metrics;              /* OUT/metrics.jsonl while this process is rank 0 */
   tagc_report_totals tt;
   double t0, last_print, last_progress;
+  double t_first;      /* when this process finished its first step (the ETA leaves start-up out) */
+  int64_t steps_first; /* tt.steps then */
   double goodput_at;          /* tagc_now() of the sample's last goodput figure */
   double loss, val;           /* latest training and validation loss, NAN until known */
   int recoveries;             /* of this process so far, for the progress record */

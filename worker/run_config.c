@@ -55,6 +55,9 @@ static const tagc_opt train_opts[] = {
      "compute threads (BLAS and OpenMP; 0 = all cores)"},
     {"log", TAGC_OPT_STRING, OFF(log), "info", 0, -1, NULL,
      "log filter, e.g. info or warn,train=debug"},
+    {"log-format", TAGC_OPT_CHOICE, OFF(log_format), "auto", 0, -1, "auto|text|json",
+     "log lines as text or one JSON object each (auto: text when stderr is a terminal; "
+     "tagctl run hands its children the format it resolved)"},
     {"compress", TAGC_OPT_STRING, OFF(compress), "auto", 0, -1, NULL,
      "gradient compression: auto|tagc|bf16|none, optionally with role=kind[:density[:rho]] rules "
      "(auto: each MLP/embedding segment's wire, fp32, bf16, int8 or the sketch, and each "
@@ -179,7 +182,7 @@ const tagc_help_group tagc_train_help_groups[] = {
     {"Model", "layers heads dim ctx init-from"},
     {"Optimisation", "steps batch micro-batch lr min-lr-ratio warmup weight-decay grad-clip beta1 "
                      "beta2 eps seed"},
-    {"Output, evaluation and logging", "out eval-every eval-windows log metrics-addr dump-params"},
+    {"Output, evaluation and logging", "out eval-every eval-windows log log-format metrics-addr dump-params"},
     {"Checkpoints and resuming", "ckpt-every ckpt-every-s ckpt-dir ckpt-keep-last "
                                  "ckpt-keep-every resume allow-restart-from-scratch stop-at"},
     {"In-memory copies (zero steps lost)", "mirror-every mirror-copies mirror-budget failure-domain"},

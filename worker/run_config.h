@@ -37,6 +37,7 @@ typedef struct tagc_train_config {
   int64_t eval_windows;
   int64_t threads;
   char *log;
+  char *log_format; /* auto | text | json */
   char *compress;
   int64_t compress_warmup; /* steps sent dense before the sketch starts; -1: see below */
   int64_t rank;       /* this process's rank */

@@ -93,9 +93,15 @@ with tempfile.TemporaryDirectory() as tmp:
           "%g (%d elements)" % (summary["unpeeled_fraction"], sum(r["unpeeled"] for r in rows)))
     check("slow link: changes logged with their reason",
           any("parameter gathers: bf16 -> int8" in c for c in changes)
-          and any("-> sketch (link 12.5 MB/s" in c for c in changes)
-          and any("-> int8 (link 12.5 MB/s" in c for c in changes)
+          and any("segment wires changed (" in c and " -> sketch" in c and "link 12.5 MB/s" in c
+                  for c in changes)
+          and any("segment wires changed (" in c and " -> int8" in c and "link 12.5 MB/s" in c
+                  for c in changes)
           and any("reshard after forward: true -> false" in c for c in changes),
+          "%d lines" % len(changes))
+    check("slow link: one line per decision (at most one segment-wire line per step)",
+          len([c for c in changes if "segment wire" in c]) ==
+          len({c.split("auto: step ")[1].split(",")[0] for c in changes if "segment wire" in c}),
           "%d lines" % len(changes))
     check("slow link: summary says auto", summary.get("gather") == "auto"
           and summary.get("reshard_after_forward") == "auto"
