@@ -3,6 +3,7 @@
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "ckpt/ckpt.h"
 #include "common/json.h"
@@ -36,7 +37,15 @@ static double num_or_nan(json_t *o, const char *key) {
   return json_is_number(v) ? json_number_value(v) : (double)NAN;
 }
 
-void tagctl_closing_block(const tagc_train_config *cfg, int code, int interrupted, FILE *f) {
+/* True when path was written at or after `since` (wall-clock seconds). */
+static int written_since(const char *path, double since) {
+  struct stat st;
+  return stat(path, &st) == 0 &&
+         (double)st.st_mtim.tv_sec + 1e-9 * (double)st.st_mtim.tv_nsec >= since;
+}
+
+void tagctl_closing_block(const tagc_train_config *cfg, int code, int interrupted, double started,
+                          FILE *f) {
   char path[4200], root[4200], ckpt[4400];
   if (*cfg->ckpt_dir)
     snprintf(root, sizeof root, "%s", cfg->ckpt_dir);
@@ -45,7 +54,8 @@ void tagctl_closing_block(const tagc_train_config *cfg, int code, int interrupte
   newest_ckpt(root, ckpt, sizeof ckpt);
   snprintf(path, sizeof path, "%s/summary.json", cfg->out);
   json_t *s = NULL;
-  if (code == 0 && !interrupted && tagc_json_load_file(path, &s) != TAGC_OK) {
+  int fresh = written_since(path, started); /* else a previous run's: nothing trained now */
+  if (code == 0 && !interrupted && fresh && tagc_json_load_file(path, &s) != TAGC_OK) {
     tagc_clear_error();
     s = NULL;
   }
@@ -61,6 +71,9 @@ void tagctl_closing_block(const tagc_train_config *cfg, int code, int interrupte
             (long long)cfg->steps, wall, num_or_nan(s, "steps_this_run"),
             num_or_nan(s, "steps_lost"), num_or_nan(s, "final_train_loss"), val,
             num_or_nan(s, "tokens_per_s"), num_or_nan(s, "world_size"));
+  } else if (code == 0 && !interrupted && !fresh) {
+    fprintf(f, "\ntagctl run: done: nothing trained (the checkpoint is at or past --steps %lld or "
+            "--stop-at)\n", (long long)cfg->steps);
   } else if (interrupted) {
     fprintf(f, "\ntagctl run: interrupted; the run goes on from its newest checkpoint when "
             "started again with the same --out\n");

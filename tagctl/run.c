@@ -517,6 +517,7 @@ int tagctl_run(int argc, char **argv) {
     code = st != TAGC_OK ? 2 : 0;
     goto done;
   }
+  double started = tagc_wall_time(); /* the closing block reads a summary.json written since */
   tagc_log_format format = TAGC_LOG_AUTO;
   if ((st = tagc_log_format_parse(rc.train.log_format, &format)) != TAGC_OK ||
       (st = tagc_log_configure(rc.train.log, format)) != TAGC_OK) {
@@ -585,7 +586,7 @@ int tagctl_run(int argc, char **argv) {
       print_where(&rc, &sv);
     code = start_workers(&sv, worker, job, rdzv, &rc, lock_fd) == 0 ? supervise_run(&sv, &rc, local_etcd)
                                                                   : 1;
-    tagctl_closing_block(&rc.train, code, interrupted, stdout);
+    tagctl_closing_block(&rc.train, code, interrupted, started, stdout);
   }
   supervise_stop(&sv, SUPERVISE_WORKER, SIGKILL);
   supervise_stop(&sv, SUPERVISE_COORDINATOR, SIGTERM);

@@ -52,10 +52,11 @@ int tagctl_parse_file_args(const tagc_opt_program *prog, void *cfg, int argc, ch
 void tagctl_resume_note(const tagc_train_config *cfg, FILE *f);
 
 /* tagctl run, after the workers have stopped (tagctl/closing.c): a closing block on f: what
- * was trained (OUT/summary.json when the run finished: steps, time, losses, throughput), or
- * that it was interrupted or failed (code: tagctl run's exit status), then where the outputs
+ * was trained (OUT/summary.json when this run, started at wall-clock time `started`, wrote
+ * it: steps, time, losses, throughput), that nothing was trained, or that it was interrupted or failed (code: tagctl run's exit status), then where the outputs
  * are and the command that continues or replays the run. */
-void tagctl_closing_block(const tagc_train_config *cfg, int code, int interrupted, FILE *f);
+void tagctl_closing_block(const tagc_train_config *cfg, int code, int interrupted, double started,
+                          FILE *f);
 
 /* How long one etcd call of a subcommand may take, retries included, in seconds: a command
  * answers within seconds or says why. */

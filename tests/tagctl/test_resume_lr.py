@@ -44,7 +44,8 @@ def train(out, steps, *extra):
                         str(LR), "--min-lr-ratio", str(RATIO), "--ckpt-every", "3", "--threads",
                         "1", "--eval-windows", "8", "--out", out] + list(extra),
                        capture_output=True, text=True, timeout=240)
-    notes = [l for l in r.stdout.splitlines() if l.startswith("tagctl run: ")]
+    notes = [l for l in r.stdout.splitlines() if l.startswith("tagctl run: ")
+             and not l.startswith("tagctl run: done: ")]  # the closing block's first line
     return r, notes
 
 
@@ -70,6 +71,8 @@ try:
           and m.group(1) == os.path.join(out, "ckpt", "step-6"),
           "a rerun over the finished OUT: 'nothing to train' and how to train on, status 0 (%s)"
           % notes)
+    check("tagctl run: done: nothing trained" in r.stdout and " steps this run" not in r.stdout,
+          "... and its closing block says nothing was trained (not the previous run's summary)")
     check(m is not None and close(float(m.group(2)), lr_at(6, 12)) and close(float(m.group(3)), LR * RATIO),
           "... with the lr of step 7 under --steps 12 (%.6g) and the final lr (%.6g)"
           % (lr_at(6, 12), LR * RATIO))
