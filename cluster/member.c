@@ -26,6 +26,7 @@ void tagc_plan_free(tagc_plan *p) {
   free(p->members);
   free(p->resume_path);
   free(p->reason);
+  free(p->failures_total);
   memset(p, 0, sizeof *p);
 }
 
@@ -87,6 +88,11 @@ static tagc_status parse_plan(const json_t *root, const char *my_id, tagc_plan *
   const char *reason = json_string_value(json_object_get(root, "reason"));
   if (!(p->reason = strdup(reason ? reason : "")))
     return tagc_errorf(TAGC_ENOMEM, "plan reason");
+  const json_t *totals = json_object_get(root, "failures_total");
+  p->failures_total = json_is_object(totals) ? json_dumps(totals, JSON_COMPACT | JSON_SORT_KEYS)
+                                             : strdup("{}");
+  if (!p->failures_total)
+    return tagc_errorf(TAGC_ENOMEM, "plan failures_total");
   return TAGC_OK;
 }
 

@@ -48,6 +48,7 @@ typedef struct tagc_plan {
   uint32_t resume_manifest_crc; /* CRC32C of its manifest as committed; 0 = not given */
   int micro_batch;      /* my micro-batch (0 = the job's default); halved after an oom report */
   char *reason;         /* why this generation was made (human text) */
+  char *failures_total; /* the plan's failures_total as compact JSON text ("{}" when absent) */
   int excluded;         /* 1 when the leader excluded me (suspected, partitioned, oom at 1):
                            I stay out until I tagc_member_rejoin() */
   int64_t registration; /* the plan's registration of my id (0: none): a plan that lists my id

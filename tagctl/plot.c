@@ -16,10 +16,12 @@
 
 #include "tagctl/metrics_file.h"
 #include "tagctl/tagctl.h"
+#include "worker/history.h"
 
 typedef struct plot_args {
   char *svg;
   char *png;
+  char *x;
 } plot_args;
 
 #define OFF(f) offsetof(plot_args, f)
@@ -28,21 +30,36 @@ static const tagc_opt plot_opts[] = {
     {"png", TAGC_OPT_STRING, OFF(png), "", 0, -1, NULL,
      "the PNG file to write with gnuplot (default OUT/plot.png when gnuplot is installed; "
      "naming one without gnuplot is an error)"},
+    {"x", TAGC_OPT_CHOICE, OFF(x), "step", 0, -1, "step|time",
+     "the horizontal axis: the step, or the wall-clock time since the first step (seconds, "
+     "minutes or hours by the span; the time a failure, an interrupt or a pause took shows "
+     "as a gap)"},
 };
 
 typedef struct point {
   double step, loss, val, tps, time;
+  double x;      /* the horizontal position: step, or the time since the first row (--x time) */
+  double smooth; /* tokens/s smoothed (an exponential average within a segment) */
   int gen, world;
 } point;
 
-typedef enum event_kind { EV_FAILURE, EV_RECOVERY, EV_WORLD } event_kind;
-static const char *const event_class[] = {"failure", "recovery", "world-change"};
-static const char *const event_color[] = {"#d62728", "#2ca02c", "#7f7f7f"};
+/* Markers: inferred from metrics.jsonl alone (a step that comes again: a failure and a
+ * recovery; a new world size), or read from OUT/history.jsonl, which says what each was. */
+typedef enum event_kind {
+  EV_FAILURE, EV_RECOVERY, EV_WORLD, EV_JOIN, EV_LEAVE, EV_INTERRUPT, EV_RESUME, EV_KINDS
+} event_kind;
+static const char *const event_class[] = {"failure", "recovery", "world-change", "join",
+                                          "leave",   "interrupt", "resume"};
+static const char *const event_color[] = {"#d62728", "#2ca02c", "#7f7f7f", "#2ca02c",
+                                          "#8c564b", "#ff7f0e", "#1f77b4"};
+static const char *const event_legend[] = {"failure", "recovery", "world size change", "join",
+                                           "leave", "interrupt", "resume"};
 
 typedef struct event {
   event_kind kind;
   double x;
-  char label[160];
+  int row;       /* label row (0 = top), chosen so that no two labels overlap; -1: no room */
+  char label[200];
 } event;
 
 typedef struct series {
@@ -53,6 +70,12 @@ typedef struct series {
   event *ev;
   size_t n_ev;
   int failures, recoveries;
+  int from_history;  /* events from OUT/history.jsonl */
+  int by_time;       /* --x time */
+  double time_unit;  /* --x time: seconds per unit of x */
+  const char *x_unit;
+  char counts[256];  /* the title's tally */
+  char x_label[48];  /* --x time: "minutes since the first step" */
   double xmin, xmax, lmin, lmax, tmax;
 } series;
 
@@ -68,57 +91,152 @@ static void add_event(series *s, event_kind kind, double x, const char *label) {
   event *e = &s->ev[s->n_ev++];
   e->kind = kind;
   e->x = x;
+  e->row = 0;
   snprintf(e->label, sizeof e->label, "%s", label);
 }
 
-/* Between rows i-1 and i: a step that comes again means a failure and a recovery from a
- * checkpoint (the steps since it are recomputed); a new world size is marked where it
- * starts (before the recovery's marker, which is drawn over it). */
+/* Between rows i-1 and i (no OUT/history.jsonl): a step that comes again means a failure and
+ * a recovery from a checkpoint (the steps since it are recomputed); a new world size is
+ * marked where it starts (before the recovery's marker, which is drawn over it). */
 static void find_events(series *s, size_t i) {
   const point *a = &s->p[i - 1], *b = &s->p[i];
-  char label[160];
+  double xa = s->by_time ? a->x : a->step, xb = s->by_time ? b->x : b->step - 1;
+  char label[200];
   if (b->world != a->world) {
     snprintf(label, sizeof label, "world %d -> %d", a->world, b->world);
-    add_event(s, EV_WORLD, b->step - 1, label);
+    add_event(s, EV_WORLD, xb, label);
   }
   if (b->step <= a->step) {
     snprintf(label, sizeof label, "failure after step %.0f", a->step);
-    add_event(s, EV_FAILURE, a->step, label);
+    add_event(s, EV_FAILURE, xa, label);
     int n = snprintf(label, sizeof label, "recovery: resumed at step %.0f (gen %d", b->step - 1, b->gen);
     double gap = b->time - a->time;
     if (gap > 0 && isfinite(gap))
       snprintf(label + n, sizeof label - (size_t)n, ", next step %.1f s after the last)", gap);
     else
       snprintf(label + n, sizeof label - (size_t)n, ")");
-    add_event(s, EV_RECOVERY, b->step - 1, label);
+    add_event(s, EV_RECOVERY, xb, label);
     s->failures++;
     s->recoveries++;
   }
 }
 
-static int series_build(const tagctl_metrics_rows *m, series *s) {
+/* The rows around wall-clock time t: *before, the last row at or before it (-1: none), and
+ * *after, the first row after it (-1: none). */
+static void rows_around(const series *s, double t, long *before, long *after) {
+  *before = *after = -1;
+  for (size_t i = 0; i < s->n; i++) {
+    if (s->p[i].time <= t)
+      *before = (long)i;
+    else if (*after < 0)
+      *after = (long)i;
+  }
+}
+
+static const char *plural(int64_t n, const char *one, const char *many) { return n == 1 ? one : many; }
+
+/* The markers of OUT/history.jsonl (worker/history.h), each where it happened: a failure,
+ * join, leave or resume where training went on (the step resumed from), an interrupt after
+ * the last step before it. Restarts are counted in the title only (each follows a failure). */
+static void history_events(series *s, const tagc_history *h) {
+  static const event_kind of[TAGC_HIST_KINDS] = {
+      [TAGC_HIST_FAILURE] = EV_FAILURE, [TAGC_HIST_JOIN] = EV_JOIN,   [TAGC_HIST_LEAVE] = EV_LEAVE,
+      [TAGC_HIST_INTERRUPT] = EV_INTERRUPT, [TAGC_HIST_RESUME] = EV_RESUME, [TAGC_HIST_RESTART] = EV_KINDS};
+  for (size_t k = 0; k < h->n; k++) {
+    const tagc_history_event *e = &h->ev[k];
+    event_kind kind = of[e->kind];
+    if (kind == EV_KINDS)
+      continue;
+    long before, after;
+    rows_around(s, e->time, &before, &after);
+    if (before < 0 && after < 0)
+      continue;
+    const point *a = before >= 0 ? &s->p[before] : NULL, *b = after >= 0 ? &s->p[after] : NULL;
+    char label[200];
+    double x;
+    if (kind == EV_INTERRUPT || !b) {
+      snprintf(label, sizeof label, "%s after step %.0f", e->what, a ? a->step : b->step - 1);
+      x = s->by_time ? (a ? a->x : b->x) : (a ? a->step : b->step - 1);
+    } else if (kind == EV_FAILURE && a) {
+      snprintf(label, sizeof label, "%s: after step %.0f, resumed at step %.0f", e->what, a->step,
+               b->step - 1);
+      x = s->by_time ? b->x : b->step - 1;
+    } else {
+      snprintf(label, sizeof label, "%s: at step %.0f", e->what, b->step - 1);
+      x = s->by_time ? b->x : b->step - 1;
+    }
+    add_event(s, kind, x, label);
+  }
+  s->failures = (int)h->counts[TAGC_HIST_FAILURE];
+  s->recoveries = (int)h->counts[TAGC_HIST_FAILURE];
+  size_t used = (size_t)snprintf(s->counts, sizeof s->counts, "%lld %s",
+                                 (long long)h->counts[TAGC_HIST_FAILURE],
+                                 plural(h->counts[TAGC_HIST_FAILURE], "failure", "failures"));
+  const char *kind;
+  json_t *v;
+  int any = 0;
+  json_object_foreach(h->failures, kind, v) {
+    if (used < sizeof s->counts)
+      used += (size_t)snprintf(s->counts + used, sizeof s->counts - used, "%s%s %lld",
+                               any ? ", " : " (", kind, (long long)json_integer_value(v));
+    any = 1;
+  }
+  if (used < sizeof s->counts)
+    snprintf(s->counts + used, sizeof s->counts - used,
+             "%s, %lld %s, %lld %s, %lld %s, %lld %s, %lld %s, %lld %s", any ? ")" : "",
+             (long long)h->counts[TAGC_HIST_FAILURE],
+             plural(h->counts[TAGC_HIST_FAILURE], "recovery", "recoveries"),
+             (long long)h->counts[TAGC_HIST_JOIN], plural(h->counts[TAGC_HIST_JOIN], "join", "joins"),
+             (long long)h->counts[TAGC_HIST_LEAVE], plural(h->counts[TAGC_HIST_LEAVE], "leave", "leaves"),
+             (long long)h->counts[TAGC_HIST_INTERRUPT],
+             plural(h->counts[TAGC_HIST_INTERRUPT], "interrupt", "interrupts"),
+             (long long)h->counts[TAGC_HIST_RESTART],
+             plural(h->counts[TAGC_HIST_RESTART], "restart", "restarts"), (long long)h->runs,
+             plural(h->runs, "run", "runs"));
+}
+
+/* tokens/s smoothed within each segment: an exponential average over about a fortieth of
+ * the rows (at least 5), so that the trend reads through the per-step noise. */
+static void smooth_tps(series *s) {
+  double w = fmax(5.0, (double)s->n / 40.0), alpha = 2.0 / (w + 1.0);
+  for (size_t g = 0; g < s->n_seg; g++) {
+    double avg = NAN;
+    for (size_t i = s->seg_start[g]; i < s->seg_start[g + 1]; i++) {
+      double y = s->p[i].tps;
+      if (isfinite(y))
+        avg = isnan(avg) ? y : avg + alpha * (y - avg);
+      s->p[i].smooth = avg;
+    }
+  }
+}
+
+static int series_build(const tagctl_metrics_rows *m, const tagc_history *h, int by_time, series *s) {
   memset(s, 0, sizeof *s);
+  s->by_time = by_time;
+  s->from_history = h && (h->runs > 0 || h->n > 0);
   s->p = calloc(m->n, sizeof *s->p);
   s->seg_start = calloc(m->n + 1, sizeof *s->seg_start);
-  s->ev = calloc(3 * m->n + 1, sizeof *s->ev);
+  s->ev = calloc(3 * m->n + (h ? h->n : 0) + 1, sizeof *s->ev);
   if (!s->p || !s->seg_start || !s->ev)
     return 0;
   s->lmin = INFINITY, s->lmax = -INFINITY, s->xmin = INFINITY, s->xmax = -INFINITY;
+  double t0 = NAN;
   for (size_t i = 0; i < m->n; i++) {
     double step = tagctl_metrics_num(m, i, "step");
     if (isnan(step))
       continue;
     point *p = &s->p[s->n];
     *p = (point){step, tagctl_metrics_num(m, i, "loss"), tagctl_metrics_num(m, i, "val_loss"),
-                 tagctl_metrics_num(m, i, "tokens_per_s"), row_time(m, i),
+                 tagctl_metrics_num(m, i, "tokens_per_s"), row_time(m, i), 0, NAN,
                  (int)tagctl_metrics_num(m, i, "generation"), (int)tagctl_metrics_num(m, i, "world_size")};
+    if (isnan(t0))
+      t0 = p->time;
+    p->x = by_time ? p->time - t0 : step; /* seconds; scaled to the unit below */
     if (s->n == 0 || p->step <= p[-1].step || p->gen != p[-1].gen)
       s->seg_start[s->n_seg++] = s->n;
     s->n++;
-    if (s->n > 1)
-      find_events(s, s->n - 1);
-    s->xmin = fmin(s->xmin, step - 1);
-    s->xmax = fmax(s->xmax, step);
+    s->xmin = fmin(s->xmin, by_time ? 0 : step - 1);
+    s->xmax = fmax(s->xmax, p->x);
     double losses[2] = {p->loss, p->val};
     for (int k = 0; k < 2; k++)
       if (isfinite(losses[k]))
@@ -127,6 +245,23 @@ static int series_build(const tagctl_metrics_rows *m, series *s) {
       s->tmax = fmax(s->tmax, p->tps);
   }
   s->seg_start[s->n_seg] = s->n;
+  if (by_time) { /* seconds for a short run, minutes up to 3 hours, else hours */
+    double span = s->n ? s->xmax : 0, unit = span < 180 ? 1 : span < 3 * 3600 ? 60 : 3600;
+    s->x_unit = unit == 1 ? "seconds" : unit == 60 ? "minutes" : "hours";
+    for (size_t i = 0; i < s->n; i++)
+      s->p[i].x /= unit;
+    s->xmax /= unit;
+    s->time_unit = unit;
+    snprintf(s->x_label, sizeof s->x_label, "%s since the first step", s->x_unit);
+  }
+  smooth_tps(s);
+  for (size_t i = 1; i < s->n && !s->from_history; i++)
+    find_events(s, i);
+  if (s->from_history)
+    history_events(s, h);
+  else
+    snprintf(s->counts, sizeof s->counts, "%d failure%s, %d recover%s", s->failures,
+             s->failures == 1 ? "" : "s", s->recoveries, s->recoveries == 1 ? "y" : "ies");
   if (!isfinite(s->lmin))
     s->lmin = 0, s->lmax = 1;
   if (s->lmax - s->lmin < 1e-9)
@@ -166,6 +301,49 @@ static double tick_step(double range, int n) {
   double raw = range / n, mag = pow(10, floor(log10(raw)));
   double f = raw / mag;
   return (f < 1.5 ? 1 : f < 3.5 ? 2 : f < 7.5 ? 5 : 10) * mag;
+}
+
+enum { LABEL_ROWS = 8 };
+#define LABEL_CHAR_PX 6.2 /* font-size 11 sans: the width of one character, about */
+
+/* Whether the label of e is drawn to the left of its marker (markers in the right half). */
+static int label_left(const series *s, const event *e) { return px(s, e->x) > (LEFT + RIGHT) / 2.0; }
+
+/* Gives each label the first row (from the top) where it overlaps no other label, markers in
+ * the order of x; a label for which no row has room gets -1 and is shown only as the
+ * marker's tooltip. The SVG and the PNG use the same rows. */
+static void layout_labels(series *s) {
+  double lo[LABEL_ROWS][64], hi[LABEL_ROWS][64];
+  int used[LABEL_ROWS] = {0};
+  size_t *order = malloc((s->n_ev + 1) * sizeof *order);
+  if (!order) {
+    for (size_t i = 0; i < s->n_ev; i++)
+      s->ev[i].row = (int)(i % LABEL_ROWS);
+    return;
+  }
+  for (size_t i = 0; i < s->n_ev; i++)
+    order[i] = i;
+  for (size_t i = 1; i < s->n_ev; i++) /* insertion sort by x: few markers */
+    for (size_t j = i; j > 0 && s->ev[order[j]].x < s->ev[order[j - 1]].x; j--) {
+      size_t t = order[j];
+      order[j] = order[j - 1], order[j - 1] = t;
+    }
+  for (size_t k = 0; k < s->n_ev; k++) {
+    event *e = &s->ev[order[k]];
+    double x = px(s, e->x), w = LABEL_CHAR_PX * (double)strlen(e->label) + 8;
+    double a = label_left(s, e) ? x - w : x, b = label_left(s, e) ? x : x + w;
+    e->row = -1;
+    for (int r = 0; r < LABEL_ROWS && e->row < 0; r++) {
+      int free_here = used[r] < 64;
+      for (int j = 0; j < used[r] && free_here; j++)
+        free_here = b < lo[r][j] || a > hi[r][j];
+      if (free_here) {
+        lo[r][used[r]] = a, hi[r][used[r]] = b, used[r]++;
+        e->row = r;
+      }
+    }
+  }
+  free(order);
 }
 
 /* A control character (which XML 1.0 cannot hold, nor a gnuplot line) as shown in a label. */
@@ -209,7 +387,7 @@ static void svg_axes(FILE *f, const series *s, const panel *p, const char *ylabe
 
 /* One polyline per segment of the field at offset `field` (NAN values skipped). */
 static void svg_lines(FILE *f, const series *s, const panel *p, size_t field, const char *cls,
-                      const char *color, int dots) {
+                      const char *color, int dots, double opacity) {
   for (size_t g = 0; g < s->n_seg; g++) {
     int open = 0;
     for (size_t i = s->seg_start[g]; i < s->seg_start[g + 1]; i++) {
@@ -217,9 +395,9 @@ static void svg_lines(FILE *f, const series *s, const panel *p, size_t field, co
       if (!isfinite(y))
         continue;
       if (!open)
-        fprintf(f, "<polyline class=\"%s\" fill=\"none\" stroke=\"%s\" stroke-width=\"1.5\" points=\"",
-                cls, color);
-      fprintf(f, "%s%.1f,%.1f", open ? " " : "", px(s, s->p[i].step), py(p, y));
+        fprintf(f, "<polyline class=\"%s\" fill=\"none\" stroke=\"%s\" stroke-opacity=\"%.2f\" "
+                   "stroke-width=\"1.5\" points=\"", cls, color, opacity);
+      fprintf(f, "%s%.1f,%.1f", open ? " " : "", px(s, s->p[i].x), py(p, y));
       open = 1;
     }
     if (open)
@@ -228,7 +406,7 @@ static void svg_lines(FILE *f, const series *s, const panel *p, size_t field, co
       double y = *(const double *)((const char *)&s->p[i] + field);
       if (isfinite(y))
         fprintf(f, "<circle class=\"%s\" cx=\"%.1f\" cy=\"%.1f\" r=\"3\" fill=\"%s\"/>\n", cls,
-                px(s, s->p[i].step), py(p, y), color);
+                px(s, s->p[i].x), py(p, y), color);
     }
   }
 }
@@ -238,33 +416,45 @@ static void svg_lines(FILE *f, const series *s, const panel *p, size_t field, co
 static void svg_events(FILE *f, const series *s, const panel *top, const panel *bottom) {
   for (size_t i = 0; i < s->n_ev; i++) {
     const event *e = &s->ev[i];
-    double x = px(s, e->x), label_y = top->top + 14 + 14 * (double)(i % 6);
+    double x = px(s, e->x), label_y = top->top + 14 + 14 * (double)e->row;
     fprintf(f, "<g class=\"%s\"><title>", event_class[e->kind]);
     svg_text_escaped(f, e->label);
     fprintf(f, "</title><line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"%s\" "
                "stroke-width=\"1.5\" stroke-dasharray=\"%s\"/>",
             x, top->top, x, bottom->bottom, event_color[e->kind],
-            e->kind == EV_FAILURE ? "6,3" : e->kind == EV_RECOVERY ? "2,2" : "1,4");
-    if (e->kind == EV_RECOVERY)
+            e->kind == EV_FAILURE ? "6,3" : e->kind == EV_RECOVERY || e->kind == EV_JOIN ? "2,2" : "1,4");
+    if (e->kind == EV_RECOVERY || e->kind == EV_JOIN || e->kind == EV_RESUME)
       fprintf(f, "<path d=\"M%.1f,%.1f l-5,-9 h10 z\" fill=\"%s\"/>", x, top->top, event_color[e->kind]);
-    int right = x > (LEFT + RIGHT) / 2.0;
-    fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" font-size=\"11\" fill=\"%s\" text-anchor=\"%s\">", x + (right ? -4 : 4),
-            label_y, event_color[e->kind], right ? "end" : "start");
-    svg_text_escaped(f, e->label);
-    fputs("</text></g>\n", f);
+    int right = label_left(s, e);
+    if (e->row >= 0) {
+      fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" font-size=\"11\" fill=\"%s\" text-anchor=\"%s\">",
+              x + (right ? -4 : 4), label_y, event_color[e->kind], right ? "end" : "start");
+      svg_text_escaped(f, e->label);
+      fputs("</text>", f);
+    }
+    fputs("</g>\n", f);
   }
 }
 
-static void svg_legend(FILE *f) {
+static void svg_legend(FILE *f, const series *s) {
   const struct {
     const char *name, *color;
-  } items[] = {{"train loss", "#1f77b4"}, {"validation loss", "#ff7f0e"}, {"tokens/s", "#9467bd"},
-               {"failure", "#d62728"}, {"recovery", "#2ca02c"}, {"world size change", "#7f7f7f"}};
+  } lines[] = {{"train loss", "#1f77b4"}, {"validation loss", "#ff7f0e"}, {"tokens/s (smoothed)", "#9467bd"}};
   double x = LEFT;
-  for (size_t i = 0; i < sizeof items / sizeof items[0]; i++) {
+  for (size_t i = 0; i < sizeof lines / sizeof lines[0]; i++) {
     fprintf(f, "<rect x=\"%.0f\" y=\"%d\" width=\"14\" height=\"4\" fill=\"%s\"/><text x=\"%.0f\" y=\"%d\" "
-               "font-size=\"12\">%s</text>\n", x, SVG_H - 22, items[i].color, x + 18, SVG_H - 16, items[i].name);
-    x += 30 + 7.5 * (double)strlen(items[i].name);
+               "font-size=\"12\">%s</text>\n", x, SVG_H - 22, lines[i].color, x + 18, SVG_H - 16, lines[i].name);
+    x += 30 + 7.0 * (double)strlen(lines[i].name);
+  }
+  for (int k = 0; k < EV_KINDS; k++) { /* the kinds of marker this plot has */
+    int present = 0;
+    for (size_t i = 0; i < s->n_ev && !present; i++)
+      present = s->ev[i].kind == (event_kind)k;
+    if (!present)
+      continue;
+    fprintf(f, "<rect x=\"%.0f\" y=\"%d\" width=\"14\" height=\"4\" fill=\"%s\"/><text x=\"%.0f\" y=\"%d\" "
+               "font-size=\"12\">%s</text>\n", x, SVG_H - 22, event_color[k], x + 18, SVG_H - 16, event_legend[k]);
+    x += 30 + 7.0 * (double)strlen(event_legend[k]);
   }
 }
 
@@ -283,13 +473,14 @@ static tagc_status write_svg(const series *s, const char *title, const char *pat
   fputs("</text>\n", f);
   svg_axes(f, s, &top, "loss", 0);
   svg_axes(f, s, &bottom, "tokens/s", 1);
-  fprintf(f, "<text x=\"%d\" y=\"%d\" text-anchor=\"middle\" font-size=\"13\">step</text>\n",
-          (LEFT + RIGHT) / 2, 627);
-  svg_lines(f, s, &top, offsetof(point, loss), "train-loss", "#1f77b4", 0);
-  svg_lines(f, s, &top, offsetof(point, val), "val-loss", "#ff7f0e", 1);
-  svg_lines(f, s, &bottom, offsetof(point, tps), "tokens-per-s", "#9467bd", 0);
+  fprintf(f, "<text x=\"%d\" y=\"%d\" text-anchor=\"middle\" font-size=\"13\">%s</text>\n",
+          (LEFT + RIGHT) / 2, 627, s->by_time ? s->x_label : "step");
+  svg_lines(f, s, &top, offsetof(point, loss), "train-loss", "#1f77b4", 0, 1.0);
+  svg_lines(f, s, &top, offsetof(point, val), "val-loss", "#ff7f0e", 1, 1.0);
+  svg_lines(f, s, &bottom, offsetof(point, tps), "tokens-per-s", "#9467bd", 0, 0.25);
+  svg_lines(f, s, &bottom, offsetof(point, smooth), "tokens-per-s-smoothed", "#9467bd", 0, 1.0);
   svg_events(f, s, &top, &bottom);
-  svg_legend(f);
+  svg_legend(f, s);
   fputs("</svg>\n", f);
   int ok = !ferror(f);
   ok = fclose(f) == 0 && ok && rename(tmp, path) == 0;
@@ -336,7 +527,7 @@ static int gp_block(FILE *g, const series *s, const char *name, size_t field) {
     for (size_t i = s->seg_start[k]; i < s->seg_start[k + 1]; i++) {
       double y = *(const double *)((const char *)&s->p[i] + field);
       if (isfinite(y))
-        fprintf(g, "%.0f %.9g\n", s->p[i].step, y), points++;
+        fprintf(g, "%.9g %.9g\n", s->p[i].x, y), points++;
     }
     fputs("\n", g); /* a blank line breaks the line between segments */
   }
@@ -350,23 +541,30 @@ static void gp_script(FILE *g, const series *s, const char *title) {
   gp_block(g, s, "loss", offsetof(point, loss));
   int vals = gp_block(g, s, "val", offsetof(point, val));
   gp_block(g, s, "tps", offsetof(point, tps));
-  fprintf(g, "set xrange [%g:%g]\nset grid ytics\nset key outside right top\nset lmargin 10\nset rmargin 16\n", s->xmin, s->xmax);
+  gp_block(g, s, "tpsavg", offsetof(point, smooth));
+  fprintf(g, "set xrange [%g:%g]\nset grid ytics\nset key inside right bottom opaque\nset lmargin 10\nset rmargin 4\n", s->xmin, s->xmax);
   for (size_t i = 0; i < s->n_ev; i++) {
     const event *e = &s->ev[i];
     fprintf(g, "set arrow from %g, graph 0 to %g, graph 1 nohead lc rgb '%s' dt %d lw 1.5\n", e->x,
             e->x, event_color[e->kind], e->kind == EV_FAILURE ? 2 : 3);
+    if (e->row < 0)
+      continue;
+    int left = label_left(s, e);
     fprintf(g, "set label %zu ", i + 1);
     gp_string(g, e->label);
-    fprintf(g, " at %g, graph %.2f tc rgb '%s' font 'sans,8' offset 0.5,0\n", e->x,
-            0.95 - 0.07 * (double)(i % 6), event_color[e->kind]);
+    fprintf(g, " at %g, graph %.3f %s tc rgb '%s' font 'sans,8' offset %s0.5,0\n", e->x,
+            0.96 - 0.075 * (double)e->row, left ? "right" : "left", event_color[e->kind],
+            left ? "-" : "");
   }
   fputs("set multiplot layout 2,1 title ", g);
   gp_string(g, title);
   fputs("\nset ylabel 'loss'\nplot $loss with lines lw 1.5 lc rgb '#1f77b4' title 'train'", g);
   if (vals)
     fputs(", $val with linespoints pt 7 ps 0.6 lc rgb '#ff7f0e' title 'validation'", g);
-  fputs("\nunset label\nset ylabel 'tokens/s'\nset xlabel 'step'\nset yrange [0:*]\n"
-        "plot $tps with lines lw 1.5 lc rgb '#9467bd' title 'tokens/s'\nunset multiplot\n", g);
+  fprintf(g, "\nunset label\nset ylabel 'tokens/s'\nset xlabel '%s'\nset yrange [0:*]\n"
+          "plot $tps with lines lw 1 lc rgb '#d8cce6' title 'tokens/s', $tpsavg with lines lw 1.5 "
+          "lc rgb '#9467bd' title 'smoothed'\nunset multiplot\n",
+          s->by_time ? s->x_label : "step");
 }
 
 /* Runs gnuplot with the script on its stdin and its stdout on `out_fd`; returns its exit status
@@ -471,7 +669,18 @@ static int plot(const plot_args *a, const char *out) {
   }
   series s;
   int rc = 0;
-  if (!series_build(&m, &s)) {
+  tagc_history h; /* OUT/history.jsonl: what each event was (none beside a bare metrics file) */
+  char hist_dir[4200];
+  struct stat sb;
+  snprintf(hist_dir, sizeof hist_dir, "%s", out);
+  if (!(stat(out, &sb) == 0 && S_ISDIR(sb.st_mode))) {
+    char *slash = strrchr(hist_dir, '/');
+    snprintf(hist_dir, sizeof hist_dir, "%.*s", slash ? (int)(slash - out) : 1, slash ? out : ".");
+  }
+  int have_hist = tagc_history_read(hist_dir, &h) == TAGC_OK;
+  if (!have_hist)
+    tagc_clear_error();
+  if (!series_build(&m, have_hist ? &h : NULL, !strcmp(a->x, "time"), &s)) {
     fprintf(stderr, "tagctl plot: out of memory\n");
     rc = 1;
   } else if (s.n == 0) {
@@ -480,8 +689,11 @@ static int plot(const plot_args *a, const char *out) {
   }
   char title[512];
   if (rc == 0) {
-    snprintf(title, sizeof title, "%s: steps %.0f-%.0f, %d failure%s, %d recover%s", out, s.xmin + 1,
-             s.xmax, s.failures, s.failures == 1 ? "" : "s", s.recoveries, s.recoveries == 1 ? "y" : "ies");
+    double first = s.p[0].step, last = s.p[0].step;
+    for (size_t i = 0; i < s.n; i++)
+      first = fmin(first, s.p[i].step), last = fmax(last, s.p[i].step);
+    snprintf(title, sizeof title, "%s: steps %.0f-%.0f, %s", out, first, last, s.counts);
+    layout_labels(&s);
     rc = emit(write_svg, &s, title, a->svg, out, "plot.svg");
   }
   if (rc == 0 && gnuplot)
@@ -490,14 +702,18 @@ static int plot(const plot_args *a, const char *out) {
     fprintf(stderr, "tagctl plot: %s: %zu line%s not a JSON object (skipped)\n", m.path, m.skipped,
             m.skipped == 1 ? " is" : "s are");
   series_free(&s);
+  if (have_hist)
+    tagc_history_free(&h);
   tagctl_metrics_free(&m);
   return rc;
 }
 
 int tagctl_plot(int argc, char **argv) {
-  tagc_opt_program prog = {"tagctl plot", "OUT [--svg FILE] [--png FILE]",
+  tagc_opt_program prog = {"tagctl plot", "OUT [--svg FILE] [--png FILE] [--x step|time]",
                            "Draws train and validation loss and tokens/s against step from "
-                           "OUT/metrics.jsonl, marking failures, recoveries and world-size changes: "
+                           "OUT/metrics.jsonl, marking each failure (by kind), join, leave, interrupt and "
+                           "resume that OUT/history.jsonl records (without it, failures, "
+                           "recoveries and world-size changes seen in the metrics): "
                            "an SVG, and a PNG when gnuplot is installed.",
                            plot_opts, sizeof plot_opts / sizeof plot_opts[0]};
   plot_args args = {0};

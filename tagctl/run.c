@@ -29,6 +29,7 @@
 #include "tagctl/supervise.h"
 #include "tagctl/tagctl.h"
 #include "engine/device.h"
+#include "worker/history.h"
 #include "worker/run.h"
 #include "worker/run_config.h"
 
@@ -584,8 +585,12 @@ int tagctl_run(int argc, char **argv) {
     snprintf(rdzv, sizeof rdzv, "%s/rendezvous-%d", rc.train.out, (int)getpid());
     if (rc.elastic)
       print_where(&rc, &sv);
+    tagc_history_append(rc.train.out, json_pack("{s:s}", "event", "start"));
     code = start_workers(&sv, worker, job, rdzv, &rc, lock_fd) == 0 ? supervise_run(&sv, &rc, local_etcd)
                                                                   : 1;
+    if (interrupted)
+      tagc_history_append(rc.train.out, json_pack("{s:s}", "event", "interrupt"));
+    tagc_history_append(rc.train.out, json_pack("{s:s, s:i}", "event", "end", "status", code));
     tagctl_closing_block(&rc.train, code, interrupted, started, stdout);
   }
   supervise_stop(&sv, SUPERVISE_WORKER, SIGKILL);

@@ -336,12 +336,16 @@ static const tagc_opt status_opts[] = {
 };
 
 static const tagctl_etcd_command status_command = {
-    "tagctl status", "--etcd URL --job J [--json]",
+    "tagctl status", "--etcd URL --job J [--json]   (or: tagctl status OUT [--json])",
     "Says whether a job is done, running, recovering, waiting for its workers or failed, with "
-    "its progress, ETA, last checkpoint, failures and workers.",
+    "its progress, ETA, last checkpoint, failure reports and workers, from etcd. "
+    "`tagctl status OUT` says the same of a local run from its files, also after it ended "
+    "(failures counted once per interruption, as summary.json and tagctl plot do).",
     status_opts, sizeof status_opts / sizeof status_opts[0]};
 
 int tagctl_status(int argc, char **argv) {
+  if (argc > 1 && argv[1][0] != '-') /* tagctl status OUT: from the run's files */
+    return tagctl_status_out(argc, argv);
   tagctl_etcd_args a = {0};
   tagc_etcd *etcd = NULL;
   int code = tagctl_etcd_setup(&status_command, argc, argv, &a, NULL, 0, NULL, &etcd);

@@ -13,6 +13,7 @@
 
 #include "common/exit_codes.h"
 #include "common/timeutil.h"
+#include "worker/history.h"
 #include "worker/run.h"
 
 /* A child that dies within this many seconds of its start counts as a quick death: the next
@@ -25,6 +26,7 @@ void supervise_init(supervise *s, const char *out, int max_restarts) {
   memset(s, 0, sizeof *s);
   s->max_restarts = max_restarts;
   snprintf(s->pids_path, sizeof s->pids_path, "%s/pids", out);
+  snprintf(s->out, sizeof s->out, "%s", out);
 }
 
 /* Rewrites OUT/pids: one "id pid" line per running child (atomically: write, rename). */
@@ -305,6 +307,8 @@ static void on_death(supervise *s, supervise_child *c, int ws) {
     c->restart_at = tagc_now() + delay;
     snprintf(next, sizeof next, "restarting in %.1f s (restart %d of %d)", delay,
              c->restarts + 1, s->max_restarts);
+    tagc_history_append(s->out, json_pack("{s:s, s:s, s:s}", "event", "restart", "who", c->id,
+                                          "why", why));
   }
   fprintf(stderr, "tagctl run: %s (pid %ld) %s%s%s; %s\n", c->name, pid, why,
           *last ? ": " : "", last, next);

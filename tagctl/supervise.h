@@ -71,6 +71,7 @@ typedef struct supervise {
   int n;
   int max_restarts;
   char pids_path[PATH_MAX + 16];       /* OUT/pids */
+  char out[PATH_MAX];                  /* OUT: restarts go to OUT/history.jsonl */
   int verbose;                         /* print every (re)start with its PID */
   /* called before each restart (may be NULL): e.g. to clear what should not outlive the
      process that died */

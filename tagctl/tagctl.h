@@ -15,6 +15,7 @@
 int tagctl_run(int argc, char **argv);    /* tagctl/run.c */
 int tagctl_inject(int argc, char **argv); /* tagctl/inject.c */
 int tagctl_status(int argc, char **argv); /* tagctl/status.c */
+int tagctl_status_out(int argc, char **argv); /* tagctl/status_out.c: tagctl status OUT */
 int tagctl_job(int argc, char **argv);    /* tagctl/job.c */
 int tagctl_export(int argc, char **argv);  /* tagctl/export.c: tagctl ckpt export */
 int tagctl_sample(int argc, char **argv);  /* tagctl/sample.c */

@@ -17,6 +17,7 @@
 #include "cluster/keys.h"
 #include "cluster/member.h"
 #include "worker/failure_kind.h"
+#include "worker/history.h"
 #include "worker/run.h"
 
 /* Pause between two reads of ckpt/committed while --leave-ckpt-wait waits for a save. */
@@ -165,6 +166,23 @@ static void report_failure(void *arg, const tagc_gen_result *res) {
 
 /* ---- the runner's hooks (worker/run.h) over the member ---- */
 
+/* Rank 0 of a generation records it in OUT/history.jsonl: its members and the plan's
+ * failure counts, from which readers tell a failure from a join or a leave. */
+static void record_generation(const tagc_plan *plan) {
+  json_t *members = json_array(), *totals = json_loads(plan->failures_total, 0, NULL);
+  for (int i = 0; members && i < plan->world; i++)
+    json_array_append_new(members, json_string(plan->members[i]));
+  if (!members || !totals) {
+    json_decref(members);
+    json_decref(totals);
+    return;
+  }
+  /* "o" steals both, also when json_pack fails (jansson >= 2.11) */
+  tagc_history_append(S.cfg->out, json_pack("{s:s, s:I, s:i, s:o, s:o}", "event", "generation",
+                                            "gen", (json_int_t)plan->gen, "world", plan->world,
+                                            "members", members, "failures_total", totals));
+}
+
 static int hook_superseded(void *ctx, int64_t gen) { return tagc_member_gen(ctx) > gen; }
 
 static int hook_superseded_now(void *ctx, int64_t gen) {
@@ -250,6 +268,8 @@ static tagc_status supervise(tagc_run *run, tagc_etcd *etcd, tagc_member *m, jso
              : S.cfg->resume  ? "from the in-memory copies or the newest valid checkpoint, if any"
                               : "from the in-memory copies, if any, else at step 0 (--no-resume)",
              plan.reason);
+    if (plan.rank == 0) /* one line per generation: OUT/history.jsonl (worker/history.h) */
+      record_generation(&plan);
     tagc_store *store = NULL;
     tagc_gen_result res;
     failure_report report = {etcd, m, info, &plan};

@@ -13,6 +13,7 @@
 #include "common/log.h"
 #include "common/timeutil.h"
 #include "engine/policy.h"
+#include "worker/history.h"
 
 void tagc_report_init(tagc_report *rp, const tagc_report_config *c) {
   memset(rp, 0, sizeof *rp);
@@ -464,6 +465,13 @@ static tagc_status write_summary(tagc_report *rp, const tagc_report_final *f, co
     json_object_set_new(s, "peak_rss_bytes", json_integer((json_int_t)ru.ru_maxrss * 1024));
   json_object_set_new(s, "disk_fallbacks", json_integer(rec->disk_fallbacks));
   json_object_set(s, "model", f->model);
+  tagc_history hist; /* the whole OUT's failures, joins, interrupts...: OUT/history.jsonl */
+  if (tagc_history_read(cfg->out, &hist) == TAGC_OK) {
+    json_object_set_new(s, "history", tagc_history_counts(&hist));
+    tagc_history_free(&hist);
+  } else {
+    LOG_WARN("train", "summary without history: %s", tagc_last_error());
+  }
   if (f->ckpt)
     json_object_set_new(s, "ckpt", json_pack("{s:I, s:I, s:I, s:f, s:f}", "saves",
                                              (json_int_t)f->ckpt->saves_done, "failed",
