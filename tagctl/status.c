@@ -199,10 +199,12 @@ static void print_checkpoint(const coord_view *v) {
          path);
 }
 
-/* Failures by kind over the job (the plan's failures_total) and rank 0's recoveries. */
+/* Failure reports by kind over the job (the plan's failures_total: every report and lost
+ * lease, so one dead peer counts once per survivor that saw it; `tagctl status OUT` counts
+ * failures once each, from OUT/history.jsonl) and rank 0's recoveries. */
 static void print_failures(const coord_view *v) {
   const json_t *totals = json_object_get(v->plan, "failures_total");
-  printf(LABEL, "failures");
+  printf(LABEL, "reports");
   const char *kind;
   json_t *n;
   int any = 0;

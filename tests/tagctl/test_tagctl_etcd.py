@@ -102,7 +102,7 @@ try:
     check(r.returncode == 0 and r.stderr == "" and lines[:6] == [
         "job         j1", "state       waiting: no generation yet, 2 worker(s) registered",
         "progress    step 42, ETA ?, 0 tokens/s, loss 3.0000, world 0",
-        "checkpoint  -", "failures    none", "generation  -"],
+        "checkpoint  -", "reports     none", "generation  -"],
         "status of a job with keys but no generation yet: status 0, waiting (%s)" % lines[:6])
 
     for w in ("w0", "w1"):
@@ -192,7 +192,7 @@ try:
     put(url, j + "done", json.dumps({"status": "finished", "gen": 3, "step": 100, "by": "w0"}))
     r = run("status", "--etcd", url, "--job", "j2")
     check(r.returncode == 0 and "state       done: finished at step 100 (generation 3, recorded by w0)" in r.stdout
-          and "failures    lease 1" in r.stdout and "worker      w0: rank 0, done, host h, pid 1" in r.stdout
+          and "reports     lease 1" in r.stdout and "worker      w0: rank 0, done, host h, pid 1" in r.stdout
           and "(generation 3, world 2): /ckpt/step-40" in r.stdout,
           "done job: 'done', failures by kind, workers with their ranks, the checkpoint")
     r = run("job", "reset", "--etcd", url, "--job", "j2", "--force")
