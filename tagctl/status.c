@@ -338,7 +338,7 @@ static const tagc_opt status_opts[] = {
 };
 
 static const tagctl_etcd_command status_command = {
-    "tagctl status", "--etcd URL --job J [--json]   (or: tagctl status OUT [--json])",
+    "tagctl status", "--etcd URL --job J [--json] | OUT [--json]",
     "Says whether a job is done, running, recovering, waiting for its workers or failed, with "
     "its progress, ETA, last checkpoint, failure reports and workers, from etcd. "
     "`tagctl status OUT` says the same of a local run from its files, also after it ended "
@@ -372,7 +372,9 @@ int tagctl_status(int argc, char **argv) {
     coord_view_free(&v);
   }
   if (st != TAGC_OK) {
-    fprintf(stderr, "tagctl status: %s\n", tagc_last_error());
+    const char *err = tagc_last_error();
+    fprintf(stderr, "tagctl status: %s%s\n", err,
+            strstr(err, "connect") ? " (a local run that has ended: tagctl status OUT)" : "");
     code = 1;
     goto done;
   }

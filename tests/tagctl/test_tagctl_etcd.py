@@ -159,7 +159,7 @@ try:
     age = clock(line[0], "step 40,") if line else -1
     check(89 <= age <= 90 + since + 2, "status for people: checkpoint age %d s, 90 s plus %.1f s" % (age, since))
     want = {"progress": "step 50/100 (50%), ETA ", "checkpoint": "step 40, ",
-            "failures": "lease 1; recoveries 1", "generation": "3: w0, w1 (w2 left)",
+            "reports": "lease 1; recoveries 1", "generation": "3: w0, w1 (w2 left)",
             "leader": "http://127.0.0.1:9400"}
     for label, start in want.items():
         line = [l[12:] for l in lines if l.startswith(label + " ")]
