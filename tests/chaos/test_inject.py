@@ -82,9 +82,9 @@ try:
                             capture_output=True, text=True)
     check(status.returncode == 0 and all(l in status.stdout for l in
                                          ("\nstate ", "\nprogress    step ", "/%d (" % STEPS, "ETA",
-                                          "\ncheckpoint  step ", "\nfailures ", "\nleader ",
+                                          "\ncheckpoint  step ", "\nreports ", "\nleader ",
                                           "\nworker      w0: rank ")),
-          "tagctl status for people shows state, progress of the total, ETA, checkpoint, failures, "
+          "tagctl status for people shows state, progress of the total, ETA, checkpoint, failure reports, "
           "leader and workers:\n%s" % status.stdout)
     rc = [c.wait(n, 150) for n in ("w0", "w2")]
     check(rc == [0, 0], "the other workers finished (%s)" % rc)
