@@ -1,6 +1,7 @@
 #include "timeutil.h"
 
 #include <errno.h>
+#include <stdio.h>
 #include <time.h>
 
 double tagc_now(void) {
@@ -51,4 +52,13 @@ struct timespec tagc_deadline_in(double seconds) {
   ts.tv_sec += (time_t)seconds + (time_t)(ns / 1000000000);
   ts.tv_nsec = (long)(ns % 1000000000);
   return ts;
+}
+
+void tagc_format_duration(double s, char *buf, size_t cap) {
+  if (s < 60)
+    snprintf(buf, cap, "%.1fs", s);
+  else if (s < 3600)
+    snprintf(buf, cap, "%dm%02ds", (int)s / 60, (int)s % 60);
+  else
+    snprintf(buf, cap, "%dh%02dm", (int)s / 3600, (int)s % 3600 / 60);
 }

@@ -19,6 +19,9 @@ int64_t tagc_now_ns(void);
 /* Wall-clock time in seconds since the epoch (for records humans read). */
 double tagc_wall_time(void);
 
+/* s seconds for people: "12.3s", "4m05s", "2h03m" into buf. */
+void tagc_format_duration(double s, char *buf, size_t cap);
+
 /* Initialises a condition variable whose timed waits use CLOCK_MONOTONIC, so that a jump of
  * the wall clock neither stretches nor cuts a wait. Returns pthread's error number (0 = ok). */
 int tagc_cond_init_monotonic(pthread_cond_t *cv);

@@ -8,17 +8,8 @@
 #include "ckpt/ckpt.h"
 #include "common/json.h"
 #include "common/status.h"
+#include "common/timeutil.h"
 #include "tagctl/tagctl.h"
-
-/* "12.3 s", "4m05s", "2h03m". */
-static void duration(double s, char *buf, size_t cap) {
-  if (s < 60)
-    snprintf(buf, cap, "%.1f s", s);
-  else if (s < 3600)
-    snprintf(buf, cap, "%dm%02ds", (int)s / 60, (int)s % 60);
-  else
-    snprintf(buf, cap, "%dh%02dm", (int)s / 3600, (int)s % 3600 / 60);
-}
 
 /* The newest valid checkpoint under root ("step-N" into buf), or "none". */
 static void newest_ckpt(const char *root, char *buf, size_t cap) {
@@ -62,7 +53,7 @@ void tagctl_closing_block(const tagc_train_config *cfg, int code, int interrupte
   double steps = s ? num_or_nan(s, "steps") : NAN;
   if (s && steps == steps) {
     char wall[32], val[48] = "";
-    duration(num_or_nan(s, "wall_s"), wall, sizeof wall);
+    tagc_format_duration(num_or_nan(s, "wall_s"), wall, sizeof wall);
     double v = num_or_nan(s, "final_val_loss");
     if (v == v)
       snprintf(val, sizeof val, ", val loss %.4f", v);

@@ -156,15 +156,6 @@ int64_t tagc_report_steps_run(const tagc_report *rp) { return rp->tt.steps; }
 
 /* ---------- the progress line and metrics.jsonl ---------- */
 
-static void format_duration(double s, char *buf, size_t cap) {
-  if (s < 60)
-    snprintf(buf, cap, "%.1fs", s);
-  else if (s < 3600)
-    snprintf(buf, cap, "%dm%02ds", (int)s / 60, (int)s % 60);
-  else
-    snprintf(buf, cap, "%dh%02dm", (int)s / 3600, (int)s % 3600 / 60);
-}
-
 /* Seconds to train `left` more steps at the rate since this process's first step (start-up,
  * the first step's warm-up and a recovery's pause before it are not steps); after one step,
  * that step's time. */
@@ -187,8 +178,8 @@ static void print_progress(const tagc_report *rp, int64_t step, double step_s, d
   double elapsed = tagc_now() - rp->t0;
   char el[32], eta[32];
   int64_t done = step + 1, steps = rp->c.cfg->steps;
-  format_duration(elapsed, el, sizeof el);
-  format_duration(eta_s(rp, steps - done, step_s), eta, sizeof eta);
+  tagc_format_duration(elapsed, el, sizeof el);
+  tagc_format_duration(eta_s(rp, steps - done, step_s), eta, sizeof eta);
   char val[32] = "";
   if (!isnan(val_loss))
     snprintf(val, sizeof val, " val %.4f", val_loss);
