@@ -24,34 +24,17 @@ static const tagc_opt out_opts[] = {
 
 /* How the newest tagctl run over OUT ended: "done", "interrupted", "failed (status n)", or
  * "running, or ended without a record" (no "end" after the last "start"). */
-static void last_end(const char *out, char *buf, size_t cap, int *status) {
-  char path[4200];
-  snprintf(path, sizeof path, "%s/history.jsonl", out);
-  snprintf(buf, cap, "no run recorded");
-  *status = -1;
-  FILE *f = fopen(path, "r");
-  char *line = NULL;
-  size_t n = 0;
-  while (f && getline(&line, &n, f) > 0) {
-    json_t *o = json_loads(line, 0, NULL);
-    const char *ev = json_string_value(json_object_get(o, "event"));
-    if (ev && !strcmp(ev, "start")) {
-      snprintf(buf, cap, "running, or ended without a record (tagctl run killed)");
-      *status = -1;
-    } else if (ev && !strcmp(ev, "end")) {
-      *status = (int)json_integer_value(json_object_get(o, "status"));
-      if (*status == 0)
-        snprintf(buf, cap, "done");
-      else if (*status == 130)
-        snprintf(buf, cap, "interrupted");
-      else
-        snprintf(buf, cap, "failed (tagctl run exit status %d)", *status);
-    }
-    json_decref(o);
-  }
-  free(line);
-  if (f)
-    fclose(f);
+static void last_end(const tagc_history *h, char *buf, size_t cap) {
+  if (h->runs == 0)
+    snprintf(buf, cap, "no run recorded");
+  else if (!h->ended)
+    snprintf(buf, cap, "running, or ended without a record (tagctl run killed)");
+  else if (h->end_status == 0)
+    snprintf(buf, cap, "done");
+  else if (h->end_status == 130)
+    snprintf(buf, cap, "interrupted");
+  else
+    snprintf(buf, cap, "failed (tagctl run exit status %lld)", (long long)h->end_status);
 }
 
 static int status_out(const char *out, const out_args *a) {
@@ -87,8 +70,7 @@ static int status_out(const char *out, const out_args *a) {
     json_decref(job);
   }
   tagc_clear_error();
-  int end_status;
-  last_end(out, state, sizeof state, &end_status);
+  last_end(&h, state, sizeof state);
   snprintf(path, sizeof path, "%s/ckpt", out);
   tagc_ckpt_reader *rd;
   if (tagc_ckpt_find_latest_valid(path, TAGC_CKPT_VERIFY_QUICK, &rd) == TAGC_OK) {

@@ -179,6 +179,7 @@ tagc_status tagc_history_read(const char *out, tagc_history *h) {
         st = add(h, &cap, TAGC_HIST_RESUME, t, 0, what);
       }
       b = (baseline){NULL, NULL, 0};
+      h->ended = 0;
     } else if (!strcmp(ev, "interrupt")) {
       st = add(h, &cap, TAGC_HIST_INTERRUPT, t, 0, "interrupted");
     } else if (!strcmp(ev, "restart")) {
@@ -188,7 +189,10 @@ tagc_status tagc_history_read(const char *out, tagc_history *h) {
       st = add(h, &cap, TAGC_HIST_RESTART, t, 0, what);
     } else if (!strcmp(ev, "generation")) {
       st = generation(h, &cap, &b, line, t);
-    } else if (strcmp(ev, "end")) {
+    } else if (!strcmp(ev, "end")) {
+      h->ended = 1;
+      h->end_status = json_integer_value(json_object_get(line, "status"));
+    } else {
       h->skipped++;
     }
   }

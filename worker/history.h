@@ -55,6 +55,8 @@ typedef struct tagc_history {
   int64_t counts[TAGC_HIST_KINDS];
   json_t *failures;             /* {"crash": n, ...}: failures by kind */
   size_t skipped;               /* lines that are not history records */
+  int ended;                    /* the newest run's "end" was recorded ... */
+  int64_t end_status;           /* ... with this tagctl run exit status */
 } tagc_history;
 
 /* Reads OUT/history.jsonl into *h (caller frees with tagc_history_free). A missing file is an
