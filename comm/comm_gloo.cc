@@ -632,6 +632,38 @@ tagc_status connect_mesh(const tagc_comm_config *cfg, MeshContext &ctx, int *pee
 
 } // namespace
 
+// One empty message each way with every peer, within the timeout: a peer that gave up after
+// our connect reached its socket (its listener was still open while it exited) looks
+// connected, and its first collective would be the first to know. This makes such a create
+// fail and name it.
+static tagc_status hello_peers(GlooComm *g, const tagc_comm_config *cfg, int *failed_peer) {
+  uint64_t slot = static_cast<uint64_t>(g->context->nextSlot());
+  int w = cfg->world_size;
+  std::vector<std::unique_ptr<gloo::transport::UnboundBuffer>> out(w), in(w);
+  for (int p = 0; p < w; p++) {
+    if (p == cfg->rank)
+      continue;
+    out[p] = g->context->createUnboundBuffer(nullptr, 0);
+    in[p] = g->context->createUnboundBuffer(nullptr, 0);
+    in[p]->recv(p, slot, 0, 0);
+    out[p]->send(p, slot, 0, 0);
+  }
+  double deadline = tagc_now() + cfg->timeout_s;
+  for (int dir = 0; dir < 2; dir++)
+    for (int p = 0; p < w; p++) {
+      if (p == cfg->rank)
+        continue;
+      int peer = p;
+      tagc_status st = wait_one(g, dir == 0 ? in[p].get() : out[p].get(), dir == 0, &peer,
+                                deadline);
+      if (st != TAGC_OK) {
+        *failed_peer = peer;
+        return with_detail(st, "greeting rank %d after connecting", peer);
+      }
+    }
+  return TAGC_OK;
+}
+
 extern "C" tagc_status comm_gloo_create(const tagc_comm_config *cfg,
                                         const comm_backend_ops **ops, void **impl,
                                         int *failed_peer) {
@@ -644,6 +676,8 @@ extern "C" tagc_status comm_gloo_create(const tagc_comm_config *cfg,
   try {
     g->context = std::make_shared<MeshContext>(cfg->rank, cfg->world_size);
     st = connect_mesh(cfg, *g->context, failed_peer);
+    if (st == TAGC_OK)
+      st = hello_peers(g, cfg, failed_peer);
     if (st == TAGC_OK) {
       g->device = g->context->getDevice();
       uint64_t probe_slot = static_cast<uint64_t>(g->context->nextSlot());
