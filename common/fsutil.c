@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 tagc_status tagc_mkdir_p(const char *path) {
   char buf[4096];
@@ -25,4 +26,27 @@ tagc_status tagc_mkdir_p(const char *path) {
     if (saved == '\0')
       return TAGC_OK;
   }
+}
+
+tagc_status tagc_append_whole(int fd, const char *line, size_t n, const char *what) {
+  off_t before = lseek(fd, 0, SEEK_END);
+  if (before < 0)
+    return tagc_errnof(TAGC_EIO, "%s", what);
+  size_t off = 0;
+  while (off < n) {
+    ssize_t w = write(fd, line + off, n - off);
+    if (w < 0 && errno == EINTR)
+      continue;
+    if (w <= 0) {
+      if (w == 0)
+        errno = ENOSPC;
+      tagc_status st = tagc_errnof(TAGC_EIO, "%s", what);
+      int err = errno;
+      if (off > 0 && ftruncate(fd, before) != 0) /* keep the first error's text */
+        errno = err;
+      return st;
+    }
+    off += (size_t)w;
+  }
+  return TAGC_OK;
 }

@@ -1,8 +1,10 @@
 #include "timeutil.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <time.h>
+#include <unistd.h>
 
 double tagc_now(void) {
   struct timespec ts;
@@ -61,4 +63,16 @@ void tagc_format_duration(double s, char *buf, size_t cap) {
     snprintf(buf, cap, "%dm%02ds", (int)s / 60, (int)s % 60);
   else
     snprintf(buf, cap, "%dh%02dm", (int)s / 3600, (int)s % 3600 / 60);
+}
+
+int tagc_thread_delay_open(void) { return open("/proc/thread-self/schedstat", O_RDONLY | O_CLOEXEC); }
+
+double tagc_thread_delay_s(int fd) {
+  char buf[128];
+  ssize_t n = fd >= 0 ? pread(fd, buf, sizeof buf - 1, 0) : -1;
+  if (n <= 0)
+    return 0;
+  buf[n] = '\0';
+  unsigned long long on_cpu = 0, waiting = 0; /* ns: on a CPU, runnable on a run queue */
+  return sscanf(buf, "%llu %llu", &on_cpu, &waiting) == 2 ? (double)waiting * 1e-9 : 0;
 }

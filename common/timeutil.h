@@ -33,6 +33,14 @@ struct timespec tagc_deadline_in(double seconds);
 /* Sleeps for the given seconds, resuming after signals. */
 void tagc_sleep(double seconds);
 
+/* The run-queue delay of a thread: the seconds it was ready to run but held off a CPU (other
+ * threads on its cores, a CPU quota such as a cgroup's cpu.max), from Linux's
+ * /proc/thread-self/schedstat. tagc_thread_delay_open() opens it for the calling thread
+ * (a descriptor the caller closes; -1 where the kernel has none); tagc_thread_delay_s(fd)
+ * reads the total since the thread started (0 for -1 or a failed read). One pread. */
+int tagc_thread_delay_open(void);
+double tagc_thread_delay_s(int fd);
+
 #ifdef __cplusplus
 }
 #endif

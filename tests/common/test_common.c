@@ -4,6 +4,8 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <fcntl.h>
+#include <signal.h>
+#include <sys/resource.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -244,6 +246,41 @@ static void test_mkdir_p(void) {
   }
 }
 
+/* A write that stops part-way (here at RLIMIT_FSIZE, as at a full disk) leaves the file as it
+ * was before the line: whole lines only. */
+static void test_append_whole(void) {
+  char path[] = "/tmp/tagc-append-XXXXXX";
+  int fd = mkstemp(path);
+  CHECK(fd >= 0);
+  CHECK_OK(tagc_append_whole(fd, "{\"a\":1}\n", 8, path));
+  struct rlimit old, lim = {40, 40};
+  CHECK(getrlimit(RLIMIT_FSIZE, &old) == 0);
+  lim.rlim_max = old.rlim_max;
+  signal(SIGXFSZ, SIG_IGN); /* EFBIG instead of the signal */
+  CHECK(setrlimit(RLIMIT_FSIZE, &lim) == 0);
+  const char *line = "{\"b\":\"a line longer than what is left of the limit\"}\n";
+  CHECK_EQ_INT(tagc_append_whole(fd, line, strlen(line), path), TAGC_EIO);
+  CHECK(strstr(tagc_last_error(), path) == tagc_last_error());
+  CHECK(strstr(tagc_last_error(), "too large") != NULL);
+  CHECK(setrlimit(RLIMIT_FSIZE, &old) == 0);
+  signal(SIGXFSZ, SIG_DFL);
+  struct stat sb;
+  CHECK(fstat(fd, &sb) == 0);
+  CHECK_EQ_INT(sb.st_size, 8); /* cut back to the line before */
+  CHECK_OK(tagc_append_whole(fd, "{\"c\":3}\n", 8, path));
+  char buf[64] = {0};
+  CHECK_EQ_INT(pread(fd, buf, sizeof buf - 1, 0), 16);
+  CHECK_EQ_STR(buf, "{\"a\":1}\n{\"c\":3}\n");
+  int full = open("/dev/full", O_WRONLY);
+  if (full >= 0) { /* the error names the path and says why */
+    CHECK_EQ_INT(tagc_append_whole(full, "x\n", 2, "/dev/full"), TAGC_EIO);
+    CHECK(strstr(tagc_last_error(), "No space left on device") != NULL);
+    close(full);
+  }
+  close(fd);
+  unlink(path);
+}
+
 static tagc_status fail_with(tagc_status st, const char *what) { return tagc_errorf(st, "%s", what); }
 
 static void test_error_idiom(void) {
@@ -272,6 +309,7 @@ int main(void) {
   test_crc32c();
   test_error_idiom();
   test_mkdir_p();
+  test_append_whole();
   test_base64();
   test_base64_capacity();
   test_json();
