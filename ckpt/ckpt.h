@@ -203,7 +203,8 @@ void tagc_ckpt_close(tagc_ckpt_reader *rd);
 /* Arms the checkpoint fault points from a spec "ckpt:<stage>" or "ckpt:<stage>@<rank>"
  * (stages: after-open, mid-write, before-fsync, after-shard, before-manifest, before-rename,
  * before-latest, replacing); the process kills itself with SIGKILL on reaching that stage.
- * The stage abort-snapshot kills nothing: see tagc_ckpt_fault_abort_snapshot(). The spec may
+ * The stage abort-snapshot kills nothing: see tagc_ckpt_fault_abort_snapshot(); nor does full:
+ * while it is armed every shard write fails with ENOSPC, as on a full disk. The spec may
  * be a comma-separated list: items of other subsystems are ignored, the first "ckpt:" item
  * counts. NULL reads the environment variable TAGC_FAULT again; "" disarms. Without a call, TAGC_FAULT is read once on first use.
  * Errors: TAGC_EINVAL for an unknown stage. Call before saving, not concurrently with it. */

@@ -115,11 +115,15 @@ typedef enum ckpt_fault_stage {
   CKPT_FAULT_BEFORE_RENAME,
   CKPT_FAULT_BEFORE_LATEST,
   CKPT_FAULT_REPLACING,      /* a commit replaced step-<s>; the old one is not removed yet */
-  CKPT_FAULT_ABORT_SNAPSHOT  /* not a kill: the caller fails its snapshot (tagc_ckpt_fault_take) */
+  CKPT_FAULT_ABORT_SNAPSHOT, /* not a kill: the caller fails its snapshot (tagc_ckpt_fault_take) */
+  CKPT_FAULT_FULL            /* not a kill: every shard write fails as on a full disk */
 } ckpt_fault_stage;
 
 /* SIGKILLs this process if `stage` is armed (for this rank). One load and compare when off. */
 void ckpt_fault_point(ckpt_fault_stage stage, int rank);
+/* 1 while "ckpt:full[@rank]" is armed for this rank: the shard's payload write then fails
+ * with ENOSPC (the caller sets errno). One compare when off. */
+int ckpt_fault_full(int rank);
 /* Runs the tagc_ckpt_fault_on_shard_named hook, if any. */
 void ckpt_shard_named(int64_t step, int rank);
 

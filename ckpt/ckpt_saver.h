@@ -15,6 +15,7 @@ typedef struct tagc_ckpt_saver tagc_ckpt_saver;
 typedef struct tagc_ckpt_saver_stats {
   int64_t saves_done;          /* saves finished (ok or failed) */
   int64_t saves_failed;
+  int64_t failed_in_a_row;     /* failed saves since the latest good one (0 after a good one) */
   int64_t saves_abandoned;     /* begun, then given up with tagc_ckpt_saver_abandon */
   int64_t backpressure_waits;  /* submits that had to wait for the previous save */
   double last_stall_s;         /* time the latest submit blocked the caller (wait + copy) */

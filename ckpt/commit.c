@@ -199,14 +199,25 @@ done:
   return st;
 }
 
-/* Rank 0, after a failed barrier or commit: the save is abandoned, so its directory goes
- * (a slow rank still writing into it fails, which is what it should do then). */
+/* Rank 0, after a failed write, barrier or commit: the save is abandoned, so its directory
+ * goes (a slow rank still writing into it fails, which is what it should do then), and so do
+ * those of earlier failed saves that a slower rank made again after their removal (while
+ * saves keep failing, no commit's retention sweeps them). */
 static void remove_failed_save(const char *dir, int64_t step) {
   tagc_error_saved saved;
   tagc_error_save(&saved);
   char tmpdir[CKPT_PATH_MAX];
   if (tagc_ckpt_step_path(dir, step, 1, tmpdir, sizeof tmpdir) == TAGC_OK && ckpt_remove_dir(tmpdir) != TAGC_OK)
     LOG_WARN("ckpt", "removing the failed save: %s", tagc_last_error());
+  int64_t *tmps = NULL;
+  int n = 0;
+  if (ckpt_list_steps(dir, CKPT_SUFFIX_TMP, &tmps, &n) == TAGC_OK) {
+    for (int i = 0; i < n; i++)
+      if (tmps[i] < step && tagc_ckpt_step_path(dir, tmps[i], 1, tmpdir, sizeof tmpdir) == TAGC_OK &&
+          ckpt_remove_dir(tmpdir) != TAGC_OK)
+        LOG_WARN("ckpt", "removing an earlier failed save: %s", tagc_last_error());
+  }
+  free(tmps);
   tagc_error_restore(&saved);
 }
 
@@ -215,8 +226,10 @@ tagc_status tagc_ckpt_save(const tagc_ckpt_writer_config *cfg, int64_t step,
                            tagc_ckpt_committed *out) {
   if (!cfg || !cfg->dir || (cfg->world_size > 1 && !cfg->barrier))
     return tagc_errorf(TAGC_EINVAL, "checkpoint save: a directory and (for more than one rank) a barrier are required");
-  TAGC_CHECK(tagc_ckpt_write_shard(cfg->dir, step, cfg->rank, cfg->world_size, &cfg->layout, cfg->ranges, data));
-  tagc_status st = cfg->barrier ? cfg->barrier(cfg->barrier_arg, step) : TAGC_OK;
+  tagc_status st = tagc_ckpt_write_shard(cfg->dir, step, cfg->rank, cfg->world_size, &cfg->layout,
+                                         cfg->ranges, data);
+  if (st == TAGC_OK && cfg->barrier)
+    st = cfg->barrier(cfg->barrier_arg, step);
   if (cfg->rank != 0)
     return st;
   tagc_ckpt_committed local;

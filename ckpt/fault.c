@@ -1,5 +1,6 @@
 /* Checkpoint fault points: TAGC_FAULT=ckpt:<stage>[@<rank>] kills the process at that stage;
- * ckpt:abort-snapshot is the one the caller acts on (tagc_ckpt_fault_abort_snapshot). */
+ * ckpt:abort-snapshot is the one the caller acts on (tagc_ckpt_fault_abort_snapshot), and
+ * ckpt:full makes every shard write fail as on a full disk (ckpt_fault_full). */
 #include <pthread.h>
 #include <signal.h>
 #include <stdlib.h>
@@ -14,7 +15,7 @@ static const char *const stage_names[] = {
     [CKPT_FAULT_BEFORE_FSYNC] = "before-fsync",     [CKPT_FAULT_AFTER_SHARD] = "after-shard",
     [CKPT_FAULT_BEFORE_MANIFEST] = "before-manifest", [CKPT_FAULT_BEFORE_RENAME] = "before-rename",
     [CKPT_FAULT_BEFORE_LATEST] = "before-latest",   [CKPT_FAULT_REPLACING] = "replacing",
-    [CKPT_FAULT_ABORT_SNAPSHOT] = "abort-snapshot",
+    [CKPT_FAULT_ABORT_SNAPSHOT] = "abort-snapshot", [CKPT_FAULT_FULL] = "full",
 };
 
 static ckpt_fault_stage armed_stage;
@@ -37,7 +38,7 @@ static tagc_status parse_item(const char *item, size_t len) {
       return tagc_errorf(TAGC_EINVAL, "fault spec '%.*s': rank after '@' must be a number", (int)len, item);
     rank = (int)r;
   }
-  for (int s = CKPT_FAULT_AFTER_OPEN; s <= CKPT_FAULT_ABORT_SNAPSHOT; s++) {
+  for (int s = CKPT_FAULT_AFTER_OPEN; s <= CKPT_FAULT_FULL; s++) {
     if (strlen(stage_names[s]) == name_len && strncmp(name, stage_names[s], name_len) == 0) {
       armed_stage = (ckpt_fault_stage)s;
       armed_rank = rank;
@@ -90,6 +91,11 @@ int tagc_ckpt_fault_abort_snapshot(int rank) {
   LOG_WARN("ckpt", "fault point ckpt:abort-snapshot reached on rank %d: failing the snapshot", rank);
   armed_stage = CKPT_FAULT_NONE;
   return 1;
+}
+
+int ckpt_fault_full(int rank) {
+  pthread_once(&env_once, read_env_once);
+  return armed_stage == CKPT_FAULT_FULL && (armed_rank < 0 || armed_rank == rank);
 }
 
 static tagc_ckpt_shard_named_fn shard_named_fn;

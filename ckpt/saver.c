@@ -66,13 +66,20 @@ static void *saver_main(void *arg) {
     char detail[sizeof sv->stats.last_error] = "";
     if (st != TAGC_OK) {
       snprintf(detail, sizeof detail, "%s", tagc_last_error());
-      LOG_ERROR("ckpt", "checkpoint of step %lld failed on rank %d: %s", (long long)step, sv->cfg.rank, detail);
+      /* rank 0's line is the save's (its commit fails with any rank's part); the others'
+         own detail is for --log ckpt=debug, so that a full disk says it once, not W times */
+      if (sv->cfg.rank == 0)
+        LOG_ERROR("ckpt", "checkpoint of step %lld failed: %s", (long long)step, detail);
+      else
+        LOG_DEBUG("ckpt", "checkpoint of step %lld failed on rank %d: %s", (long long)step,
+                  sv->cfg.rank, detail);
     }
     meta_free(&sv->meta);
 
     pthread_mutex_lock(&sv->mu);
     sv->stats.saves_done++;
     sv->stats.saves_failed += st != TAGC_OK;
+    sv->stats.failed_in_a_row = st != TAGC_OK ? sv->stats.failed_in_a_row + 1 : 0;
     sv->stats.last_write_s = tagc_now() - t0;
     sv->stats.last_step = step;
     sv->stats.last_status = st;

@@ -184,6 +184,10 @@ static tagc_status write_payload(int fd, const char *name, const tagc_ckpt_layou
                                  uint64_t data_bytes, int rank, uint32_t *crc) {
   uint64_t written = 0, half = data_bytes / 2;
   int fired = 0;
+  if (ckpt_fault_full(rank)) {
+    errno = ENOSPC;
+    return tagc_errnof(TAGC_EIO, "write %s (fault ckpt:full)", name);
+  }
   for (int u = 0; u < layout->n_units; u++) {
     size_t bytes = (size_t)tagc_ckpt_range_count(ranges[u], layout->unit_numel[u]) * sizeof(float);
     for (int s = 0; s < layout->n_streams && bytes > 0; s++) {

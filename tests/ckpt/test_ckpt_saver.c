@@ -3,6 +3,7 @@
  * their background threads, a failing barrier is reported (with its detail, on the caller's
  * thread) without a commit, an abandoned save writes nothing, and a rank whose shard is
  * committed (its directory renamed) right after it got its final name still succeeds. */
+#include <dirent.h>
 #include <sys/stat.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -308,6 +309,92 @@ static void test_commit_while_naming(void) {
   free(dir);
 }
 
+/* Entries of dir whose name ends in suffix. */
+static int count_ending(const char *dir, const char *suffix) {
+  DIR *d = opendir(dir);
+  int n = 0;
+  struct dirent *e;
+  while (d && (e = readdir(d)) != NULL) {
+    size_t l = strlen(e->d_name), k = strlen(suffix);
+    n += l > k && strcmp(e->d_name + l - k, suffix) == 0;
+  }
+  if (d)
+    closedir(d);
+  return n;
+}
+
+/* A full disk (fault ckpt:full): every save fails with ENOSPC and leaves no step-N.tmp, the
+ * newest valid checkpoint stays (LATEST and retention keep it), and once there is room again
+ * the next save commits and retention goes on. */
+static void test_full_disk(void) {
+  char *dir = fx_tempdir("saver-full");
+  tagc_ckpt_range ranges[FX_UNITS];
+  fx_ranges(1, 0, ranges);
+  tagc_ckpt_writer_config cfg = {.dir = dir, .rank = 0, .world_size = 1, .layout = fx_layout,
+                                 .ranges = ranges, .keep_last = 1};
+  tagc_ckpt_saver *sv;
+  CHECK_OK(tagc_ckpt_saver_create(&cfg, &sv));
+  if (!sv)
+    return;
+  float *data[FX_UNITS * FX_STREAMS];
+  fx_shard_alloc(1, 0, 7, data);
+  CHECK_OK(tagc_ckpt_saver_submit(sv, 1, (const float *const *)data, NULL));
+  CHECK_OK(tagc_ckpt_saver_wait(sv));
+  CHECK_OK(tagc_ckpt_fault_configure("ckpt:full"));
+  for (int64_t step = 2; step <= 4; step++) {
+    CHECK_OK(tagc_ckpt_saver_submit(sv, step, (const float *const *)data, NULL));
+    CHECK_EQ_INT(tagc_ckpt_saver_wait(sv), TAGC_EIO);
+    CHECK_MSG(strstr(tagc_last_error(), "No space left on device") != NULL, "detail: '%s'",
+              tagc_last_error());
+    CHECK_EQ_INT(count_ending(dir, ".tmp"), 0);
+  }
+  tagc_ckpt_saver_stats stats;
+  tagc_ckpt_saver_stats_get(sv, &stats);
+  CHECK_EQ_INT(stats.saves_failed, 3);
+  CHECK_EQ_INT(stats.last_committed.step, 1);
+  tagc_ckpt_reader *rd = NULL;
+  CHECK_OK(tagc_ckpt_find_latest_valid(dir, TAGC_CKPT_VERIFY_FULL, &rd));
+  CHECK_EQ_INT(rd ? tagc_ckpt_reader_step(rd) : -1, 1);
+  tagc_ckpt_close(rd);
+  CHECK_OK(tagc_ckpt_retain(dir, 1, 0, NULL)); /* retention while saves fail keeps it */
+  check_step(dir, 1, 7);
+
+  /* two ranks, only rank 0's disk full: rank 1's shard is written, rank 0's write fails,
+     and the save's directory goes, with an earlier one a slow rank left */
+  CHECK_OK(tagc_ckpt_fault_configure("ckpt:full@0"));
+  char old[4200];
+  snprintf(old, sizeof old, "%s/step-8.tmp", dir);
+  CHECK(mkdir(old, 0755) == 0);
+  fx_shard_free(data);
+  tagc_ckpt_range r2[FX_UNITS];
+  fx_ranges(2, 1, r2);
+  fx_shard_alloc(2, 1, 7, data);
+  CHECK_OK(tagc_ckpt_write_shard(dir, 9, 1, 2, &fx_layout, r2, (const float *const *)data));
+  CHECK_EQ_INT(count_ending(dir, ".tmp"), 2);
+  fx_shard_free(data);
+  fx_ranges(2, 0, r2);
+  fx_shard_alloc(2, 0, 7, data);
+  tagc_ckpt_writer_config c2 = {.dir = dir, .rank = 0, .world_size = 2, .layout = fx_layout,
+                                .ranges = r2, .barrier = failing_barrier, .keep_last = 1};
+  CHECK_EQ_INT(tagc_ckpt_save(&c2, 9, (const float *const *)data, NULL, NULL), TAGC_EIO);
+  CHECK_EQ_INT(count_ending(dir, ".tmp"), 0);
+  fx_shard_free(data);
+
+  CHECK_OK(tagc_ckpt_fault_configure(""));
+  fx_shard_alloc(1, 0, 8, data);
+  CHECK_OK(tagc_ckpt_saver_submit(sv, 5, (const float *const *)data, NULL));
+  CHECK_OK(tagc_ckpt_saver_wait(sv));
+  tagc_ckpt_saver_destroy(sv);
+  check_step(dir, 5, 8);
+  char path[4200];
+  snprintf(path, sizeof path, "%s/step-1", dir);
+  struct stat sb;
+  CHECK_MSG(stat(path, &sb) != 0, "retention kept step-1 after step-5 committed");
+  fx_shard_free(data);
+  fx_rmtree(dir);
+  free(dir);
+}
+
 int main(void) {
   tagc_log_configure("error", TAGC_LOG_TEXT);
   test_abandon();
@@ -315,5 +402,6 @@ int main(void) {
   test_failed_barrier();
   test_two_ranks();
   test_commit_while_naming();
+  test_full_disk();
   return TEST_END();
 }
