@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "common/log.h"
 #include "common/timeutil.h"
@@ -86,7 +87,7 @@ static tagc_status build_segments(tagc_engine *e) {
                                  e->gather_adaptive ? TAGC_ENC_DENSE : TAGC_ENC_BIT(e->gather),
                                  max_unit_S, max_unit_chunks};
   TAGC_CHECK(tagc_gather_codec_new(&gc, &e->gathers));
-  TAGC_CHECK(tagc_step_scalars_init(&e->scalars, e->n_segs));
+  TAGC_CHECK(tagc_step_scalars_init(&e->scalars, e->n_segs, e->world));
   size_t n_scalars = tagc_step_scalars_count(&e->scalars);
   e->xfer_bytes = n_scalars * ((size_t)e->world + 1) * sizeof(double);
   TAGC_CHECK(tagc_device_alloc(e->dev, e->xfer_bytes, &e->xfer));
@@ -264,6 +265,7 @@ tagc_status tagc_engine_new(const tagc_engine_config *cfg, tagc_engine **out) {
   e->L = cfg->layout;
   e->op_delay_s = cfg->op_delay_s;
   e->nan_step = -1;
+  e->delay_fd = tagc_thread_delay_open(); /* the calling thread is the compute thread */
   e->rank = cfg->comm ? tagc_comm_rank(cfg->comm) : 0;
   e->world = cfg->comm ? tagc_comm_world_size(cfg->comm) : 1;
   tagc_status st;
@@ -323,6 +325,8 @@ void tagc_engine_free(tagc_engine *e) {
   if (!e)
     return;
   engine_comm_stop(e);
+  if (e->delay_fd >= 0)
+    close(e->delay_fd);
   tagc_device *d = e->dev;
   if (d) {
     for (int i = 0; e->segs && i < e->n_segs; i++) {
@@ -535,9 +539,11 @@ tagc_status tagc_engine_step(tagc_engine *e, const tagc_corpus *corpus, int64_t 
   tagc_comm_stats c0 = {0};
   if (e->cfg.comm)
     tagc_comm_stats_get(e->cfg.comm, &c0);
-  e->exposed_s = 0;
+  e->exposed_s = e->held_in_wait_s = 0;
+  double optimizer_s = e->optimizer_s; /* the previous step's, reported with this one */
+  e->optimizer_s = 0;
   pthread_mutex_lock(&e->mu);
-  e->comm_s = 0;
+  e->comm_s = e->comm_held_s = 0;
   pthread_mutex_unlock(&e->mu);
 
   reset_slots(e);
@@ -589,11 +595,26 @@ tagc_status tagc_engine_step(tagc_engine *e, const tagc_corpus *corpus, int64_t 
   e->save_due = 0;
   x->copy_due = e->copy_due;
   e->copy_due = 0;
+  x->stop_due = e->stop_due;
   x->cannot_hold = e->reshard_adaptive && e->slot_cap < e->L->n_units;
+  /* the passes and the previous step's optimizer, less the waits on the comm thread (and so
+     on the peers), plus the time either thread was ready to run but held off a CPU (a CPU
+     quota throttles the comm thread's collectives as much as the compute): what a slow rank
+     has more of than the others */
+  pthread_mutex_lock(&e->mu);
+  double comm_held = e->comm_held_s;
+  pthread_mutex_unlock(&e->mu);
+  x->clock_s = tagc_now();
+  x->compute_s = x->clock_s - t0 - e->exposed_s + e->held_in_wait_s + comm_held + optimizer_s;
+  x->compute_ranks[0] = x->compute_s; /* world 1: no exchange */
   stats->reshard = e->reshard;
   TAGC_CHECK(reduce_scalars(e));
+  stats->compute_s = e->world > 1 ? x->compute_ranks[e->rank] : x->compute_s;
+  stats->compute_ranks = x->compute_ranks;
+  stats->clock_s = x->clock_s;
   stats->save_due = x->save_due > 0;
   stats->copy_due = x->copy_due > 0;
+  stats->stop_due = x->stop_due > 0;
   engine_choose_reshard(e, step, x->cannot_hold);
   stats->loss = x->loss / ((double)e->cfg.batch * T);
   stats->grad_norm = sqrt(x->sumsq);
@@ -618,6 +639,7 @@ tagc_status tagc_engine_step(tagc_engine *e, const tagc_corpus *corpus, int64_t 
   engine_update_density(e, stats);
   if (e->n_adaptive && e->world > 1)
     TAGC_CHECK(engine_choose_wires(e, step, x->link_rate));
+  double t_opt = tagc_now();
   float clip = 1.0f;
   if (e->cfg.adam.grad_clip > 0 && stats->grad_norm > e->cfg.adam.grad_clip)
     clip = (float)(e->cfg.adam.grad_clip / stats->grad_norm);
@@ -628,6 +650,7 @@ tagc_status tagc_engine_step(tagc_engine *e, const tagc_corpus *corpus, int64_t 
                                  &e->cfg.adam, step + 1, (float)stats->lr, clip));
   }
   TAGC_CHECK(tagc_device_sync(e->dev, TAGC_LANE_COMPUTE)); /* the next gathers read the shards */
+  e->optimizer_s = tagc_now() - t_opt;
   finish_stats(e, stats, &c0, t0);
   return TAGC_OK;
 }
@@ -664,6 +687,8 @@ void tagc_engine_set_op_delay(tagc_engine *e, double seconds) { e->op_delay_s = 
 void tagc_engine_request_save(tagc_engine *e, int due) { e->save_due = due != 0; }
 
 void tagc_engine_request_copy(tagc_engine *e, int due) { e->copy_due = due != 0; }
+
+void tagc_engine_request_stop(tagc_engine *e, int due) { e->stop_due = due != 0; }
 
 void tagc_engine_inject_nan(tagc_engine *e, int64_t step) { e->nan_step = step; }
 

@@ -121,6 +121,15 @@ typedef struct tagc_step_stats {
   uint64_t mirror_bytes;
   int save_due;           /* some rank asked for a save at this step (tagc_engine_request_save) */
   int copy_due;           /* some rank asked for an in-memory copy (tagc_engine_request_copy) */
+  int stop_due;           /* some rank asked that the job stop after it (tagc_engine_request_stop) */
+  /* timing of the ranks (from the step's scalar exchange; nothing of the math reads them) */
+  double compute_s;       /* this rank's compute seconds: forward, backward, the codec's work
+                             on the compute thread and the previous step's optimizer, without
+                             the waits on communication (and so on slower peers) */
+  const double *compute_ranks; /* [world]: every rank's compute_s (borrowed from the engine,
+                             valid until its next step) */
+  double clock_s;         /* the largest of the ranks' monotonic clocks at the exchange: the
+                             same on every rank */
 } tagc_step_stats;
 
 /* Creates the engine: layout of segments, shards, buffers, and the parameters initialised
@@ -163,6 +172,10 @@ void tagc_engine_request_save(tagc_engine *e, int due);
 /* The same for an in-memory copy after the next step (tagc_step_stats.copy_due): a rank that
  * is leaving asks for one, so that its state of that step is with its buddy. */
 void tagc_engine_request_copy(tagc_engine *e, int due);
+
+/* The same for stopping after the next step (tagc_step_stats.stop_due): every member of the
+ * job is leaving, so all ranks end at one step boundary (worker/run.c, suspend). */
+void tagc_engine_request_stop(tagc_engine *e, int due);
 
 /* Changes the injected delay before each collective task (fault "slow"); any thread. */
 void tagc_engine_set_op_delay(tagc_engine *e, double seconds);

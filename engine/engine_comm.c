@@ -3,6 +3,7 @@
  * inline on the compute lane. */
 #include <omp.h>
 #include <pthread.h>
+#include <unistd.h>
 
 #include "common/log.h"
 #include "common/timeutil.h"
@@ -55,6 +56,7 @@ static void *comm_thread(void *arg) {
    * cores), and those spinning teams took the cores from the compute thread: bf16 gathers and
    * tagc were 2.5-3x slower per step than fp32 on a fast link with 2 cores. */
   omp_set_num_threads(1);
+  int delay_fd = tagc_thread_delay_open();
   pthread_mutex_lock(&e->mu);
   for (;;) {
     while (!e->stop && e->completed == e->submitted)
@@ -64,22 +66,25 @@ static void *comm_thread(void *arg) {
     engine_task t = e->queue[e->completed % ENGINE_QUEUE];
     tagc_status failed = e->failure;
     pthread_mutex_unlock(&e->mu);
-    double t0 = tagc_now();
+    double t0 = tagc_now(), held0 = tagc_thread_delay_s(delay_fd);
     if (e->op_delay_s > 0)
       tagc_sleep(e->op_delay_s);
     tagc_status st = failed != TAGC_OK ? failed : run_task(e, &t);
     if (st != TAGC_OK && failed == TAGC_OK)
       LOG_WARN("engine", "%s of unit %d failed: %s", t.kind == TASK_GATHER ? "all-gather" : "reduce-scatter",
                t.unit, tagc_last_error());
-    double dt = tagc_now() - t0;
+    double dt = tagc_now() - t0, held = tagc_thread_delay_s(delay_fd) - held0;
     pthread_mutex_lock(&e->mu);
     if (st != TAGC_OK && e->failure == TAGC_OK)
       e->failure = st;
     e->comm_s += dt;
+    e->comm_held_s += held;
     e->completed++;
     pthread_cond_broadcast(&e->cv);
   }
   pthread_mutex_unlock(&e->mu);
+  if (delay_fd >= 0)
+    close(delay_fd);
   return NULL;
 }
 
@@ -107,13 +112,14 @@ int64_t engine_submit(tagc_engine *e, engine_task_kind kind, int unit, int slot)
 tagc_status engine_wait_task(tagc_engine *e, int64_t id) {
   if (!e->thread_started)
     return e->failure;
-  double t0 = tagc_now();
+  double t0 = tagc_now(), held0 = tagc_thread_delay_s(e->delay_fd);
   pthread_mutex_lock(&e->mu);
   while (e->completed <= id)
     pthread_cond_wait(&e->cv, &e->mu);
   tagc_status st = e->failure;
   pthread_mutex_unlock(&e->mu);
   e->exposed_s += tagc_now() - t0;
+  e->held_in_wait_s += tagc_thread_delay_s(e->delay_fd) - held0;
   if (st != TAGC_OK)
     return tagc_errorf(st, "collective failed: %s", tagc_strerror(st));
   return TAGC_OK;

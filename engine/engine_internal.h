@@ -68,6 +68,7 @@ struct tagc_engine {
   int auto_decided;    /* `auto` made its first decision with a known link rate */
   int save_due;        /* tagc_engine_request_save for the next step */
   int copy_due;        /* tagc_engine_request_copy for the next step */
+  int stop_due;        /* tagc_engine_request_stop, until the step that carries it */
   int canonical;       /* the residuals are canonical (a snapshot or a load since the last
                           applied step): each rank's only non-zero row is its own (mirror.h) */
   float **slot_buf;
@@ -99,6 +100,10 @@ struct tagc_engine {
   tagc_status failure; /* first failure of a task; later tasks are skipped */
   double comm_s;       /* comm thread busy time (guarded by mu) */
   double exposed_s;    /* compute thread waiting time */
+  double optimizer_s;  /* the last applied step's AdamW seconds (in the next step's compute_s) */
+  int delay_fd;        /* the compute thread's run-queue delay (tagc_thread_delay_open), or -1 */
+  double held_in_wait_s; /* of exposed_s: the compute thread ready to run but held off a CPU */
+  double comm_held_s;  /* the comm thread's run-queue delay in this step's tasks (guarded by mu) */
   int64_t step_now;
   int64_t train_passes; /* micro-batch passes per step, the same on every rank (0: not yet agreed) */
   _Atomic double op_delay_s; /* fault "slow" */

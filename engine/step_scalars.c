@@ -6,7 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-typedef enum { OP_SUM, OP_MAX, OP_MIN } scalar_op;
+/* OP_EACH: the maximum, and each rank's value in compute_ranks */
+typedef enum { OP_SUM, OP_MAX, OP_MIN, OP_EACH } scalar_op;
 
 /* The fields in wire order: a double of the struct, or (per_segment) an array of n_segs. */
 static const struct field {
@@ -28,6 +29,9 @@ static const struct field {
     {offsetof(tagc_step_scalars, codec_s), 1, OP_MAX},
     {offsetof(tagc_step_scalars, save_due), 0, OP_SUM},
     {offsetof(tagc_step_scalars, copy_due), 0, OP_SUM},
+    {offsetof(tagc_step_scalars, stop_due), 0, OP_SUM},
+    {offsetof(tagc_step_scalars, compute_s), 0, OP_EACH},
+    {offsetof(tagc_step_scalars, clock_s), 0, OP_MAX},
 };
 #define N_FIELDS (sizeof fields / sizeof fields[0])
 
@@ -38,14 +42,16 @@ static double *field_values(tagc_step_scalars *x, const struct field *f, size_t 
   return f->per_segment ? *(double **)base : (double *)base;
 }
 
-tagc_status tagc_step_scalars_init(tagc_step_scalars *x, int n_segs) {
+tagc_status tagc_step_scalars_init(tagc_step_scalars *x, int n_segs, int world) {
   memset(x, 0, sizeof *x);
   x->n_segs = n_segs;
+  x->world = world;
   size_t n = n_segs > 0 ? (size_t)n_segs : 1;
   x->global_bits = calloc(n, sizeof(double));
   x->lane_density = calloc(n, sizeof(double));
   x->codec_s = calloc(n, sizeof(double));
-  if (!x->global_bits || !x->lane_density || !x->codec_s) {
+  x->compute_ranks = calloc(world > 0 ? (size_t)world : 1, sizeof(double));
+  if (!x->global_bits || !x->lane_density || !x->codec_s || !x->compute_ranks) {
     tagc_step_scalars_free(x);
     return tagc_errorf(TAGC_ENOMEM, "per-step scalars of %d segments", n_segs);
   }
@@ -56,7 +62,8 @@ void tagc_step_scalars_free(tagc_step_scalars *x) {
   free(x->global_bits);
   free(x->lane_density);
   free(x->codec_s);
-  x->global_bits = x->lane_density = x->codec_s = NULL;
+  free(x->compute_ranks);
+  x->global_bits = x->lane_density = x->codec_s = x->compute_ranks = NULL;
 }
 
 void tagc_step_scalars_clear(tagc_step_scalars *x) {
@@ -65,6 +72,7 @@ void tagc_step_scalars_clear(tagc_step_scalars *x) {
     double *v = field_values(x, &fields[f], &n);
     memset(v, 0, n * sizeof(double));
   }
+  memset(x->compute_ranks, 0, (size_t)(x->world > 0 ? x->world : 1) * sizeof(double));
 }
 
 size_t tagc_step_scalars_count(const tagc_step_scalars *x) {
@@ -89,10 +97,13 @@ void tagc_step_scalars_reduce(tagc_step_scalars *x, const double *all, int world
     size_t n;
     double *v = field_values(x, &fields[f], &n);
     for (size_t i = 0; i < n; i++, k++) {
-      double acc = fields[f].op == OP_SUM ? 0 : all[k];
+      scalar_op op = fields[f].op;
+      double acc = op == OP_SUM ? 0 : all[k];
       for (int r = 0; r < world; r++) {
         double y = all[(size_t)r * count + k];
-        acc = fields[f].op == OP_SUM ? acc + y : fields[f].op == OP_MAX ? fmax(acc, y) : fmin(acc, y);
+        if (op == OP_EACH && r < x->world)
+          x->compute_ranks[r] = y;
+        acc = op == OP_SUM ? acc + y : op == OP_MIN ? fmin(acc, y) : fmax(acc, y);
       }
       v[i] = acc;
     }
