@@ -182,7 +182,7 @@ tagc_status tagc_key_suffix(const char *key, const char *prefix, const char **su
 static const char *const failure_kinds[TAGC_FAIL_KINDS] = {
     [TAGC_FAIL_CRASH] = "crash",     [TAGC_FAIL_HANG] = "hang", [TAGC_FAIL_PARTITION] = "partition",
     [TAGC_FAIL_COMM] = "comm",       [TAGC_FAIL_OOM] = "oom",   [TAGC_FAIL_INJECTED] = "injected",
-    [TAGC_FAIL_TIMEOUT] = "timeout", [TAGC_FAIL_LEASE] = "lease"};
+    [TAGC_FAIL_TIMEOUT] = "timeout", [TAGC_FAIL_LEASE] = "lease", [TAGC_FAIL_STRAGGLER] = "straggler"};
 
 const char *tagc_failure_kind_name(tagc_failure_kind k) {
   return k >= 0 && k < TAGC_FAIL_KINDS ? failure_kinds[k] : "unknown";

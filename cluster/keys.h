@@ -92,6 +92,8 @@ typedef enum tagc_failure_kind {
   TAGC_FAIL_TIMEOUT,      /* "timeout": written by older workers (now hang or crash) */
   TAGC_FAIL_LEASE,        /* "lease": counted by the coordinator for a member whose lease
                              expired; no worker reports it */
+  TAGC_FAIL_STRAGGLER,    /* "straggler": a rank persistently slower than the others, reported
+                             under --exclude-straggler (worker/straggler.h) */
   TAGC_FAIL_KINDS
 } tagc_failure_kind;
 

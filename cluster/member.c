@@ -329,6 +329,20 @@ static void note_previous(tagc_member *m) {
   m->previous[m->n_previous++] = reg;
 }
 
+/* Whether reg is this member's registration or one that it continues after a lost lease
+ * (the leader keeps an exclusion across such a re-registration, so this worker must ask back
+ * in, as after any exclusion). */
+static int continues_registration(tagc_member *m, int64_t reg) {
+  if (reg == atomic_load(&m->registration))
+    return 1;
+  pthread_mutex_lock(&m->reg_lock);
+  int found = 0;
+  for (int i = 0; i < m->n_previous && !found; i++)
+    found = m->previous[i] == reg;
+  pthread_mutex_unlock(&m->reg_lock);
+  return found;
+}
+
 /* The supervisor: after a lost lease, registers again (retrying every TTL/4) until it works.
  * The new registration names the lost ones ("previous"): the leader keeps this worker in its
  * generation rather than seeing a new member (docs/etcd-schema.md, lease-loss grace). */
@@ -512,12 +526,14 @@ tagc_status tagc_member_wait_plan(tagc_member *m, int64_t after_gen, double time
   /* A restarted worker with the id of a member it replaces: that generation is not its own
      (its peers wait for the process that died); the leader plans one with the new registration. */
   int64_t mine = atomic_load(&m->registration);
-  if (out->rank >= 0 && out->registration && mine && out->registration != mine) {
+  if (out->rank >= 0 && out->registration && mine &&
+      !continues_registration(m, out->registration)) {
     LOG_INFO("member", "generation %" PRId64 " lists %s under registration %" PRId64 ", not ours (%"
              PRId64 "): waiting for the next", gen, m->id, out->registration, mine);
     out->rank = -1;
   }
-  if (out->excluded && out->excluded_registration && mine && out->excluded_registration != mine)
+  if (out->excluded && out->excluded_registration && mine &&
+      !continues_registration(m, out->excluded_registration))
     out->excluded = 0; /* the exclusion was of a predecessor with our id: nothing to rejoin */
   return TAGC_OK;
 }
@@ -540,13 +556,9 @@ tagc_status tagc_member_announce_leave(tagc_member *m, const char *reason) {
   m->leaving = 1;
   pthread_cond_broadcast(&m->changed);
   pthread_mutex_unlock(&m->lock);
-  char key[TAGC_KEY_MAX];
-  TAGC_CHECK(tagc_key_leaving(m->job, m->id, key, sizeof key));
-  int64_t registration = atomic_load(&m->registration);
   LOG_INFO("member", "%s leaves the job (%s)", m->id, reason ? reason : "");
-  json_t *rec = json_pack("{s:I, s:s, s:f}", "registration", (json_int_t)registration, "reason",
-                          reason ? reason : "", "time", tagc_wall_time());
-  return member_put_json(m, key, rec, 0);
+  tagc_leave_record rec = {.registration = atomic_load(&m->registration), .reason = reason};
+  return tagc_member_put_leaving(m->c, m->job, m->id, &rec);
 }
 
 void tagc_member_withdraw(tagc_member *m) {

@@ -134,10 +134,38 @@ tagc_status tagc_member_wait_plan(tagc_member *m, int64_t after_gen, double time
  * errors of tagc_etcd_put (the flags are set even then). */
 tagc_status tagc_member_announce_leave(tagc_member *m, const char *reason);
 
+/* A leaving/<id> record (docs/etcd-schema.md): the registration it speaks for, why, and for a
+ * process that died (its supervisor saw it: tagctl run) its uptime. */
+typedef struct tagc_leave_record {
+  int64_t registration;  /* create revision of workers/<id> */
+  const char *reason;    /* human text, may be NULL */
+  int died;              /* 1: the process is dead ("died": true, "uptime") */
+  double uptime_s;       /* died: seconds from the process's start to its death */
+} tagc_leave_record;
+
+/* Writes leaving/<id> of job = {"registration","reason","time"} (plus "died" and "uptime"
+ * when rec->died), without a lease, so that it outlives the registration it names. What
+ * tagc_member_announce_leave writes, for a caller without a member (a supervisor reporting
+ * its child's death). Errors: of cluster/keys.h and tagc_etcd_put. Blocks for one write. */
+tagc_status tagc_member_put_leaving(tagc_etcd *c, const char *job, const char *id,
+                                    const tagc_leave_record *rec);
+
+/* *registration = the create revision of workers/<id> of job when its value names pid as
+ * its "pid" (that process's registration). TAGC_ENOTFOUND when the key is absent or holds
+ * another process's registration; else the etcd error. Blocks for one read. */
+tagc_status tagc_member_registration_of(tagc_etcd *c, const char *job, const char *id,
+                                        long pid, int64_t *registration);
+
 /* Ends this worker's part in every generation: tagc_member_gen() returns INT64_MAX from now
  * on (see there). Does not call on_change (the collective in flight is not aborted). Any
  * thread, non-blocking. */
 void tagc_member_withdraw(tagc_member *m);
+
+/* *all = 1 when each of ids[0 .. n) has announced its leave (leaving/<id>, written by the
+ * process that holds workers/<id>, or held it while the key is gone), else 0: with every
+ * member of a generation leaving, no later generation comes and the job suspends. Errors:
+ * the etcd error. Blocks for two reads (the leaving/ and workers/ prefixes). */
+tagc_status tagc_member_all_leaving(tagc_member *m, char *const *ids, int n, int *all);
 
 /* The step of the job's committed checkpoint (ckpt/committed), 0 when there is none. Errors:
  * the etcd error, TAGC_EPROTO for a record without "step". Blocks for one etcd read. */

@@ -1,5 +1,6 @@
 /* The records a worker writes and reads in its job for the training thread (cluster/member.h):
- * gen/<g>/ready/<rank>, failures/<g>/<id>, progress, ckpt/committed, done and chaos/<id>. */
+ * gen/<g>/ready/<rank>, failures/<g>/<id>, progress, ckpt/committed, done and chaos/<id>; and
+ * leaving/<id>, which a supervisor writes too for a worker that died. */
 #include "cluster/member_internal.h"
 
 #include <inttypes.h>
@@ -73,7 +74,7 @@ tagc_status tagc_member_report_failure(tagc_member *m, int64_t gen, const char *
   if (!reportable(kind))
     return tagc_errorf(TAGC_EINVAL,
                        "failure kind '%s' is not one of comm, timeout, oom, crash, hang, partition, "
-                       "injected",
+                       "injected, straggler",
                        kind ? kind : "(null)");
   char key[TAGC_KEY_MAX];
   TAGC_CHECK(tagc_key_failure(m->job, gen, m->id, key, sizeof key));
@@ -210,4 +211,89 @@ tagc_status tagc_member_chaos(tagc_member *m, char **spec) {
     return tagc_errorf(TAGC_EINVAL, "%s holds %zu bytes, more than the %d a fault spec may "
                        "have", key, len, TAGC_CHAOS_SPEC_MAX);
   return st;
+}
+
+/* The kv of prefix + id in r, or NULL. */
+static const tagc_etcd_kv *kv_of(const tagc_etcd_range_result *r, const char *prefix,
+                                 const char *id) {
+  for (size_t i = 0; i < r->n; i++) {
+    const char *suffix;
+    if (tagc_key_suffix((const char *)r->kvs[i].key, prefix, &suffix) == TAGC_OK &&
+        strcmp(suffix, id) == 0)
+      return &r->kvs[i];
+  }
+  return NULL;
+}
+
+/* Whether id left: its leaving/ record is of the process that holds workers/<id> (or held
+ * it, when the key is gone), not of an earlier process with the same id. */
+static int has_left(const tagc_etcd_range_result *leaving, const char *lprefix,
+                    const tagc_etcd_range_result *workers, const char *wprefix, const char *id) {
+  const tagc_etcd_kv *l = kv_of(leaving, lprefix, id), *w = kv_of(workers, wprefix, id);
+  if (!l)
+    return 0;
+  json_t *rec = json_loadb((const char *)l->value, l->value_len, 0, NULL);
+  int64_t reg = json_integer_value(json_object_get(rec, "registration"));
+  json_decref(rec);
+  return !w || w->create_revision == reg;
+}
+
+tagc_status tagc_member_all_leaving(tagc_member *m, char *const *ids, int n, int *all) {
+  *all = 0;
+  char lprefix[TAGC_KEY_MAX], wprefix[TAGC_KEY_MAX];
+  TAGC_CHECK(tagc_key_leaving_prefix(m->job, lprefix, sizeof lprefix));
+  TAGC_CHECK(tagc_key_workers_prefix(m->job, wprefix, sizeof wprefix));
+  tagc_etcd_range_opts prefix = {.prefix = 1};
+  tagc_etcd_range_result leaving, workers;
+  TAGC_CHECK(tagc_etcd_range(m->c, lprefix, &prefix, &leaving));
+  tagc_status st = tagc_etcd_range(m->c, wprefix, &prefix, &workers);
+  if (st != TAGC_OK) {
+    tagc_etcd_range_result_free(&leaving);
+    return st;
+  }
+  *all = n > 0;
+  for (int i = 0; i < n && *all; i++)
+    *all = has_left(&leaving, lprefix, &workers, wprefix, ids[i]);
+  tagc_etcd_range_result_free(&leaving);
+  tagc_etcd_range_result_free(&workers);
+  return TAGC_OK;
+}
+
+tagc_status tagc_member_put_leaving(tagc_etcd *c, const char *job, const char *id,
+                                    const tagc_leave_record *rec) {
+  char key[TAGC_KEY_MAX];
+  TAGC_CHECK(tagc_key_leaving(job, id, key, sizeof key));
+  json_t *obj = json_pack("{s:I, s:s, s:f}", "registration", (json_int_t)rec->registration,
+                          "reason", rec->reason ? rec->reason : "", "time", tagc_wall_time());
+  if (obj && rec->died &&
+      (json_object_set_new(obj, "died", json_true()) != 0 ||
+       json_object_set_new(obj, "uptime", json_real(rec->uptime_s)) != 0)) {
+    json_decref(obj);
+    obj = NULL;
+  }
+  char *text = obj ? tagc_json_dump(obj) : NULL;
+  json_decref(obj);
+  if (!text)
+    return tagc_errorf(TAGC_ENOMEM, "JSON value of %s", key);
+  tagc_status st = tagc_etcd_put(c, key, text, strlen(text), 0, NULL);
+  free(text);
+  return st;
+}
+
+tagc_status tagc_member_registration_of(tagc_etcd *c, const char *job, const char *id,
+                                        long pid, int64_t *registration) {
+  *registration = 0;
+  char key[TAGC_KEY_MAX];
+  TAGC_CHECK(tagc_key_worker(job, id, key, sizeof key));
+  tagc_etcd_range_result r;
+  TAGC_CHECK(tagc_etcd_range(c, key, NULL, &r));
+  json_t *info = r.n == 1 ? json_loadb((const char *)r.kvs[0].value, r.kvs[0].value_len, 0, NULL)
+                          : NULL;
+  int ours = info && json_integer_value(json_object_get(info, "pid")) == (json_int_t)pid;
+  if (ours)
+    *registration = r.kvs[0].create_revision;
+  json_decref(info);
+  tagc_etcd_range_result_free(&r);
+  return ours ? TAGC_OK
+              : tagc_errorf(TAGC_ENOTFOUND, "%s holds no registration of pid %ld", key, pid);
 }

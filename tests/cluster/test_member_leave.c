@@ -1,7 +1,9 @@
 /* Leaving a job for good, on a real etcd: tagc_member_announce_leave writes leaving/<id> with
  * the registration (the create revision of workers/<id>), wakes a plan wait at once and stops
  * re-registration; tagc_member_withdraw makes tagc_member_gen say every generation ended; the
- * committed checkpoint's step. And the credentials of a program's etcd options
+ * committed checkpoint's step; a supervisor's death record (tagc_member_registration_of names
+ * the dead PID's registration only, tagc_member_put_leaving adds "died" and "uptime"). And the
+ * credentials of a program's etcd options
  * (tagc_etcd_config_credentials): password from the environment or a file, never over http. */
 #include <stdint.h>
 #include <stdio.h>
@@ -121,6 +123,44 @@ static void test_credentials(void) {
   CHECK_EQ_INT(tagc_etcd_config_credentials(&ec, &half, &pw), TAGC_EINVAL);
 }
 
+/* What tagctl run writes when a worker dies: the record of the dead PID's registration. */
+static void test_death_record(tagc_etcd *c) {
+  json_t *info = json_pack("{s:i}", "pid", 4711);
+  tagc_member *m = NULL;
+  CHECK_OK(tagc_member_join(c, "death", "w1", info, 2, &m));
+  json_decref(info);
+  if (!m)
+    return;
+  tagc_etcd_range_result r;
+  CHECK_OK(tagc_etcd_range(c, "/tagc/death/workers/w1", NULL, &r));
+  int64_t registration = r.n == 1 ? r.kvs[0].create_revision : -1;
+  tagc_etcd_range_result_free(&r);
+  int64_t got = -1;
+  CHECK_OK(tagc_member_registration_of(c, "death", "w1", 4711, &got));
+  CHECK_EQ_INT(got, registration);
+  CHECK_EQ_INT(tagc_member_registration_of(c, "death", "w1", 4712, &got), TAGC_ENOTFOUND);
+  CHECK_EQ_INT(tagc_member_registration_of(c, "death", "w9", 4711, &got), TAGC_ENOTFOUND);
+  tagc_leave_record lr = {.registration = registration,
+                          .reason = "crashed (seen by its supervisor)", .died = 1,
+                          .uptime_s = 3.25};
+  CHECK_OK(tagc_member_put_leaving(c, "death", "w1", &lr));
+  char *text = NULL;
+  size_t len = 0;
+  CHECK_OK(tagc_etcd_get(c, "/tagc/death/leaving/w1", &text, &len, NULL));
+  json_t *rec = NULL;
+  if (text)
+    CHECK_OK(tagc_json_parse(text, len, &rec));
+  CHECK_EQ_INT(json_integer_value(json_object_get(rec, "registration")), registration);
+  CHECK_EQ_STR(json_string_value(json_object_get(rec, "reason")),
+               "crashed (seen by its supervisor)");
+  CHECK(json_is_true(json_object_get(rec, "died")));
+  CHECK_NEAR(json_number_value(json_object_get(rec, "uptime")), 3.25, 1e-9);
+  CHECK(json_is_number(json_object_get(rec, "time")));
+  json_decref(rec);
+  free(text);
+  tagc_member_leave(m);
+}
+
 int main(void) {
   test_credentials();
   tagc_test_etcd e;
@@ -133,6 +173,7 @@ int main(void) {
   tagc_etcd *c = client(e.url);
   if (c) {
     test_announce_and_withdraw(c);
+    test_death_record(c);
     tagc_etcd_destroy(c);
   }
   tagc_test_etcd_stop(&e);
