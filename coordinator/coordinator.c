@@ -53,6 +53,7 @@ struct tagc_coord {
   coord_seen seen;                    /* failure reports of the last read */
   int etcd_failed;                    /* the leader's last read of the job failed */
   double lost_grace_until;            /* lease-loss grace (planner.h) ends then (tagc_now) */
+  double wake_at;                     /* the last decision's wake_at: a probation ends */
   char last_reason[512];
 
   coord_status served;                /* what HTTP serves */
@@ -220,10 +221,12 @@ static outcome evaluate(tagc_coord *c, const coord_view *v, decide_mode mode, do
   /* a malformed current plan (not a JSON object) counts as no plan: plan the next generation */
   const json_t *plan = json_is_object(v->plan) ? v->plan : NULL;
   tagc_planner_input in = {.gen = v->gen, .plan = plan, .workers = v->workers,
-                           .n_workers = v->n_workers, .worker_info = v->worker_info,
+                           .n_workers = v->n_workers, .seen_at = v->seen_at,
+                           .worker_info = v->worker_info,
                            .reports = v->reports,
                            .n_reports = v->n_reports, .leaving = v->leaving,
-                           .n_leaving = v->n_leaving, .ckpt = v->ckpt, .now = tagc_now()};
+                           .n_leaving = v->n_leaving, .deaths = v->deaths, .ckpt = v->ckpt,
+                           .now = tagc_now()};
   tagc_planner_decision d;
   if (tagc_planner_decide(&pc, &in, &d) != TAGC_OK) {
     LOG_ERROR("coord", "planner: %s", tagc_last_error());
@@ -234,6 +237,7 @@ static outcome evaluate(tagc_coord *c, const coord_view *v, decide_mode mode, do
     return GO_ON;
   }
   *acted = 1;
+  c->wake_at = d.wake_at;
   int news = strcmp(c->last_reason, d.reason) != 0;
   snprintf(c->last_reason, sizeof c->last_reason, "%s", d.reason);
   outcome out = GO_ON;
@@ -241,7 +245,8 @@ static outcome evaluate(tagc_coord *c, const coord_view *v, decide_mode mode, do
     out = write_generation(c, v, d.plan);
   else if (d.action == TAGC_PLANNER_WAIT)
     *wait_until = d.wait_until;
-  if (news && (d.action == TAGC_PLANNER_STALLED || d.action == TAGC_PLANNER_WAIT))
+  int held = d.action == TAGC_PLANNER_KEEP && d.wake_at > 0; /* a joiner on probation */
+  if (news && (d.action == TAGC_PLANNER_STALLED || d.action == TAGC_PLANNER_WAIT || held))
     LOG_INFO("coord", "no new generation: %s", d.reason);
   tagc_planner_decision_free(&d);
   return out;
@@ -342,11 +347,14 @@ static outcome lead(tagc_coord *c) {
     pthread_mutex_unlock(&c->lock);
     if (wait_until > 0 && wait_until < due)
       due = wait_until;
+    if (c->wake_at > 0 && c->wake_at < due) /* a probation ends (planner.h) */
+      due = c->wake_at;
     double now = tagc_now();
     if (now >= due) {
       pthread_mutex_lock(&c->lock);
       c->dirty = 0;
       pthread_mutex_unlock(&c->lock);
+      c->wake_at = 0; /* this decision sets it again; a failed read marks the state dirty */
       out = lead_step(c, DECIDE, &wait_until, &acted);
       next_refresh = 0; /* publish what the decision wrote */
     } else if (fresh) {

@@ -23,8 +23,11 @@ typedef struct work {
   json_t *strikes;          /* {"id":n}: exclusions of each worker over the job */
   json_t *blame;            /* {"id":n}: accusations over the fruitless streak (next plan) */
   json_int_t fruitless;     /* fruitless generations in a row, this one included (next plan) */
+  json_t *deaths;           /* {"id":{"count","registration"}}: quick deaths (next plan) */
+  double wake;              /* earliest end of a probation; 0 = none */
   int excluded_now;         /* exclusions made by this decision */
   double pending;           /* earliest time a suspect's window ends; 0 = none */
+  size_t set_aside;         /* reports that ask for no new generation (a straggler kept) */
 } work;
 
 /* Fruitless generations in a row (failed before completing a step, nobody excluded) after
@@ -56,13 +59,20 @@ static int64_t registered(const tagc_planner_input *in, const char *id) {
   return -1;
 }
 
-/* Whether id announced that its registration reg leaves the job. */
-static int leaves(const tagc_planner_input *in, const char *id, int64_t reg) {
+/* The leaving/<id> record of id's registration reg, or NULL. */
+static const tagc_planner_worker *leave_record(const tagc_planner_input *in, const char *id,
+                                               int64_t reg) {
   for (size_t i = 0; reg > 0 && i < in->n_leaving; i++) {
     if (in->leaving[i].registration == reg && strcmp(in->leaving[i].id, id) == 0)
-      return 1;
+      return &in->leaving[i];
   }
-  return 0;
+  return NULL;
+}
+
+/* Whether id announced that its registration reg leaves the job (or its supervisor saw it
+ * die). */
+static int leaves(const tagc_planner_input *in, const char *id, int64_t reg) {
+  return leave_record(in, id, reg) != NULL;
 }
 
 /* Whether id's live registration is reg or continues it (lease loss: "previous"). */
@@ -98,6 +108,17 @@ static int rank_of(const work *w, const char *id) {
   return -1;
 }
 
+/* Whether id is in the JSON array of ids list. */
+static int listed(const json_t *list, const char *id) {
+  size_t i;
+  const json_t *m;
+  json_array_foreach(list, i, m) {
+    if (strcmp(json_string_value(m), id) == 0)
+      return 1;
+  }
+  return 0;
+}
+
 static const char *member_at(const work *w, int rank) {
   if (!w->members || rank < 0 || (size_t)rank >= json_array_size(w->members))
     return NULL;
@@ -117,6 +138,30 @@ static int left(const work *w, const char *id) {
   const json_t *regs = json_object_get(w->in->plan, "registrations");
   json_int_t planned = json_integer_value(json_object_get(regs, id));
   return leaves(w->in, id, planned) || leaves(w->in, id, registered(w->in, id));
+}
+
+/* The death that leave record l (of in->leaving, or NULL) reports, or NULL. */
+static const tagc_planner_death *death_of(const tagc_planner_input *in,
+                                          const tagc_planner_worker *l) {
+  const tagc_planner_death *d = l && in->deaths ? &in->deaths[l - in->leaving] : NULL;
+  return d && d->died ? d : NULL;
+}
+
+/* Whether member id's process died (its supervisor's record): with its registration of the
+ * current plan, or its live one. */
+static int died(const work *w, const char *id) {
+  const json_t *regs = json_object_get(w->in->plan, "registrations");
+  json_int_t planned = json_integer_value(json_object_get(regs, id));
+  return death_of(w->in, leave_record(w->in, id, planned)) ||
+         death_of(w->in, leave_record(w->in, id, registered(w->in, id)));
+}
+
+/* Whether a member of the current plan died. */
+static int a_member_died(const work *w) {
+  for (size_t i = 0; w->members && i < json_array_size(w->members); i++)
+    if (died(w, json_string_value(json_array_get(w->members, i))))
+      return 1;
+  return 0;
 }
 
 static int excluded(const work *w, const char *id) {
@@ -179,11 +224,14 @@ static tagc_status load_plan(work *w) {
   const json_t *totals = plan ? json_object_get(plan, "failures_total") : NULL;
   const json_t *micro = plan ? json_object_get(plan, "micro_batch") : NULL;
   const json_t *strikes = plan ? json_object_get(plan, "strikes") : NULL;
+  const json_t *deaths = plan ? json_object_get(plan, "quick_deaths") : NULL;
+  w->deaths = json_is_object(deaths) ? json_deep_copy(deaths) : json_object();
   w->blame = json_object();
   w->totals = json_is_object(totals) ? json_deep_copy(totals) : json_object();
   w->micro = json_is_object(micro) ? json_deep_copy(micro) : json_object();
   w->strikes = json_is_object(strikes) ? json_deep_copy(strikes) : json_object();
-  if (!w->excluded || !w->suspicion || !w->totals || !w->micro || !w->strikes || !w->blame)
+  if (!w->excluded || !w->suspicion || !w->totals || !w->micro || !w->strikes || !w->blame ||
+      !w->deaths)
     return tagc_errorf(TAGC_ENOMEM, "planner");
   w->gen = w->in->gen;
   if (w->gen < 0)
@@ -314,9 +362,41 @@ static int silenced(const work *w, const char *id) {
   return named >= 2;
 }
 
-/* One failure report: counts it, applies oom and suspicion rules. */
+/* The kind a report counts as: "crash" when it blames the link to a member whose process
+ * died (its supervisor's record), whatever the reporter could tell of it (a restarted process
+ * under the same id looks alive: "partition"); else its own. */
+static const char *counted_kind(const work *w, const tagc_planner_report *r) {
+  tagc_failure_kind k = tagc_failure_kind_parse(r->kind);
+  const char *peer = member_at(w, r->peer);
+  int link = k == TAGC_FAIL_PARTITION || k == TAGC_FAIL_COMM || k == TAGC_FAIL_TIMEOUT ||
+             k == TAGC_FAIL_HANG;
+  if (link && peer && died(w, peer))
+    return tagc_failure_kind_name(TAGC_FAIL_CRASH);
+  return r->kind;
+}
+
+/* A straggler report (--exclude-straggler) names a member persistently slower than the others,
+ * alive and training: it is excluded at once, unless that would leave fewer than min_workers;
+ * then the report is set aside and the job goes on at the straggler's pace, without a new
+ * generation for it. */
+static tagc_status straggler(work *w, const tagc_planner_report *r) {
+  const char *slow = accused(w, r);
+  if (!slow) {
+    note(w, "%s reported a straggler that is no member", r->worker);
+    w->set_aside++;
+    return TAGC_OK;
+  }
+  char why[200];
+  snprintf(why, sizeof why, "a straggler, reported by %s at step %" PRId64, r->worker, r->step);
+  TAGC_CHECK(exclude_for_link(w, slow, why));
+  if (!excluded(w, slow))
+    w->set_aside++;
+  return TAGC_OK;
+}
+
+/* One failure report: counts it, applies oom, straggler and suspicion rules. */
 static tagc_status apply_report(work *w, const tagc_planner_report *r) {
-  TAGC_CHECK(bump(w->totals, r->kind));
+  TAGC_CHECK(bump(w->totals, counted_kind(w, r)));
   if (rank_of(w, r->worker) < 0) {
     note(w, "%s (not a member) reported %s", r->worker, r->kind);
     return TAGC_OK;
@@ -324,6 +404,8 @@ static tagc_status apply_report(work *w, const tagc_planner_report *r) {
   note(w, "%s reported %s at step %" PRId64, r->worker, r->kind, r->step);
   if (tagc_failure_kind_parse(r->kind) == TAGC_FAIL_OOM)
     TAGC_CHECK(out_of_memory(w, r->worker));
+  if (tagc_failure_kind_parse(r->kind) == TAGC_FAIL_STRAGGLER)
+    return straggler(w, r);
   const char *suspect = accused(w, r);
   if (!suspect || excluded(w, suspect))
     return TAGC_OK;
@@ -459,6 +541,47 @@ static tagc_status fruitless(work *w) {
   return TAGC_OK;
 }
 
+/* Counts the deaths of the leave records not counted yet (a registration newer than the
+ * last one counted): a quick one adds 1, a longer-lived one starts over. */
+static tagc_status count_deaths(work *w) {
+  for (size_t i = 0; i < w->in->n_leaving; i++) {
+    const tagc_planner_worker *l = &w->in->leaving[i];
+    const tagc_planner_death *death = death_of(w->in, l);
+    json_t *d = json_object_get(w->deaths, l->id);
+    if (!death || json_integer_value(json_object_get(d, "registration")) >= l->registration)
+      continue;
+    json_int_t n = death->uptime_s < TAGC_QUICK_DEATH_S
+                       ? json_integer_value(json_object_get(d, "count")) + 1 : 0;
+    json_t *e = json_pack("{s:I, s:I}", "count", n, "registration", (json_int_t)l->registration);
+    if (!e || json_object_set_new(w->deaths, l->id, e) != 0)
+      return tagc_errorf(TAGC_ENOMEM, "planner: quick deaths");
+  }
+  return TAGC_OK;
+}
+
+/* Whether joiner in->workers[worker] is on probation for its quick deaths (n >= 2: until
+ * TAGC_PROBATION_FIRST_S * 2^(n-2), at most TAGC_PROBATION_MAX_S, after its registration was
+ * first seen); notes it and keeps the earliest end in w->wake. */
+static int on_probation(work *w, size_t worker) {
+  const tagc_planner_worker *j = &w->in->workers[worker];
+  json_int_t n = json_integer_value(json_object_get(json_object_get(w->deaths, j->id), "count"));
+  if (n < 2)
+    return 0;
+  double p = TAGC_PROBATION_FIRST_S;
+  for (json_int_t k = 2; k < n && p < TAGC_PROBATION_MAX_S; k++)
+    p *= 2;
+  if (p > TAGC_PROBATION_MAX_S)
+    p = TAGC_PROBATION_MAX_S;
+  double until = (w->in->seen_at ? w->in->seen_at[worker] : 0) + p;
+  if (w->in->now >= until)
+    return 0;
+  note(w, "%s on probation for %.1f s more (%lld quick deaths: %.0f s)", j->id,
+       until - w->in->now, (long long)n, p);
+  if (w->wake == 0 || until < w->wake)
+    w->wake = until;
+  return 1;
+}
+
 /* Whether the decision accounts for every member of the current plan: each one reported in
  * this generation, is gone (lease, left) or is excluded by it. Then no report that a settle
  * window would batch is still to come. */
@@ -486,7 +609,11 @@ static tagc_status next_members(work *w, json_t *members, int *changed) {
   for (size_t i = 0; w->members && i < json_array_size(w->members); i++) {
     const char *id = json_string_value(json_array_get(w->members, i));
     int64_t reg = alive(w->in, id);
-    if (left(w, id)) {
+    if (died(w, id)) {
+      note(w, "lost %s (crashed, seen by its supervisor)", id);
+      TAGC_CHECK(bump(w->totals, tagc_failure_kind_name(TAGC_FAIL_CRASH)));
+      *changed = 1;
+    } else if (left(w, id)) {
       note(w, "%s left", id);
       *changed = 1;
     } else if (reg < 0) {
@@ -510,7 +637,10 @@ static tagc_status next_members(work *w, json_t *members, int *changed) {
   size_t n = 0;
   for (size_t i = 0; i < w->in->n_workers; i++) {
     const char *id = w->in->workers[i].id;
-    if (rank_of(w, id) < 0 && !excluded(w, id) && alive(w->in, id) >= 0)
+    /* not kept above: a new worker, or a member whose planned registration died or left
+     * and that registered again (it joins after the survivors) */
+    if (!listed(members, id) && !excluded(w, id) && alive(w->in, id) >= 0 &&
+        !on_probation(w, i))
       joiners[n++] = &w->in->workers[i];
   }
   qsort(joiners, n, sizeof *joiners, by_id);
@@ -562,12 +692,14 @@ static tagc_status build_plan(work *w, json_t *members, json_t **out) {
       break;
   }
   json_t *fruitless = json_pack("{s:I, s:O}", "gens", w->fruitless, "blame", w->blame);
-  json_t *plan = json_pack("{s:I, s:i, s:O, s:o, s:o, s:o, s:O, s:O, s:O, s:O, s:o, s:s}", "gen",
+  json_t *plan = json_pack("{s:I, s:i, s:O, s:o, s:o, s:o, s:O, s:O, s:O, s:O, s:o, s:O, s:s}",
+                           "gen",
                            (json_int_t)(w->gen + 1), "world", (int)json_array_size(members),
                            "members", members, "resume", resume_of(w->in->ckpt), "micro_batch",
                            micro, "registrations", regs, "excluded", w->excluded, "suspicion",
                            w->suspicion, "failures_total", w->totals, "strikes", w->strikes,
-                           "fruitless", fruitless, "reason", w->out->reason);
+                           "fruitless", fruitless, "quick_deaths", w->deaths, "reason",
+                           w->out->reason);
   if (!plan || i < json_array_size(members))
     return tagc_errorf(TAGC_ENOMEM, "planner: plan");
   *out = plan;
@@ -588,6 +720,7 @@ static tagc_status decide(work *w) {
   TAGC_CHECK(check_config(w->cfg));
   TAGC_CHECK(load_plan(w));
   TAGC_CHECK(carry_exclusions(w));
+  TAGC_CHECK(count_deaths(w));
   if (w->members)
     TAGC_CHECK(majority(w));
   for (size_t i = 0; w->members && i < w->in->n_reports; i++)
@@ -614,7 +747,7 @@ static tagc_status decide(work *w) {
   }
   if (w->members)
     TAGC_CHECK(fruitless(w));
-  int changed = !w->members || w->in->n_reports > 0;
+  int changed = !w->members || w->in->n_reports > w->set_aside;
   json_t *members = json_array();
   if (!members)
     return tagc_errorf(TAGC_ENOMEM, "planner: members");
@@ -625,8 +758,10 @@ static tagc_status decide(work *w) {
   }
   if (st == TAGC_OK && !changed) {
     w->out->action = TAGC_PLANNER_KEEP;
-    w->out->reason[0] = '\0';
-    note(w, "no change");
+    if (w->wake == 0) { /* else the reason says who is on probation */
+      w->out->reason[0] = '\0';
+      note(w, "no change");
+    }
   } else if (st == TAGC_OK && json_array_size(members) < (size_t)w->cfg->min_workers) {
     w->out->action = TAGC_PLANNER_STALLED;
     note(w, "%zu eligible workers, need %d", json_array_size(members), w->cfg->min_workers);
@@ -640,9 +775,11 @@ static tagc_status decide(work *w) {
     if (!w->members)
       note(w, "first generation");
     w->out->action = TAGC_PLANNER_NEW;
-    w->out->settled = accounted(w);
+    w->out->settled = accounted(w) || a_member_died(w);
     st = build_plan(w, members, &w->out->plan);
   }
+  if (w->out->action != TAGC_PLANNER_WAIT)
+    w->out->wake_at = w->wake;
   json_decref(members);
   return st;
 }
@@ -658,6 +795,7 @@ tagc_status tagc_planner_decide(const tagc_planner_config *cfg, const tagc_plann
   json_decref(w.totals);
   json_decref(w.strikes);
   json_decref(w.blame);
+  json_decref(w.deaths);
   if (st != TAGC_OK)
     tagc_planner_decision_free(out);
   return st;

@@ -56,6 +56,20 @@
  *    makes a WAIT (until then) instead of a new generation, unless a failure is reported: after
  *    an etcd outage every lease may have expired at once, and the workers register again
  *    within a keep-alive retry.
+ *  - Deaths: a leaving/<id> record with "died" (the worker's supervisor saw its process die)
+ *    drops the member at once like a leave, but counts a "crash" failure ("lost w1 (crashed,
+ *    seen by its supervisor)"), and the new generation is settled: the survivors' reports of
+ *    the dead peer are moot. A report naming a member that died counts as "crash" whatever
+ *    link kind (partition, comm, timeout, hang) the reporter saw.
+ *  - Crash loops: each worker's deaths with uptime < TAGC_QUICK_DEATH_S in a row (a longer uptime
+ *    resets the count) are counted in the plan's "quick_deaths". After n >= 2 quick deaths a
+ *    worker is kept out of new generations (on probation) until TAGC_PROBATION_FIRST_S * 2^(n-2)
+ *    seconds, at most TAGC_PROBATION_MAX_S, after the leader first saw its current registration;
+ *    the decision's wake_at tells the leader when to decide again.
+ *  - Stragglers: a "straggler" report (a member computes persistently slower than the others,
+ *    --exclude-straggler; its peer is the slow rank) excludes that member at once, unless that
+ *    would leave fewer than min_workers eligible workers: then the report is set aside (no new
+ *    generation for it; the job goes on at the straggler's pace).
  *  - Reports from workers that are not members of the current plan, or naming ranks outside
  *    it, only count as a failure (a new generation), never as suspicion.
  *
@@ -69,6 +83,8 @@
  *    "failures_total":{"<kind>":n, ...},            every report and lost lease so far
  *    "strikes":{"<id>":n, ...},                     exclusions of each worker so far
  *    "fruitless":{"gens":n, "blame":{"<id>":n}},    the current streak of fruitless generations
+ *    "quick_deaths":{"<id>":{"count":n, "registration":r}}, quick deaths in a row, r the
+ *                                                   registration of the last death counted
  *    "reason":text} */
 #ifndef TAGC_COORDINATOR_PLANNER_H
 #define TAGC_COORDINATOR_PLANNER_H
@@ -79,6 +95,13 @@
 #include <jansson.h>
 
 #include "common/status.h"
+
+/* A death within this many seconds of the process's start is a quick death (the supervisor,
+ * tagctl/supervise.c, doubles its restart backoff by the same rule). */
+#define TAGC_QUICK_DEATH_S 30.0
+/* Probation after the 2nd quick death in a row; it doubles with each further one. */
+#define TAGC_PROBATION_FIRST_S 5.0
+#define TAGC_PROBATION_MAX_S 120.0
 
 typedef struct tagc_planner_config {
   int min_workers;          /* >= 1 */
@@ -97,9 +120,15 @@ typedef struct tagc_planner_worker {
   int64_t registration;     /* create revision of workers/<id> */
 } tagc_planner_worker;
 
+/* What a leaving/<id> record says of the process's death (its supervisor wrote it). */
+typedef struct tagc_planner_death {
+  int died;                 /* "died": true */
+  double uptime_s;          /* "uptime": seconds from the process's start to its death */
+} tagc_planner_death;
+
 typedef struct tagc_planner_report {
   const char *worker;       /* who reported (failures/<g>/<worker>) */
-  const char *kind;         /* comm, timeout, oom, crash, hang, injected */
+  const char *kind;         /* comm, timeout, oom, crash, hang, injected, straggler */
   int64_t step;
   int peer;                 /* suspected rank in the current plan, -1 for none */
   double seen_at;           /* when the leader first saw the report (monotonic seconds) */
@@ -111,6 +140,8 @@ typedef struct tagc_planner_input {
   const json_t *plan;                    /* that generation's plan; NULL when none */
   const tagc_planner_worker *workers;    /* live workers, any order, unique ids */
   size_t n_workers;
+  const double *seen_at;                 /* seen_at[i]: when the leader first saw workers[i]'s
+                                            registration (clock of `now`); NULL = all at 0 */
   const json_t *worker_info;             /* {"<id>": value of workers/<id>}, or NULL: its
                                             "previous" (an array of registrations) names the
                                             registrations a worker continues (lease loss) */
@@ -119,6 +150,7 @@ typedef struct tagc_planner_input {
   const tagc_planner_worker *leaving;    /* leaving/<id> records: the worker and the
                                             registration that leaves; any order */
   size_t n_leaving;
+  const tagc_planner_death *deaths;      /* deaths[i] of leaving[i]; NULL = none died */
   const json_t *ckpt;                    /* ckpt/committed record, NULL when none */
   double now;                            /* same clock as seen_at */
 } tagc_planner_input;
@@ -137,6 +169,8 @@ typedef struct tagc_planner_decision {
   int settled;          /* NEW: every member of the current plan is accounted for (it
                            reported, is gone or is excluded): no report of this generation is
                            still to come, so the leader need not wait out its settle window */
+  double wake_at;       /* KEEP, NEW, STALLED: decide again then although nothing changes
+                           (a probation ends); 0 = none */
   char reason[512];     /* why (every action), for logs and /status */
 } tagc_planner_decision;
 

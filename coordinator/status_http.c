@@ -65,7 +65,7 @@ void coord_status_etcd_failed(coord_status *s, const char *what) {
  * outside this list that appears in failures_total is exported too. */
 static const tagc_failure_kind kinds[] = {TAGC_FAIL_CRASH, TAGC_FAIL_LEASE, TAGC_FAIL_HANG,
                                            TAGC_FAIL_PARTITION, TAGC_FAIL_OOM, TAGC_FAIL_INJECTED,
-                                           TAGC_FAIL_TIMEOUT, TAGC_FAIL_COMM};
+                                           TAGC_FAIL_TIMEOUT, TAGC_FAIL_COMM, TAGC_FAIL_STRAGGLER};
 _Static_assert(sizeof kinds / sizeof kinds[0] == TAGC_FAIL_KINDS, "every failure kind exported");
 
 static int listed_kind(const char *kind) {

@@ -34,6 +34,7 @@ static void free_list(coord_seen_report **items, size_t *n) {
 
 void coord_seen_free(coord_seen *s) {
   free_list(&s->items, &s->n);
+  free_list(&s->registrations, &s->n_registrations);
   free_list(&s->warned, &s->n_warned);
 }
 
@@ -91,6 +92,8 @@ void coord_view_free(coord_view *v) {
   free(v->workers);
   free(v->reports);
   free(v->leaving);
+  free(v->deaths);
+  free(v->seen_at);
   memset(v, 0, sizeof *v);
 }
 
@@ -104,11 +107,12 @@ static json_t *parse_value(reading *rd, const tagc_etcd_kv *kv) {
   return json_stringn((const char *)kv->value, kv->value_len);
 }
 
-/* When the report at key (mod revision mod) was first seen: from the previous list, or now. */
-static double seen_at(const coord_seen *old, const char *key, int64_t mod, double now) {
-  for (size_t i = 0; i < old->n; i++) {
-    if (old->items[i].mod == mod && strcmp(old->items[i].key, key) == 0)
-      return old->items[i].at;
+/* When key (revision mod) was first seen: from the previous list old[0 .. n), or now. */
+static double seen_at(const coord_seen_report *old, size_t n, const char *key, int64_t mod,
+                      double now) {
+  for (size_t i = 0; i < n; i++) {
+    if (old[i].mod == mod && strcmp(old[i].key, key) == 0)
+      return old[i].at;
   }
   return now;
 }
@@ -120,12 +124,30 @@ static void remember_reports(coord_seen *seen, coord_view *v, const tagc_etcd_kv
   for (size_t i = 0; fresh && i < v->n_reports; i++) {
     const char *key = (const char *)kvs[i]->key;
     fresh[i] = (coord_seen_report){.key = strdup(key), .mod = kvs[i]->mod_revision,
-                                   .at = seen_at(seen, key, kvs[i]->mod_revision, now)};
+                                   .at = seen_at(seen->items, seen->n, key,
+                                                 kvs[i]->mod_revision, now)};
     v->reports[i].seen_at = fresh[i].at;
   }
-  coord_seen_free(seen);
+  free_list(&seen->items, &seen->n);
   seen->items = fresh;
   seen->n = fresh ? v->n_reports : 0;
+}
+
+/* Rebuilds the seen list of registrations from the view's workers (a probation counts from
+ * when the leader first saw a registration: planner.h). */
+static void remember_registrations(coord_seen *seen, coord_view *v) {
+  coord_seen_report *fresh = calloc(v->n_workers + 1, sizeof *fresh);
+  double now = tagc_now();
+  for (size_t i = 0; fresh && i < v->n_workers; i++) {
+    const tagc_planner_worker *w = &v->workers[i];
+    fresh[i] = (coord_seen_report){.key = strdup(w->id), .mod = w->registration,
+                                   .at = seen_at(seen->registrations, seen->n_registrations,
+                                                 w->id, w->registration, now)};
+    v->seen_at[i] = fresh[i].at;
+  }
+  free_list(&seen->registrations, &seen->n_registrations);
+  seen->registrations = fresh;
+  seen->n_registrations = fresh ? v->n_workers : 0;
 }
 
 /* A failure report of the current generation. */
@@ -162,6 +184,8 @@ static void add_leaving(reading *rd, const char *id, const tagc_etcd_kv *kv) {
   coord_view *v = rd->v;
   json_t *rec = parse_value(rd, kv);
   json_int_t reg = json_integer_value(json_object_get(rec, "registration"));
+  int died = json_is_true(json_object_get(rec, "died"));
+  double uptime = json_number_value(json_object_get(rec, "uptime"));
   json_decref(rec);
   if (tagc_key_check_id(id, "worker id") != TAGC_OK || reg <= 0) {
     v->ignored_keys++;
@@ -169,6 +193,7 @@ static void add_leaving(reading *rd, const char *id, const tagc_etcd_kv *kv) {
       LOG_WARN("coord", "ignoring %s: not a leave record of a worker", (const char *)kv->key);
     return;
   }
+  v->deaths[v->n_leaving] = (tagc_planner_death){.died = died, .uptime_s = uptime};
   v->leaving[v->n_leaving++] = (tagc_planner_worker){.id = id, .registration = reg};
 }
 
@@ -262,9 +287,12 @@ tagc_status coord_view_read(tagc_etcd *etcd, const coord_keys *k, coord_seen *se
   v->workers = calloc(v->r.n + 1, sizeof *v->workers);
   v->reports = calloc(v->r.n + 1, sizeof *v->reports);
   v->leaving = calloc(v->r.n + 1, sizeof *v->leaving);
+  v->deaths = calloc(v->r.n + 1, sizeof *v->deaths);
+  v->seen_at = calloc(v->r.n + 1, sizeof *v->seen_at);
   v->worker_info = json_object();
   v->failures = json_object();
-  if (!report_kvs || !v->workers || !v->reports || !v->leaving || !v->worker_info || !v->failures) {
+  if (!report_kvs || !v->workers || !v->reports || !v->leaving || !v->deaths || !v->seen_at ||
+      !v->worker_info || !v->failures) {
     st = tagc_errorf(TAGC_ENOMEM, "coordinator: view");
     goto fail;
   }
@@ -277,6 +305,7 @@ tagc_status coord_view_read(tagc_etcd *etcd, const coord_keys *k, coord_seen *se
     classify(&rd, &v->r.kvs[i], plan_key, failures_gen, report_kvs, &leader_rev);
   drop_strangers(&rd, report_kvs); /* the plan is known only now: it sorts after failures/ */
   remember_reports(seen, v, report_kvs);
+  remember_registrations(seen, v);
   remember_warnings(&rd);
   free(report_kvs);
   return TAGC_OK;

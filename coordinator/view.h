@@ -39,12 +39,15 @@ typedef struct coord_seen_report {
   double at;
 } coord_seen_report;
 
-/* The reports of the latest read, with when each was first seen, and the bad keys (key + mod
- * revision) the latest read warned about, so that each is logged once per change.
- * Zero-initialised = empty. */
+/* The reports of the latest read, with when each was first seen, the registrations of its
+ * workers (key: the worker id, mod: the registration) with when each was first seen, and the
+ * bad keys (key + mod revision) the latest read warned about, so that each is logged once
+ * per change. Zero-initialised = empty. */
 typedef struct coord_seen {
   coord_seen_report *items;
   size_t n;
+  coord_seen_report *registrations;
+  size_t n_registrations;
   coord_seen_report *warned;
   size_t n_warned;
 } coord_seen;
@@ -60,12 +63,15 @@ typedef struct coord_view {
   json_t *plan, *ckpt, *progress, *done, *config;
   tagc_planner_worker *workers;
   size_t n_workers;
+  double *seen_at;                    /* seen_at[i]: when workers[i]'s registration was first
+                                         seen (tagc_now clock) */
   json_t *worker_info;                /* {"id": registration JSON} */
   tagc_planner_report *reports;
   size_t n_reports;
   json_t *failures;                   /* {"id": report JSON} of generation gen */
   tagc_planner_worker *leaving;       /* leaving/<id> records: id and registration */
   size_t n_leaving;
+  tagc_planner_death *deaths;         /* deaths[i]: whether leaving[i] reports a death */
   const char *leader;                 /* value of the lowest coord/ key, or NULL */
   int64_t ignored_keys;               /* keys left out: bad worker ids, bad leave records,
                                          failure reports of non-members */
@@ -75,8 +81,8 @@ typedef struct coord_view {
  * coord_view_free after success). Malformed JSON values are kept as JSON strings; workers
  * with bad ids, bad leave records and the failure reports of workers that are not members of
  * the current plan are left out (counted in ignored_keys). A bad key is logged once per
- * change (key + mod revision), not at every read. Updates seen to this read's reports and sets each
- * report's seen_at from it. Errors: those of tagc_etcd_range, TAGC_EPROTO when `gen` is not
+ * change (key + mod revision), not at every read. Updates seen to this read's reports and
+ * registrations and sets each report's and worker's seen_at from it. Errors: those of tagc_etcd_range, TAGC_EPROTO when `gen` is not
  * a generation number, TAGC_ENOMEM. Blocks on etcd. */
 tagc_status coord_view_read(tagc_etcd *etcd, const coord_keys *k, coord_seen *seen, coord_view *v);
 
