@@ -27,6 +27,11 @@
  * milliseconds and so end ours; what is left then is a wait on peers that moved on (e.g. a
  * communicator bootstrap), which only an abort ends early. */
 #define WITHDRAW_GRACE_S 1.0
+/* Pause between two looks, while a leave waits, at whether every member is leaving. */
+#define LEAVE_POLL_S 0.1
+/* Longest a suspending job may take, after its --leave-timeout, to reach its last step and
+ * save it (one more step, the checkpoint, the final gather) before the leave aborts it. */
+#define SUSPEND_SAVE_S 30.0
 
 /* The process's elastic run as the signal thread sees it (tagc_elastic_terminate). One per
  * process; `lock` guards every field, `changed` signals a change of any. */
@@ -44,6 +49,7 @@ typedef struct session {
   int64_t seen_gen;     /* the latest generation the member's watch saw */
   int64_t run_gen;      /* the generation being trained, 0 between generations */
   int run_world;
+  char **run_members;   /* its run_world member ids (owned), NULL between generations */
 } session;
 
 static session S = {.lock = PTHREAD_MUTEX_INITIALIZER};
@@ -92,13 +98,36 @@ static json_t *worker_info(const tagc_train_config *cfg) {
                    (int)getpid(), "device", cfg->device, "threads", (json_int_t)cfg->threads);
 }
 
-/* Marks the generation about to be trained (world > 0) or its end (world 0). Returns 0
- * when the worker is leaving: no new generation starts then. */
-static int mark_generation(int64_t gen, int world) {
+static void free_ids(char **ids, int n) {
+  for (int i = 0; ids && i < n; i++)
+    free(ids[i]);
+  free(ids);
+}
+
+/* A copy of ids[0 .. n) (new; NULL when out of memory). */
+static char **copy_ids(char *const *ids, int n) {
+  char **c = calloc((size_t)n + 1, sizeof *c);
+  for (int i = 0; c && i < n; i++) {
+    if (!(c[i] = strdup(ids[i]))) {
+      free_ids(c, n);
+      return NULL;
+    }
+  }
+  return c;
+}
+
+/* Marks the generation of plan as about to be trained, or (plan NULL) the end of the one
+ * trained. Returns 0 when the worker is leaving: no new generation starts then. */
+static int mark_generation(const tagc_plan *plan) {
+  char **ids = plan ? copy_ids(plan->members, plan->world) : NULL;
   pthread_mutex_lock(&S.lock);
-  int go = !S.stop || world == 0;
-  S.run_gen = go && world ? gen : 0;
-  S.run_world = go ? world : 0;
+  int go = !S.stop || !plan;
+  free_ids(S.run_members, S.run_world);
+  S.run_gen = go && plan ? plan->gen : 0;
+  S.run_world = go && plan ? plan->world : 0;
+  S.run_members = go ? ids : NULL;
+  if (!go)
+    free_ids(ids, plan->world);
   pthread_cond_broadcast(&S.changed);
   pthread_mutex_unlock(&S.lock);
   return go;
@@ -205,6 +234,12 @@ static tagc_status hook_progress(void *ctx, json_t *progress) {
   return tagc_member_progress(ctx, progress);
 }
 
+static tagc_status hook_report_straggler(void *ctx, int64_t gen, int64_t step, int rank,
+                                         const char *detail) {
+  return tagc_member_report_failure(ctx, gen, tagc_failure_kind_name(TAGC_FAIL_STRAGGLER), step,
+                                    rank, detail);
+}
+
 /* Elastic mode of the runner: generations, checkpoint records, chaos and progress through m
  * (borrowed; outlives the run's generations). */
 static void set_hooks(tagc_run *run, tagc_member *m) {
@@ -214,13 +249,90 @@ static void set_hooks(tagc_run *run, tagc_member *m) {
                           .ready = hook_ready,
                           .chaos = hook_chaos,
                           .commit_ckpt = hook_commit_ckpt,
-                          .progress = hook_progress};
+                          .progress = hook_progress,
+                          .report_straggler = hook_report_straggler};
   tagc_run_set_hooks(run, &hooks);
+}
+
+/* The longest wait for etcd after this worker trained the job's final step (the summary and
+ * the final checkpoint are written; only the job's `done` record is missing). */
+#define FINISHED_PATIENCE_S 15.0
+
+/* etcd out of reach while the worker waits for a plan (--etcd-patience). */
+typedef struct outage {
+  double since;       /* tagc_now() when etcd was found out of reach; 0 while it answers */
+  int64_t step;       /* the job's step when this worker's last generation ended */
+  int finished;       /* that generation trained the final step */
+  int finish_pending; /* ... on rank 0, and the job's done record is not written yet */
+} outage;
+
+/* Notes whether etcd is out of reach (lost) after a wait for a plan after generation gen
+ * and retries gen's pending done record once it answers. Returns 1 when the worker stops waiting, with *st its status:
+ * TAGC_OK after a finished job (its done record unwritten), else TAGC_EPEER with the one line
+ * that says why, after tagc_run_give_up. */
+static int etcd_given_up(outage *o, int64_t gen, int lost, tagc_member *m, tagc_run *run,
+                         tagc_status *st) {
+  const tagc_train_config *cfg = S.cfg;
+  double now = tagc_now();
+  double patience = o->finished && cfg->etcd_patience > FINISHED_PATIENCE_S ? FINISHED_PATIENCE_S
+                                                                            : cfg->etcd_patience;
+  if (!lost) {
+    if (o->since > 0)
+      LOG_INFO("elastic", "etcd answers again after %.1f s", now - o->since);
+    o->since = 0;
+    if (o->finish_pending && tagc_member_finish(m, gen, o->step) == TAGC_OK)
+      o->finish_pending = 0;
+    return 0;
+  }
+  if (o->since == 0) {
+    o->since = now;
+    LOG_WARN("elastic", "etcd at %s is out of reach while waiting for a plan; waiting %.0f s "
+             "for it (--etcd-patience)", cfg->etcd, patience);
+  }
+  if (now - o->since < patience)
+    return 0;
+  if (o->finished) {
+    LOG_WARN("elastic", "the job finished at step %lld, but etcd at %s stayed out of reach for "
+             "%.0f s: its done record is not written (a rerun finds the final checkpoint and "
+             "trains nothing)", (long long)o->step, cfg->etcd, patience);
+    *st = TAGC_OK;
+    return 1;
+  }
+  char ckpt[4400];
+  tagc_run_give_up(run, o->step, ckpt, sizeof ckpt);
+  *st = tagc_errorf(TAGC_EPEER, "etcd at %s out of reach for %.0f s while waiting for a plan: "
+                    "giving up at step %lld; the newest valid checkpoint: %s", cfg->etcd,
+                    patience, (long long)o->step, ckpt);
+  return 1;
+}
+
+/* An excluded worker's wait of `seconds` before it asks back in, which ends early when the
+ * job is done (returns 1) or the worker leaves (returns 0). */
+static int stay_out(tagc_member *m, int64_t gen, double seconds) {
+  for (double until = tagc_now() + seconds; !stop_requested() && tagc_now() < until;) {
+    double left = until - tagc_now();
+    tagc_plan p = {0};
+    tagc_status st = tagc_member_wait_plan(m, gen, left < 5 ? left : 5, &p);
+    int done = p.job_done;
+    if (st == TAGC_OK)
+      gen = p.gen; /* a generation without this worker */
+    tagc_plan_free(&p);
+    if (done) {
+      pthread_mutex_lock(&S.lock);
+      S.job_done = 1;
+      pthread_mutex_unlock(&S.lock);
+      return 1;
+    }
+    if (st != TAGC_OK && st != TAGC_ETIMEDOUT)
+      tagc_sleep(left < 1 ? left : 1);
+  }
+  return 0;
 }
 
 /* Trains the generations of a job until it is done or the worker leaves. */
 static tagc_status supervise(tagc_run *run, tagc_etcd *etcd, tagc_member *m, json_t *info) {
   int64_t gen = 0;
+  outage out = {0};
   /* The wait before asking back in after an exclusion: none after a generation in which this
      worker trained (a hang or a stop it has woken from: only its own pause grows while it
      waits), then 1 s, doubling with every exclusion in a row (a lasting partition costs few
@@ -230,7 +342,12 @@ static tagc_status supervise(tagc_run *run, tagc_etcd *etcd, tagc_member *m, jso
     if (stop_requested())
       return TAGC_OK;
     tagc_plan plan = {0};
-    tagc_status st = tagc_member_wait_plan(m, gen, 5.0, &plan);
+    tagc_status st = tagc_member_wait_plan(m, gen, out.since > 0 ? 1.0 : 5.0, &plan);
+    int lost = st != TAGC_OK && ((st != TAGC_ETIMEDOUT && st != TAGC_EABORTED) ||
+                                 tagc_member_etcd_silent(m));
+    tagc_status gave_up;
+    if (!plan.job_done && etcd_given_up(&out, gen, lost, m, run, &gave_up))
+      return gave_up;
     if (st == TAGC_ETIMEDOUT || (st == TAGC_EABORTED && stop_requested()))
       continue;
     if (plan.job_done) {
@@ -249,8 +366,10 @@ static tagc_status supervise(tagc_run *run, tagc_etcd *etcd, tagc_member *m, jso
     if (plan.rank < 0) {
       LOG_INFO("elastic", "generation %lld: not a member (%s)", (long long)gen, plan.reason);
       if (plan.excluded) { /* excluded as suspect: this process is alive again, ask back in */
-        LOG_INFO("elastic", "excluded; asking to rejoin in %.0f s", rejoin_wait);
-        tagc_sleep(rejoin_wait);
+        double wait = tagc_run_named_straggler(run) ? S.cfg->straggler_rejoin : rejoin_wait;
+        LOG_INFO("elastic", "excluded; asking to rejoin in %.0f s", wait);
+        if (stay_out(m, gen, wait))
+          return TAGC_OK; /* the job is done */
         rejoin_wait = rejoin_wait == 0 ? 1 : rejoin_wait * 2 > 120 ? 120 : rejoin_wait * 2;
         if (!stop_requested() && tagc_member_rejoin(m, info) != TAGC_OK)
           LOG_WARN("elastic", "rejoin failed: %s", tagc_last_error());
@@ -258,7 +377,7 @@ static tagc_status supervise(tagc_run *run, tagc_etcd *etcd, tagc_member *m, jso
       tagc_plan_free(&plan);
       continue;
     }
-    if (!mark_generation(gen, plan.world)) {
+    if (!mark_generation(&plan)) {
       tagc_plan_free(&plan);
       return TAGC_OK;
     }
@@ -279,26 +398,35 @@ static tagc_status supervise(tagc_run *run, tagc_etcd *etcd, tagc_member *m, jso
                          .micro_batch = plan.micro_batch, .resume_path = plan.resume_path,
                          .resume_step = plan.resume_step,
                          .resume_manifest_crc = plan.resume_manifest_crc,
-                         .on_failure = report_failure, .failure_arg = &report};
+                         .on_failure = report_failure, .failure_arg = &report,
+                         .members = plan.members};
       st = tagc_run_generation(run, &g, &res);
     }
     tagc_store_free(store);
-    mark_generation(gen, 0);
+    mark_generation(NULL);
     int rank = plan.rank;
     tagc_plan_free(&plan);
     if (st != TAGC_OK)
       return st;
     switch (res.end) {
     case TAGC_GEN_FINISHED:
-      if (rank == 0 && tagc_member_finish(m, gen, res.step) != TAGC_OK)
+      if (rank == 0 && tagc_member_finish(m, gen, res.step) != TAGC_OK) {
         LOG_WARN("elastic", "finish not recorded: %s", tagc_last_error());
+        out.finish_pending = 1;
+      }
       break;
     case TAGC_GEN_STOPPED:
+      if (res.suspended)
+        LOG_INFO("elastic", "suspended at step %lld: every member left the job; it goes on "
+                 "from that step's checkpoint when its workers start again",
+                 (long long)res.step);
       return TAGC_OK;
     case TAGC_GEN_FAILED: /* reported by report_failure */
     case TAGC_GEN_SUPERSEDED:
       break;
     }
+    out.step = res.step;
+    out.finished = res.end == TAGC_GEN_FINISHED;
     if (res.step > res.start_step) /* it trained: a later exclusion is no lasting partition */
       rejoin_wait = 0;
   }
@@ -332,9 +460,26 @@ static void wait_for_checkpoint(tagc_member *m, double wait_s) {
     LOG_WARN("elastic", "no new checkpoint within %.1f s; leaving without one", wait_s);
 }
 
+/* Whether every member of generation gen, still the one trained, has announced its leave.
+ * Caller holds S.lock; it is released during the etcd reads. */
+static int everyone_leaving(tagc_member *m, int64_t gen) {
+  int n = S.run_world, all = 0;
+  char **ids = copy_ids(S.run_members, n);
+  pthread_mutex_unlock(&S.lock);
+  if (ids && tagc_member_all_leaving(m, ids, n, &all) != TAGC_OK) {
+    LOG_DEBUG("elastic", "reading the members' leaves: %s", tagc_last_error());
+    all = 0;
+  }
+  free_ids(ids, n);
+  pthread_mutex_lock(&S.lock);
+  return all && S.run_gen == gen;
+}
+
 /* Announces the leave, keeps training until the coordinator's generation without this worker
  * exists (its peers are superseded by it) or --leave-timeout passes, then ends this worker's
- * part at its next step. */
+ * part at its next step. When every member of the generation leaves (a whole-job stop, e.g.
+ * a suspended Kubernetes Job), no such generation comes: the job suspends instead, all ranks
+ * stopping after one agreed step that is saved (tagc_run_suspend). */
 static void leave(tagc_member *m, const char *why) {
   const tagc_train_config *cfg = S.cfg;
   pthread_mutex_lock(&S.lock);
@@ -352,12 +497,24 @@ static void leave(tagc_member *m, const char *why) {
   double until = tagc_now() + cfg->leave_timeout;
   pthread_mutex_lock(&S.lock);
   int64_t gen = S.run_gen;
-  while (!S.finishing && gen > 0 && S.run_world > 1 && S.run_gen == gen && S.seen_gen <= gen &&
-         tagc_now() < until)
-    wait_until(until);
+  int suspending = 0;
+  while (!S.finishing && gen > 0 && S.run_gen == gen && S.seen_gen <= gen && tagc_now() < until) {
+    if (!suspending && everyone_leaving(m, gen)) {
+      suspending = 1;
+      until = tagc_now() + cfg->leave_timeout + SUSPEND_SAVE_S;
+      LOG_INFO("elastic", "every member of generation %lld is leaving: the job suspends after "
+               "its next step, saved", (long long)gen);
+      tagc_run_suspend(S.run);
+      continue;
+    }
+    if (!suspending && S.run_world <= 1)
+      break;
+    double next = tagc_now() + LEAVE_POLL_S;
+    wait_until(suspending || next > until ? until : next);
+  }
   int replanned = S.seen_gen > gen;
   pthread_mutex_unlock(&S.lock);
-  if (gen > 0 && !replanned)
+  if (gen > 0 && !replanned && !suspending)
     LOG_INFO("elastic", "stopping generation %lld at its next step", (long long)gen);
   tagc_member_withdraw(m);
   pthread_mutex_lock(&S.lock);

@@ -8,6 +8,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "common/fsutil.h"
 #include "common/log.h"
 #include "common/timeutil.h"
 
@@ -15,8 +16,8 @@ static const char *const kind_names[TAGC_HIST_KINDS] = {"failure", "join",   "le
                                                         "interrupt", "resume", "restart"};
 
 /* The most specific first: the kind a generation's failure is counted as. */
-static const char *const failure_order[] = {"oom",       "injected", "crash", "hang", "timeout",
-                                            "partition", "comm",     "lease"};
+static const char *const failure_order[] = {"oom",  "injected",  "straggler", "crash", "hang",
+                                            "timeout", "partition", "comm",    "lease"};
 
 const char *tagc_history_kind_name(tagc_history_kind k) {
   return k < TAGC_HIST_KINDS ? kind_names[k] : "?";
@@ -40,13 +41,14 @@ void tagc_history_append(const char *out, json_t *event) {
   if (n <= 0 || (size_t)n >= sizeof line)
     return;
   int fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-  ssize_t w = fd >= 0 ? write(fd, line, (size_t)n) : -1;
-  int err = errno;
-  if (fd >= 0 && close(fd) != 0 && w == n)
-    w = -1, err = errno;
-  if (w != n && !warned) {
+  /* the whole line or nothing (a full disk): readers never find a line cut short */
+  tagc_status st = fd >= 0 ? tagc_append_whole(fd, line, (size_t)n, path)
+                           : tagc_errnof(TAGC_EIO, "%s", path);
+  if (fd >= 0 && close(fd) != 0 && st == TAGC_OK)
+    st = tagc_errnof(TAGC_EIO, "%s", path);
+  if (st != TAGC_OK && !warned) {
     warned = 1;
-    LOG_WARN("train", "%s: the event was not recorded: %s", path, strerror(err));
+    LOG_WARN("train", "the event was not recorded: %s", tagc_last_error());
   }
 }
 

@@ -29,7 +29,8 @@ void tagc_worker_sample_observe_step(tagc_worker_sample *s, double step_s) {
 tagc_worker_sample tagc_worker_sample_empty(void) {
   return (tagc_worker_sample){.loss = NAN, .rank = -1, .val_loss = NAN, .lr = NAN,
                               .grad_norm = NAN, .sketch_coverage = NAN, .reshard = NAN,
-                              .goodput = NAN, .ckpt_last_step = -1};
+                              .goodput = NAN, .ckpt_last_step = -1, .compute_max = NAN,
+                              .compute_median = NAN, .slowest_rank = -1, .straggler_rank = -1};
 }
 
 /* The last step, its losses and the step duration histogram. */
@@ -78,6 +79,31 @@ static void recovery_metrics(tagc_prom *p, const tagc_worker_sample *s) {
                     "non-finite loss or gradient", (double)s->nonfinite_skips);
 }
 
+/* The ranks' compute seconds of the last step and the straggler, if any (worker/straggler.h). */
+static void rank_metrics(tagc_prom *p, const tagc_worker_sample *s) {
+  if (s->n_compute > 0) {
+    tagc_prom_family(p, "tagc_worker_compute_seconds", "gauge", "Each rank's compute seconds "
+                     "(forward, backward, optimizer; waits on peers excluded) in the last step");
+    for (int r = 0; r < s->n_compute; r++) {
+      char label[32];
+      snprintf(label, sizeof label, "rank=\"%d\"", r);
+      tagc_prom_sample(p, "tagc_worker_compute_seconds", label, s->compute_ranks[r]);
+    }
+  }
+  tagc_prom_gauge(p, "tagc_worker_compute_seconds_max", "The slowest rank's compute seconds in "
+                  "the last step", s->compute_max);
+  tagc_prom_gauge(p, "tagc_worker_compute_seconds_median", "The ranks' median compute seconds "
+                  "in the last step", s->compute_median);
+  tagc_prom_gauge(p, "tagc_worker_slowest_rank", "The rank with the most compute seconds in the "
+                  "last step (-1: no step yet)", s->slowest_rank);
+  tagc_prom_gauge(p, "tagc_worker_slowest_ratio", "Its compute seconds over the median",
+                  s->compute_median > 0 ? s->compute_max / s->compute_median : NAN);
+  tagc_prom_gauge(p, "tagc_worker_straggler_rank", "The rank persistently slower than the "
+                  "others now (docs/operations.md, Stragglers; -1: none)", s->straggler_rank);
+  tagc_prom_gauge(p, "tagc_worker_straggler_ratio", "Its compute seconds over the ranks' "
+                  "median, the mean over the detection window (0: none)", s->straggler_ratio);
+}
+
 /* This process's checkpoint saves; the age counts from the server's start before a save. */
 static void checkpoint_metrics(tagc_prom *p, const tagc_worker_sample *s, double started,
                                double now) {
@@ -92,6 +118,9 @@ static void checkpoint_metrics(tagc_prom *p, const tagc_worker_sample *s, double
                     "failed)", (double)s->ckpt_saves);
   tagc_prom_counter(p, "tagc_worker_checkpoint_failures_total", "Checkpoint saves that failed",
                     (double)s->ckpt_failures);
+  tagc_prom_gauge(p, "tagc_worker_checkpoint_failures_in_a_row", "Checkpoint saves that failed "
+                  "since the latest good one (0: the latest save is good)",
+                  (double)s->ckpt_failed_in_a_row);
 }
 
 char *tagc_metrics_text(const tagc_worker_sample *s, double uptime_s, double now) {
@@ -110,6 +139,7 @@ char *tagc_metrics_text(const tagc_worker_sample *s, double uptime_s, double now
                   "yet)", s->rank);
   tagc_prom_gauge(&p, "tagc_worker_link_rate_bytes_per_second", "Measured link rate the "
                   "collective deadlines use (0: not measured yet)", s->link_rate);
+  rank_metrics(&p, s);
   checkpoint_metrics(&p, s, now - uptime_s, now);
   tagc_prom_gauge(&p, "tagc_worker_uptime_seconds", "Seconds since the metrics server started",
                   uptime_s);

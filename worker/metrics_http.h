@@ -21,6 +21,12 @@
  *   nonfinite_skips_total                                steps skipped: non-finite gradient
  *   generation, world_size, rank                         the current (or last) generation
  *   link_rate_bytes_per_second                           the comm layer's measured link rate
+ *   compute_seconds{rank="r"}                            each rank's compute seconds in the
+ *                                                        last step (world <= 64)
+ *   compute_seconds_max, compute_seconds_median,         over the ranks, last step; the slowest
+ *   slowest_rank, slowest_ratio                          rank and its max / median
+ *   straggler_rank, straggler_ratio                      the rank named a straggler now (-1:
+ *                                                        none) and its window mean ratio
  *   checkpoint_last_step, checkpoint_age_seconds,        this process's latest good save, the
  *   checkpoint_duration_seconds,                         seconds since it (since the server
  *   checkpoint_saves_total, checkpoint_failures_total    started before one), its write time
@@ -33,6 +39,9 @@
 #include <stdint.h>
 
 #include "common/status.h"
+
+/* Ranks whose compute seconds are served one by one (a rank label each). */
+#define TAGC_RANK_GAUGES 64
 
 /* Upper bounds (seconds) of the step duration histogram's buckets. */
 #define TAGC_STEP_BUCKETS 13
@@ -64,7 +73,15 @@ typedef struct tagc_worker_sample {
   double ckpt_time;         /* tagc_now() when it was seen finished, 0 before one */
   double ckpt_write_s;      /* background write time of the latest finished save */
   int64_t ckpt_saves, ckpt_failures; /* over the process */
+  int64_t ckpt_failed_in_a_row; /* failed saves since the latest good one */
   int64_t nonfinite_skips; /* steps skipped for a non-finite gradient, over the process */
+  /* the ranks' compute seconds of the last step (worker/straggler.h) */
+  int n_compute;            /* ranks in compute_ranks: the world when at most TAGC_RANK_GAUGES */
+  double compute_ranks[TAGC_RANK_GAUGES];
+  double compute_max, compute_median; /* NaN before a step */
+  int slowest_rank;         /* -1 before a step */
+  int straggler_rank;       /* -1: none */
+  double straggler_ratio;   /* 0 when none */
 } tagc_worker_sample;
 
 typedef struct tagc_metrics_http tagc_metrics_http;

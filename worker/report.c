@@ -10,6 +10,7 @@
 
 #include "common/crc32c.h"
 #include "common/json.h"
+#include "common/fsutil.h"
 #include "common/log.h"
 #include "common/timeutil.h"
 #include "engine/policy.h"
@@ -48,6 +49,42 @@ void tagc_report_generation(tagc_report *rp, int64_t gen, int rank, int world) {
   rp->gen = gen;
   rp->rank = rank;
   rp->world = world;
+  rp->has_ranks = 0;
+}
+
+void tagc_report_ranks(tagc_report *rp, const tagc_straggler_step *s, const double *compute_s,
+                       const char *straggler_worker) {
+  if (s->straggler >= 0 && (!rp->has_ranks || rp->ranks.straggler != s->straggler))
+    rp->straggler_since = tagc_now();
+  rp->has_ranks = 1;
+  rp->ranks = *s;
+  rp->n_compute = rp->world <= TAGC_RANK_GAUGES ? rp->world : 0;
+  memcpy(rp->compute, compute_s, (size_t)rp->n_compute * sizeof(double));
+  snprintf(rp->straggler_worker, sizeof rp->straggler_worker, "%s",
+           s->straggler >= 0 && straggler_worker ? straggler_worker : "");
+}
+
+/* The ranks' compute times for a metrics line or the progress record: the maximum, the median
+ * and the slowest rank, each rank's (world <= TAGC_RANK_GAUGES), the straggler while one is
+ * named. */
+static void ranks_json(const tagc_report *rp, json_t *m) {
+  if (!rp->has_ranks)
+    return;
+  const tagc_straggler_step *s = &rp->ranks;
+  json_object_update_new(m, json_pack("{s:f, s:f, s:i}", "compute_s_max", s->max,
+                                      "compute_s_median", s->median, "slowest_rank", s->slowest));
+  if (rp->n_compute > 0) {
+    json_t *list = json_array();
+    for (int r = 0; list && r < rp->n_compute; r++)
+      json_array_append_new(list, json_real(rp->compute[r]));
+    json_object_set_new(m, "compute_s", list);
+  }
+  if (s->straggler < 0)
+    return;
+  json_object_update_new(m, json_pack("{s:i, s:f}", "straggler", s->straggler, "straggler_ratio",
+                                      s->straggler_ratio));
+  if (rp->straggler_worker[0])
+    json_object_set_new(m, "straggler_worker", json_string(rp->straggler_worker));
 }
 
 tagc_status tagc_report_open_metrics(tagc_report *rp, int64_t start_step) {
@@ -116,7 +153,10 @@ static double goodput(tagc_report *rp, int64_t step, int64_t first) {
   if (tt->n_times == 0 || wall <= 0)
     return NAN;
   double median = select_kth(tt->step_s, tt->n_times, tt->n_times / 2);
-  return step > first ? (double)(step - first) * median / wall : 0.0;
+  double g = step > first ? (double)(step - first) * median / wall : 0.0;
+  /* a ratio in [0, 1]: on a loaded machine the median step can exceed the mean (a few much
+     faster steps), which would put the estimate above the wall time itself */
+  return g > 1 ? 1.0 : g;
 }
 
 void tagc_report_step(tagc_report *rp, const tagc_step_stats *ss) {
@@ -180,12 +220,24 @@ static void print_progress(const tagc_report *rp, int64_t step, double step_s, d
   int64_t done = step + 1, steps = rp->c.cfg->steps;
   tagc_format_duration(elapsed, el, sizeof el);
   tagc_format_duration(eta_s(rp, steps - done, step_s), eta, sizeof eta);
-  char val[32] = "";
+  char val[32] = "", ckpt[128] = "";
   if (!isnan(val_loss))
     snprintf(val, sizeof val, " val %.4f", val_loss);
-  printf("step %lld/%lld  loss %.4f%s  %.0f tok/s  workers %d  elapsed %s  eta %s\n",
+  const tagc_worker_sample *m = &rp->sample;
+  if (m->ckpt_failed_in_a_row > 0) { /* saves failing: how old the protection is */
+    char age[32];
+    tagc_format_duration(tagc_now() - (m->ckpt_time > 0 ? m->ckpt_time : rp->t0), age,
+                         sizeof age);
+    if (m->ckpt_last_step >= 0)
+      snprintf(ckpt, sizeof ckpt, "  CHECKPOINTS FAILING (%lld in a row; last good step %lld, "
+               "%s ago)", (long long)m->ckpt_failed_in_a_row, (long long)m->ckpt_last_step, age);
+    else
+      snprintf(ckpt, sizeof ckpt, "  CHECKPOINTS FAILING (%lld in a row; none good in %s)",
+               (long long)m->ckpt_failed_in_a_row, age);
+  }
+  printf("step %lld/%lld  loss %.4f%s  %.0f tok/s  workers %d  elapsed %s  eta %s%s\n",
          (long long)done, (long long)steps, rp->loss, val, rp->tt.tokens / elapsed, rp->world,
-         el, eta);
+         el, eta, ckpt);
   fflush(stdout);
 }
 
@@ -243,6 +295,7 @@ static void write_metrics(tagc_report *rp, int64_t step, const tagc_step_stats *
                                         (json_int_t)ss->mirror_bytes, "mirror_s", ss->mirror_s));
   json_object_set_new(m, "batch_crc32c", json_integer(batch_crc(rp, step)));
   json_object_set_new(m, "nonfinite_skips", json_integer(ss->nonfinite));
+  ranks_json(rp, m);
   if (!isfinite(step_ss->loss))
     json_object_set_new(m, "loss", json_null());
   if (!isfinite(step_ss->grad_norm))
@@ -251,10 +304,26 @@ static void write_metrics(tagc_report *rp, int64_t step, const tagc_step_stats *
   json_decref(m);
   if (!row)
     return;
-  /* "time" last, in milliseconds exactly (a JSON real would print 17 digits) */
-  fprintf(rp->metrics, "%.*s,\"time\":%.3f}\n", (int)strlen(row) - 1, row, tagc_wall_time());
-  fflush(rp->metrics);
+  /* "time" last, in milliseconds exactly (a JSON real would print 17 digits); the whole line
+     in one write, or none of it (a full disk): a reader never finds a line cut short */
+  size_t cap = strlen(row) + 32;
+  char *line = malloc(cap);
+  int n = line ? snprintf(line, cap, "%.*s,\"time\":%.3f}\n", (int)strlen(row) - 1, row,
+                          tagc_wall_time()) : -1;
   free(row);
+  static int failing; /* warned once per run of failed lines */
+  char path[4200];
+  snprintf(path, sizeof path, "%s/metrics.jsonl", rp->c.cfg->out);
+  if (n > 0 && (size_t)n < cap &&
+      tagc_append_whole(fileno(rp->metrics), line, (size_t)n, path) != TAGC_OK) {
+    if (!failing)
+      LOG_WARN("train", "%s; its lines are left out until it can be written", tagc_last_error());
+    failing = 1;
+  } else if (n > 0 && failing) {
+    LOG_INFO("train", "%s is written again from step %lld", path, (long long)(step + 1));
+    failing = 0;
+  }
+  free(line);
 }
 
 void tagc_report_metrics_line(tagc_report *rp, int64_t step, const tagc_step_stats *ss,
@@ -288,6 +357,11 @@ void tagc_report_progress(tagc_report *rp, int64_t step, const tagc_step_stats *
                         "generation", (json_int_t)rp->gen, "recoveries", rp->recoveries);
   if (p && rp->first_step >= 0) /* the coordinator's tagc_coordinator_goodput_ratio */
     json_object_set_new(p, "goodput", json_real(goodput(rp, done, rp->first_step)));
+  if (p) { /* tagctl status: the slowest rank, the straggler and how long it has been one */
+    ranks_json(rp, p);
+    if (rp->has_ranks && rp->ranks.straggler >= 0)
+      json_object_set_new(p, "straggler_s", json_real(now - rp->straggler_since));
+  }
   if (p && rp->progress(rp->progress_ctx, p) != TAGC_OK)
     LOG_WARN("train", "progress not recorded: %s", tagc_last_error());
   json_decref(p);
@@ -318,6 +392,7 @@ static void sample_checkpoints(tagc_report *rp, tagc_ckpt_saver *saver) {
   }
   rp->saver_done = cs.saves_done;
   rp->saver_failed = cs.saves_failed;
+  m->ckpt_failed_in_a_row = cs.failed_in_a_row;
   m->ckpt_saves = rp->saves_before + cs.saves_done;
   m->ckpt_failures = rp->failed_before + cs.saves_failed;
 }
@@ -342,6 +417,7 @@ void tagc_report_sample(tagc_report *rp, int64_t steps_done, const tagc_step_sta
                         const tagc_recovery_counts *rec, const tagc_comm *comm,
                         tagc_ckpt_saver *saver) {
   rp->recoveries = rec->recoveries;
+  sample_checkpoints(rp, saver); /* the progress line shows failing saves, too */
   if (!rp->c.http)
     return;
   tagc_worker_sample *m = &rp->sample;
@@ -367,7 +443,15 @@ void tagc_report_sample(tagc_report *rp, int64_t steps_done, const tagc_step_sta
   }
   if (comm)
     m->link_rate = tagc_comm_link_rate(tagc_comm_backend_of(comm));
-  sample_checkpoints(rp, saver);
+  if (ss && rp->has_ranks) {
+    m->n_compute = rp->n_compute;
+    memcpy(m->compute_ranks, rp->compute, (size_t)rp->n_compute * sizeof(double));
+    m->compute_max = rp->ranks.max;
+    m->compute_median = rp->ranks.median;
+    m->slowest_rank = rp->ranks.slowest;
+    m->straggler_rank = rp->ranks.straggler;
+    m->straggler_ratio = rp->ranks.straggler_ratio;
+  }
   tagc_metrics_http_publish(rp->c.http, m);
 }
 
@@ -394,6 +478,55 @@ static json_t *device_json(const tagc_report *rp, double tokens_per_s) {
                                       ? json_real(flops / (d->peak_tflops * 1e12 * rp->world))
                                       : json_null());
   return j;
+}
+
+/* The rows of OUT/metrics.jsonl whose step is at or below that of a row before them: the
+ * steps recomputed over the whole OUT (every process and run since it started at step 0),
+ * or -1 when the file cannot be read. */
+static int64_t recomputed_steps(tagc_report *rp) {
+  if (rp->metrics)
+    fflush(rp->metrics);
+  char path[4200];
+  snprintf(path, sizeof path, "%s/metrics.jsonl", rp->c.cfg->out);
+  FILE *f = fopen(path, "r");
+  if (!f)
+    return -1;
+  char *line = NULL;
+  size_t cap = 0;
+  int64_t max = -1, n = 0;
+  while (getline(&line, &cap, f) > 0) {
+    const char *at = strstr(line, "\"step\":");
+    if (!at)
+      continue;
+    int64_t step = strtoll(at + 7, NULL, 10);
+    if (step <= max)
+      n++;
+    else
+      max = step;
+  }
+  free(line);
+  fclose(f);
+  return n;
+}
+
+/* The job's failure figures: over the whole OUT in elastic mode (history.jsonl counts each
+ * failure once, whichever processes saw it; metrics.jsonl the steps recomputed), this
+ * process's under "process" (what /metrics serves). */
+static void failure_figures(tagc_report *rp, json_t *s, const json_t *hist,
+                            const tagc_recovery_counts *rec) {
+  int elastic = *rp->c.cfg->etcd != '\0';
+  json_int_t failures = rec->failures, recoveries = rec->recoveries;
+  if (elastic && hist) {
+    failures = json_integer_value(json_object_get(hist, "failures"));
+    recoveries = json_integer_value(json_object_get(hist, "recoveries"));
+  }
+  int64_t lost = recomputed_steps(rp);
+  json_object_set_new(s, "failures", json_integer(failures));
+  json_object_set_new(s, "recoveries", json_integer(recoveries));
+  json_object_set_new(s, "steps_lost", json_integer(lost >= 0 ? lost : rec->steps_lost));
+  json_object_set_new(s, "process", json_pack("{s:i, s:i, s:I}", "failures", rec->failures,
+                                              "recoveries", rec->recoveries, "steps_lost",
+                                              (json_int_t)rec->steps_lost));
 }
 
 static tagc_status write_summary(tagc_report *rp, const tagc_report_final *f, const char *path) {
@@ -433,19 +566,17 @@ static tagc_status write_summary(tagc_report *rp, const tagc_report_final *f, co
     json_object_set_new(s, "final_train_loss", json_null());
   if (isnan(rp->val)) /* no evaluation completed in this process */
     json_object_set_new(s, "final_val_loss", json_null());
+  json_object_set_new(s, "end", json_string(f->end));
   json_object_set_new(s, "steps_this_run", json_integer(tt->steps));
   json_object_set_new(s, "resumed_from", json_integer(f->resumed_from));
   json_object_set_new(s, "generation", json_integer(rp->gen));
   json_object_set_new(s, "device", device_json(rp, median > 0 ? step_tokens(rp) / median : 0));
-  json_object_set_new(s, "failures", json_integer(rec->failures));
-  json_object_set_new(s, "recoveries", json_integer(rec->recoveries));
   json_object_set_new(s, "max_recovery_s", json_real(rec->max_recovery_s));
   json_object_set_new(s, "max_pause_s", json_real(rec->max_pause_s));
   json_object_set_new(s, "max_regain_s", json_real(rec->max_regain_s));
   /* the fault-free time of the steps this process committed (at the median step time) over
      its wall time: what the failures, restarts and start-up cost */
   json_object_set_new(s, "goodput", json_real(isnan(good) ? 0.0 : good));
-  json_object_set_new(s, "steps_lost", json_integer(rec->steps_lost));
   json_object_set_new(s, "nonfinite_skips", json_integer(rec->nonfinite_skips));
   json_object_set_new(s, "nonfinite_rollbacks", json_integer(rec->rollbacks));
   json_object_set_new(s, "memory_rebuilds", json_integer(rec->memory_rebuilds));
@@ -457,12 +588,16 @@ static tagc_status write_summary(tagc_report *rp, const tagc_report_final *f, co
   json_object_set_new(s, "disk_fallbacks", json_integer(rec->disk_fallbacks));
   json_object_set(s, "model", f->model);
   tagc_history hist; /* the whole OUT's failures, joins, interrupts...: OUT/history.jsonl */
+  json_t *counts = NULL;
   if (tagc_history_read(cfg->out, &hist) == TAGC_OK) {
-    json_object_set_new(s, "history", tagc_history_counts(&hist));
+    counts = tagc_history_counts(&hist);
+    json_object_set(s, "history", counts);
     tagc_history_free(&hist);
   } else {
     LOG_WARN("train", "summary without history: %s", tagc_last_error());
   }
+  failure_figures(rp, s, counts, rec);
+  json_decref(counts);
   if (f->ckpt)
     json_object_set_new(s, "ckpt", json_pack("{s:I, s:I, s:I, s:f, s:f}", "saves",
                                              (json_int_t)f->ckpt->saves_done, "failed",
@@ -485,7 +620,8 @@ tagc_status tagc_report_finish(tagc_report *rp, const tagc_report_final *f) {
   }
   TAGC_CHECK(write_summary(rp, f, path));
   LOG_INFO("train", "%s at step %lld: train loss %.4f, val loss %.4f, %.0f tokens/s",
-           f->stopped ? "stopped (--stop-at)" : "finished", (long long)f->step, rp->loss, rp->val,
+           strcmp(f->end, "stopped") == 0 ? "stopped (--stop-at)" : f->end, (long long)f->step,
+           rp->loss, rp->val,
            rp->tt.tokens / (tagc_now() - rp->t0));
   return TAGC_OK;
 }

@@ -25,6 +25,7 @@
 #include "worker/metrics_http.h"
 #include "model/model.h"
 #include "worker/run_config.h"
+#include "worker/straggler.h"
 
 /* Where rank 0's progress records go (elastic mode: tagc_run_hooks.progress). */
 typedef tagc_status (*tagc_report_progress_fn)(void *ctx, json_t *progress);
@@ -89,6 +90,14 @@ typedef struct tagc_report {
   const tagc_ckpt_saver *saver_seen;   /* the saver of the last sample (NULL: none) */
   int64_t saves_before, failed_before; /* of the savers of earlier generations */
   int64_t saver_done, saver_failed;    /* of saver_seen at the last sample */
+  /* the ranks' compute times of the latest step (tagc_report_ranks); has_ranks 0 before one
+     in this generation */
+  int has_ranks;
+  tagc_straggler_step ranks;
+  int n_compute;                       /* the world when at most TAGC_RANK_GAUGES, else 0 */
+  double compute[TAGC_RANK_GAUGES];
+  char straggler_worker[128];          /* the straggler's worker id ("" when unknown or none) */
+  double straggler_since;              /* tagc_now() when the current straggler was named */
 } tagc_report;
 
 /* Initialises rp (caller-owned) and starts the job's clock: elapsed and wall times count
@@ -115,6 +124,12 @@ void tagc_report_end_generation(tagc_report *rp);
 
 /* A completed step (every rank): its loss and the running totals. */
 void tagc_report_step(tagc_report *rp, const tagc_step_stats *ss);
+
+/* A completed step (every rank): what the ranks' compute times tell (worker/straggler.h;
+ * compute_s[world], borrowed for the call) for its metrics line, the sample and the progress
+ * record; straggler_worker (may be NULL) is the id of s->straggler's worker. */
+void tagc_report_ranks(tagc_report *rp, const tagc_straggler_step *s, const double *compute_s,
+                       const char *straggler_worker);
 
 /* A completed evaluation: the validation loss of the summary. */
 void tagc_report_val_loss(tagc_report *rp, double val_loss);
@@ -144,7 +159,9 @@ int64_t tagc_report_steps_run(const tagc_report *rp);
 typedef struct tagc_report_final {
   int64_t step;         /* the job's steps done */
   int64_t resumed_from; /* the step the generation started from */
-  int stopped;          /* 1: --stop-at, 0: finished */
+  const char *end;      /* summary.json "end": "finished", "stopped" (--stop-at),
+                           "suspended" (tagc_run_suspend: every member left) or "gave up"
+                           (tagc_run_give_up: the job could not go on) */
   uint32_t params_crc32c;
   const tagc_recovery_counts *recovery;
   const tagc_ckpt_saver_stats *ckpt; /* NULL when the run saves no checkpoints */

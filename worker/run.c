@@ -100,6 +100,11 @@ tagc_status tagc_run_new(const tagc_train_config *cfg, tagc_run **out) {
                      (long long)cfg->micro_batch, (long long)cfg->batch);
     goto fail;
   }
+  if (cfg->exclude_straggler && !*cfg->etcd) {
+    st = tagc_errorf(TAGC_EINVAL, "--exclude-straggler needs elastic mode (--etcd, or tagctl "
+                     "run with 2 or more workers): a static run cannot go on without a worker");
+    goto fail;
+  }
   TAGC_CHECK_GOTO(tagc_policy_parse(cfg->compress, &r->policy), st, fail);
   const char *fault = cfg->fault && *cfg->fault ? cfg->fault : getenv("TAGC_FAULT");
   TAGC_CHECK_GOTO(tagc_faults_parse(fault, &r->faults), st, fail);
@@ -150,6 +155,7 @@ void tagc_run_free(tagc_run *r) {
   tagc_metrics_http_stop(r->http);
   tagc_corpus_free(&r->corpus);
   free(r->init_params);
+  run_straggler_end(r);
   tagc_mirror_free(r->mirror); /* its staging buffer is the device's */
   tagc_device_close(r->device);
   free(r->chaos_seen);
@@ -178,6 +184,40 @@ void tagc_run_abort(tagc_run *r) {
 void tagc_run_hold(tagc_run *r) {
   if (r->mirror && r->elastic)
     r->hold = 1;
+}
+
+void tagc_run_suspend(tagc_run *r) { r->suspend = 1; }
+
+void run_newest_valid(const tagc_run *r, char *buf, size_t cap) {
+  tagc_ckpt_reader *rd;
+  tagc_error_saved saved;
+  tagc_error_save(&saved);
+  if (tagc_ckpt_find_latest_valid(r->ckpt_root, TAGC_CKPT_VERIFY_QUICK, &rd) == TAGC_OK) {
+    snprintf(buf, cap, "step %lld (%s)", (long long)tagc_ckpt_reader_step(rd),
+             tagc_ckpt_reader_path(rd));
+    tagc_ckpt_close(rd);
+  } else {
+    snprintf(buf, cap, "none valid");
+  }
+  tagc_error_restore(&saved);
+}
+
+void run_write_cut_short(tagc_run *r, int64_t step, const char *end) {
+  if (r->rank != 0 || r->gen == 0 || tagc_report_steps_run(&r->report) == 0)
+    return;
+  tagc_error_saved saved;
+  tagc_error_save(&saved);
+  json_t *model = run_model_json(r);
+  tagc_report_final f = {step, r->start_step, end, 0, &r->rec.n, NULL, model};
+  if (tagc_report_finish(&r->report, &f) != TAGC_OK)
+    LOG_ERROR("train", "summary.json not written: %s", tagc_last_error());
+  json_decref(model);
+  tagc_error_restore(&saved);
+}
+
+void tagc_run_give_up(tagc_run *r, int64_t step, char *ckpt, size_t cap) {
+  run_newest_valid(r, ckpt, cap);
+  run_write_cut_short(r, step, "gave up");
 }
 
 void tagc_run_supersede(tagc_run *r, int64_t gen) {
@@ -305,6 +345,8 @@ static tagc_status gen_begin(tagc_run *t, const tagc_gen_spec *g) {
   t->suspect = -1;
   t->on_failure = g->on_failure;
   t->failure_arg = g->failure_arg;
+  t->members = g->members;
+  TAGC_CHECK(run_straggler_begin(t));
   TAGC_CHECK(connect(t, g));
   int64_t local = (cfg->batch * (g->rank + 1)) / g->world - (cfg->batch * g->rank) / g->world;
   int micro = g->micro_batch ? g->micro_batch : (int)cfg->micro_batch;
@@ -366,12 +408,18 @@ static tagc_status gen_begin(tagc_run *t, const tagc_gen_spec *g) {
 }
 
 static void gen_end(tagc_run *t) {
+  if (t->saver) { /* the failed saves in a row go on counting in the next generation */
+    (void)tagc_ckpt_saver_wait(t->saver);
+    t->ckpt_streak = run_ckpt_streak(t);
+  }
   tagc_ckpt_saver_destroy(t->saver); /* finishes a pending save first */
   t->saver = NULL;
   free(t->ranges);
   t->ranges = NULL;
   tagc_engine_free(t->engine);
   t->engine = NULL;
+  run_straggler_end(t);
+  t->members = NULL;
   pthread_mutex_lock(&t->comm_mu);
   tagc_comm *comm = t->comm;
   t->comm = NULL;
@@ -633,13 +681,13 @@ static tagc_status gather_recovery(tagc_run *t, tagc_recovery_counts *job) {
 }
 
 /* Rank 0: summary.json and the final log line (worker/report.h). */
-static tagc_status write_summary(tagc_run *t, int64_t step, int stopped, uint32_t crc,
+static tagc_status write_summary(tagc_run *t, int64_t step, const char *end, uint32_t crc,
                                  const tagc_recovery_counts *job) {
   tagc_ckpt_saver_stats cs;
   if (t->saver)
     tagc_ckpt_saver_stats_get(t->saver, &cs);
   json_t *model = run_model_json(t);
-  tagc_report_final f = {step, t->start_step, stopped, crc, job, t->saver ? &cs : NULL, model};
+  tagc_report_final f = {step, t->start_step, end, crc, job, t->saver ? &cs : NULL, model};
   tagc_status st = tagc_report_finish(&t->report, &f);
   json_decref(model);
   return st;
@@ -683,7 +731,11 @@ static tagc_status finish_job(tagc_run *t, int64_t step, final_state *fin) {
  * checkpoint that was not saved makes the run fail (its result is not durable). */
 static tagc_status write_end(tagc_run *t, const tagc_gen_result *res, const final_state *fin) {
   if (t->rank == 0)
-    TAGC_CHECK(write_summary(t, res->step, res->end == TAGC_GEN_STOPPED, fin->crc, &fin->job));
+    TAGC_CHECK(write_summary(t, res->step,
+                             res->end == TAGC_GEN_FINISHED ? "finished"
+                             : res->suspended              ? "suspended"
+                                                           : "stopped",
+                             fin->crc, &fin->job));
   if (t->rank == 0 && res->end == TAGC_GEN_FINISHED)
     tagc_report_progress(&t->report, res->step - 1, &t->last_ss, 1);
   if (fin->saved != TAGC_OK)
@@ -756,17 +808,35 @@ static tagc_status train(tagc_run *t, tagc_gen_result *res) {
                                                         : t->started_at) >= cfg->ckpt_every_s);
     if (t->mirror) /* leaving (tagc_run_hold): every rank copies after this step */
       tagc_engine_request_copy(t->engine, t->hold);
+    tagc_engine_request_stop(t->engine, t->suspend); /* the whole job leaves: all stop alike */
     if (st == TAGC_OK)
       st = tagc_engine_step(t->engine, &t->corpus, step, &ss);
     TAGC_CHECK(st);
     res->step = step + 1;
     note_recovery(t, step);
+    run_straggler_step(t, step, &ss); /* timing only: nothing here feeds the math */
     /* a non-finite step was skipped by every rank alike (engine/engine.h); too many in a row
        roll back to the newest valid checkpoint */
     t->skip_streak = ss.nonfinite ? t->skip_streak + 1 : 0;
     t->rec.n.nonfinite_skips += ss.nonfinite;
     int rollback = t->skip_streak >= cfg->max_nonfinite_skips;
-    int last = step + 1 == end;
+    /* suspended (every rank learnt it from this step's scalars): this step is the last one
+       of the job for now, saved like the final one; a rollback first goes back, and the
+       stop comes with the next step */
+    int suspend_now = ss.stop_due && !rollback && step + 1 < end;
+    int last = step + 1 == end || suspend_now;
+    /* the evaluation (a collective that changes no state) comes before the save and the copy,
+       so that once this step's copy is with the other ranks nothing collective stands between
+       it and its metrics row: a rank lost after the copy leaves the step rebuilt from memory
+       with its row written, not a rebuilt step without a row */
+    double val = NAN;
+    if (st == TAGC_OK && !rollback &&
+        (step + 1 == end || (cfg->eval_every && (step + 1) % cfg->eval_every == 0))) {
+      st = tagc_engine_eval(t->engine, &t->corpus, cfg->eval_windows, &val);
+      if (st == TAGC_OK)
+        tagc_report_val_loss(&t->report, val);
+    }
+    TAGC_CHECK(st);
     /* no checkpoint on a skipped step (but the final one): the newest valid checkpoint is
        then one from before the non-finite steps, which a rollback goes back to */
     if (t->saver && !rollback && (!ss.nonfinite || last) &&
@@ -788,29 +858,29 @@ static tagc_status train(tagc_run *t, tagc_gen_result *res) {
       t->mirror_pushes++;
       t->mirror_cost_s += ss.mirror_s;
       copied = st == TAGC_OK;
-      if (st == TAGC_OK && t->mirror_auto)
-        st = mirror_choose_period(t, step + 1);
     }
     tagc_report_step(&t->report, &ss);
     publish_sample(t, step + 1, &ss);
-    double val = NAN;
-    if (st == TAGC_OK && !rollback &&
-        (last || (cfg->eval_every && (step + 1) % cfg->eval_every == 0))) {
-      st = tagc_engine_eval(t->engine, &t->corpus, cfg->eval_windows, &val);
-      if (st == TAGC_OK)
-        tagc_report_val_loss(&t->report, val);
-    }
     TAGC_CHECK(st);
     t->last_ss = ss;
+    t->last_ss.compute_ranks = NULL; /* the engine's, valid for this step only */
     tagc_report_progress(&t->report, step, &ss, 0);
     if (t->rank == 0)
       tagc_report_metrics_line(&t->report, step, &ss, val, step == t->start_step || last);
+    if (copied && t->mirror_auto) /* collective: after the row (see the evaluation above) */
+      TAGC_CHECK(mirror_choose_period(t, step + 1));
     /* leaving (tagc_run_hold): once this step's copy is with the other ranks (the request
        above made every rank copy it, whatever the period), wait here, at a step boundary,
        until the generation without this worker supersedes this one (or the leave gives up
        and aborts it), so that the peers rebuild this very step */
-    while (t->hold && copied && !t->aborted && !superseded(t, t->gen) && step + 1 < end)
+    while (t->hold && copied && !t->aborted && !t->suspend && !superseded(t, t->gen) &&
+           step + 1 < end)
       tagc_sleep(0.01);
+    if (suspend_now) {
+      res->suspended = 1;
+      step++;
+      break;
+    }
     if (rollback) {
       int64_t to = 0;
       TAGC_CHECK(run_rollback(t, step, &to));
@@ -821,12 +891,13 @@ static tagc_status train(tagc_run *t, tagc_gen_result *res) {
     }
   }
   res->step = step;
-  res->end = end < cfg->steps ? TAGC_GEN_STOPPED : TAGC_GEN_FINISHED;
+  int final = end == cfg->steps && !res->suspended;
+  res->end = final ? TAGC_GEN_FINISHED : TAGC_GEN_STOPPED;
   /* a fault armed for the final step count fires here: after the last step and the final
      save (this rank's shard is durable; rank 0: committed), before the gather and summary */
-  if (end == cfg->steps && t->faults.next == step && t->saver)
+  if (final && t->faults.next == step && t->saver)
     (void)tagc_ckpt_saver_wait(t->saver); /* its status is finish_job's business */
-  return end == cfg->steps ? fire_fault(t, step) : TAGC_OK;
+  return final ? fire_fault(t, step) : TAGC_OK;
 }
 
 /* Rank 0 of a first generation: the configuration and the model, once per process. */

@@ -53,6 +53,12 @@ typedef struct tagc_run_hooks {
   /* Rank 0: the progress record (borrowed JSON object), at most once a second and at the
    * end (worker/report.h). A failure is logged. Training thread; gives up quickly. */
   tagc_status (*progress)(void *ctx, json_t *progress);
+  /* --exclude-straggler, one rank of generation gen (rank 0, or 1 when 0 is the one): rank
+   * `rank` became a straggler at step `step` (detail: the figures); report it so that the
+   * leader plans a generation without it. A failure is logged. Training thread; blocks for
+   * an etcd write. */
+  tagc_status (*report_straggler)(void *ctx, int64_t gen, int64_t step, int rank,
+                                  const char *detail);
 } tagc_run_hooks;
 
 /* What ended a failed generation, as the run saw it (worker/failure_kind.h turns it into the
@@ -100,11 +106,13 @@ typedef struct tagc_gen_spec {
    * pending checkpoint save): elastic mode reports the failure from it. NULL = none. */
   void (*on_failure)(void *arg, const struct tagc_gen_result *res);
   void *failure_arg;
+  char *const *members;    /* world worker ids, index = rank (borrowed, outlives the
+                              generation), for the logs; NULL = unknown (static mode) */
 } tagc_gen_spec;
 
 typedef enum tagc_gen_end {
   TAGC_GEN_FINISHED,   /* the last step is done; summary written by rank 0 */
-  TAGC_GEN_STOPPED,    /* --stop-at reached */
+  TAGC_GEN_STOPPED,    /* --stop-at reached, or suspended (tagc_run_suspend) */
   TAGC_GEN_FAILED,     /* a collective failed, an allocation failed, or a fault was injected */
   TAGC_GEN_SUPERSEDED  /* a newer generation was announced */
 } tagc_gen_end;
@@ -116,6 +124,7 @@ typedef struct tagc_gen_result {
   int64_t step;           /* steps completed when the generation ended */
   int64_t start_step;     /* the step it resumed at (step > start_step: it trained) */
   int suspected_rank;     /* rank blamed by the data path, -1 when unknown */
+  int suspended;          /* TAGC_GEN_STOPPED by tagc_run_suspend, not by --stop-at */
   char detail[256];
 } tagc_gen_result;
 
@@ -153,6 +162,25 @@ void tagc_run_supersede(tagc_run *r, int64_t gen);
  * stepping at its next step boundary, once that step's copy is with the next rank, and waits
  * there until its generation is superseded or aborted; no effect without copies. */
 void tagc_run_hold(tagc_run *r);
+
+/* The whole job is leaving (every member of the running generation asked to; any thread):
+ * the ranks agree through the next step's scalar exchange on one step after which all stop
+ * (a held rank steps once more for it), save a checkpoint of that step and end the
+ * generation as TAGC_GEN_STOPPED with res.suspended set; rank 0 writes summary.json with
+ * "end": "suspended". Idempotent; no effect once the generation's last step is done. */
+void tagc_run_suspend(tagc_run *r);
+
+/* Elastic mode, between generations, when the job cannot go on (its etcd out of reach for
+ * good): describes the newest valid checkpoint into ckpt ("step M (PATH)", or "none valid")
+ * and, when this process was rank 0 of the last generation and trained in it, writes
+ * summary.json with "end": "gave up" from what this process knows (no collective: its peers
+ * may be gone; "params_crc32c" 0). Errors of the summary's write are logged. Training thread. */
+void tagc_run_give_up(tagc_run *r, int64_t step, char *ckpt, size_t cap);
+
+/* 1 when this worker was named a straggler in its latest generation and had not recovered
+ * when it ended (worker/straggler.h): an excluded straggler waits --straggler-rejoin before
+ * asking back in. The thread that runs the generations. */
+int tagc_run_named_straggler(const tagc_run *r);
 
 /* The output folder's lock (tagc_out_lock) is in worker/out_lock.h. */
 #include "worker/out_lock.h"

@@ -61,7 +61,10 @@ static tagc_status shard_files_barrier(void *arg, int64_t step) {
 }
 
 /* Rank 0, on the saver's thread: records the committed checkpoint (elastic mode: in etcd,
- * tagc_run_hooks.commit_ckpt). */
+ * tagc_run_hooks.commit_ckpt). The checkpoint is durable and valid on disk before this
+ * record: an etcd that cannot take it (out of reach, its space quota exceeded) leaves the
+ * save good. The next plan then resumes from the in-memory copies or an older record, and a
+ * worker that finds no record resumes from the newest valid checkpoint on disk. */
 static tagc_status record_commit(void *arg, const tagc_ckpt_committed *c) {
   tagc_run *t = arg;
   if (!t->hooks.commit_ckpt)
@@ -70,6 +73,11 @@ static tagc_status record_commit(void *arg, const tagc_ckpt_committed *c) {
                                         c->manifest_crc32c);
   if (st == TAGC_ECONFLICT) /* a newer generation or step is already recorded */
     return TAGC_OK;
+  if (st != TAGC_OK && st != TAGC_EINVAL && st != TAGC_ENOMEM) {
+    LOG_WARN("ckpt", "checkpoint of step %lld is committed on disk (%s), but its record in etcd "
+             "was not written: %s", (long long)c->step, c->path, tagc_last_error());
+    return TAGC_OK;
+  }
   return st;
 }
 
@@ -148,16 +156,54 @@ static tagc_status prefixed(tagc_status st, const char *prefix) {
 /* Starts an asynchronous save of the state after `step` completed steps. The ranks agree
  * first that every snapshot succeeded (one collective): otherwise every rank abandons the
  * save, so a stale or partly canonicalised state never becomes a checkpoint. */
+int64_t run_ckpt_streak(const tagc_run *t) {
+  if (!t->saver)
+    return t->ckpt_streak;
+  tagc_ckpt_saver_stats cs;
+  tagc_ckpt_saver_stats_get(t->saver, &cs);
+  /* every save of this saver failed: the streak began before it */
+  return cs.failed_in_a_row + (cs.failed_in_a_row == cs.saves_done ? t->ckpt_streak : 0);
+}
+
+/* --on-ckpt-failure stop, streak (the most failed saves in a row of any rank) reached
+ * --ckpt-failures-max: every rank stops at this step alike (they agreed on streak), rank 0
+ * writes summary.json, and the run ends with TAGC_EIO (exit 4) naming the cause and the
+ * newest valid checkpoint. */
+static tagc_status stop_for_failed_saves(tagc_run *t, int64_t step, int64_t streak) {
+  tagc_ckpt_saver_stats cs;
+  tagc_ckpt_saver_stats_get(t->saver, &cs);
+  char last[320], newest[4300];
+  if (cs.last_status != TAGC_OK && cs.last_error[0])
+    snprintf(last, sizeof last, "the last, step %lld: %s", (long long)cs.last_step, cs.last_error);
+  else
+    snprintf(last, sizeof last, "on another rank");
+  run_newest_valid(t, newest, sizeof newest);
+  run_write_cut_short(t, step, "stopped: checkpoints failing");
+  return tagc_errorf(TAGC_EIO, "%lld checkpoint saves in a row failed (%s); the job stops at "
+                     "step %lld (--on-ckpt-failure stop, --ckpt-failures-max %lld); the newest "
+                     "valid checkpoint: %s", (long long)streak, last, (long long)step,
+                     (long long)t->cfg->ckpt_failures_max, newest);
+}
+
 tagc_status run_save_checkpoint(tagc_run *t, int64_t step) {
   float *const *views;
+  /* begin waits for the previous save: its result is in the streak below */
   TAGC_CHECK(tagc_ckpt_saver_begin(t->saver, step, &views));
   if (tagc_ckpt_fault_abort_snapshot(t->rank))
     tagc_run_abort(t); /* what a newer generation or a lost lease does during a snapshot */
   char what[64];
   snprintf(what, sizeof what, "snapshot of step %lld", (long long)step);
-  int64_t mine[1], *all = calloc((size_t)t->world, sizeof *all);
-  tagc_status st = agree(t, tagc_engine_snapshot(t->engine, views), mine, 1, all, what);
+  int64_t mine[2] = {0, run_ckpt_streak(t)}, streak = mine[1];
+  int64_t *all = calloc((size_t)t->world * 2, sizeof *all);
+  tagc_status st = agree(t, tagc_engine_snapshot(t->engine, views), mine, 2, all, what);
+  for (int r = 0; st == TAGC_OK && all && t->world > 1 && t->comm && r < t->world; r++)
+    streak = all[2 * r + 1] > streak ? all[2 * r + 1] : streak;
   free(all);
+  if (st == TAGC_OK && streak >= t->cfg->ckpt_failures_max &&
+      strcmp(t->cfg->on_ckpt_failure, "stop") == 0) {
+    TAGC_CHECK_IGNORE(tagc_ckpt_saver_abandon(t->saver), st);
+    return stop_for_failed_saves(t, step, streak);
+  }
   if (st != TAGC_OK) {
     TAGC_CHECK_IGNORE(tagc_ckpt_saver_abandon(t->saver), st);
     char prefix[96];

@@ -80,6 +80,12 @@ static const tagc_opt train_opts[] = {
      "keep the newest N checkpoints (0 = keep all) ..."},
     {"ckpt-keep-every", TAGC_OPT_INT, OFF(ckpt_keep_every), "0", 0, 1e9, NULL,
      "... and every checkpoint whose step is a multiple of N (0 = none)"},
+    {"on-ckpt-failure", TAGC_OPT_CHOICE, OFF(on_ckpt_failure), "stop", 0, -1, "stop|warn",
+     "when checkpoint saves fail (a full disk, a read-only folder): stop, once "
+     "--ckpt-failures-max saves in a row failed, the whole job at one step (exit 4, naming "
+     "the newest valid checkpoint), or warn: an error line per failed save, training on"},
+    {"ckpt-failures-max", TAGC_OPT_INT, OFF(ckpt_failures_max), "3", 1, 1e6, NULL,
+     "--on-ckpt-failure stop: failed saves in a row the job trains on with"},
     {"resume", TAGC_OPT_BOOL, OFF(resume), "true", 0, -1, NULL,
      "continue from the newest valid checkpoint in the checkpoint root; --no-resume: the first "
      "generation starts at step 0 (later ones still resume from their plan's checkpoint)"},
@@ -117,6 +123,18 @@ static const tagc_opt train_opts[] = {
     {"max-nonfinite-skips", TAGC_OPT_INT, OFF(max_nonfinite_skips), "3", 1, 1e6, NULL,
      "after this many consecutive steps skipped for a non-finite gradient, roll back to the "
      "newest valid checkpoint (docs/operations.md)"},
+    {"straggler-ratio", TAGC_OPT_DOUBLE, OFF(straggler_ratio), "1.5", 1.01, 1000, NULL,
+     "a rank whose compute time per step (waits on peers excluded) has a median over "
+     "--straggler-window above this many times the ranks' median is warned about as a "
+     "straggler, by rank and worker id (docs/operations.md, Stragglers)"},
+    {"straggler-window", TAGC_OPT_DOUBLE, OFF(straggler_window), "10", 0.1, 86400, NULL,
+     "seconds of the straggler medians; a rank is named once slow for half of it more, and "
+     "recovered once below half the excess (1.25x) for as long"},
+    {"exclude-straggler", TAGC_OPT_BOOL, OFF(exclude_straggler), "false", 0, -1, NULL,
+     "elastic mode: report a straggler to the coordinator, which plans a generation without "
+     "it (failure kind 'straggler'); it asks back in after --straggler-rejoin"},
+    {"straggler-rejoin", TAGC_OPT_DOUBLE, OFF(straggler_rejoin), "300", 0, 86400, NULL,
+     "--exclude-straggler: seconds an excluded straggler waits before asking back in"},
     {"etcd", TAGC_OPT_STRING, OFF(etcd), "", 0, -1, NULL,
      "etcd endpoints (comma-separated URLs): elastic mode, membership and rendezvous through etcd"},
     {"job", TAGC_OPT_STRING, OFF(job), "default", 0, -1, NULL, "job name (etcd key prefix)"},
@@ -125,6 +143,9 @@ static const tagc_opt train_opts[] = {
     {"lease-ttl", TAGC_OPT_DOUBLE, OFF(lease_ttl), "3", 1, 600, NULL,
      "seconds of the worker's etcd lease: how soon a vanished worker is noticed"},
     TAGC_ETCD_CREDENTIAL_OPTS(OFF),
+    {"etcd-patience", TAGC_OPT_DOUBLE, OFF(etcd_patience), "120", 1, 86400, NULL,
+     "seconds a worker waiting for a plan waits for an etcd out of reach before it gives up "
+     "(exit 1, rank 0 writes summary.json); training itself goes on without etcd"},
     {"leave-timeout", TAGC_OPT_DOUBLE, OFF(leave_timeout), "5", 0, 3600, NULL,
      "SIGTERM/SIGINT: seconds to keep training until the coordinator's generation without this "
      "worker exists (the peers are then superseded, not failed); after it, stop anyway"},
@@ -184,14 +205,16 @@ const tagc_help_group tagc_train_help_groups[] = {
                      "beta2 eps seed"},
     {"Output, evaluation and logging", "out eval-every eval-windows log log-format metrics-addr dump-params"},
     {"Checkpoints and resuming", "ckpt-every ckpt-every-s ckpt-dir ckpt-keep-last "
-                                 "ckpt-keep-every resume allow-restart-from-scratch stop-at"},
+                                 "ckpt-keep-every on-ckpt-failure ckpt-failures-max resume "
+                                 "allow-restart-from-scratch stop-at"},
     {"In-memory copies (zero steps lost)", "mirror-every mirror-copies mirror-budget failure-domain"},
     {"Device", "device compute threads"},
     {"Compression and communication", "compress compress-warmup gather link-rate "
                                       "reshard-after-forward max-gather-mem op-timeout host"},
     {"Elastic mode (etcd)", "etcd job lease-ttl etcd-ca etcd-cert etcd-key etcd-user "
-                            "etcd-password-file leave-timeout leave-ckpt-wait leave-exit-code"},
+                            "etcd-password-file etcd-patience leave-timeout leave-ckpt-wait leave-exit-code"},
     {"Failures and fault injection", "max-nonfinite-skips fault check-feedback check-rebuild"},
+    {"Stragglers", "straggler-ratio straggler-window exclude-straggler straggler-rejoin"},
     {NULL, "rank world rendezvous worker-id"},
 };
 const size_t tagc_train_n_help_groups =

@@ -50,6 +50,8 @@ typedef struct tagc_train_config {
   char *ckpt_dir;     /* "" = OUT/ckpt */
   double ckpt_every_s; /* wall-clock checkpoint interval (0 = off) */
   int64_t ckpt_keep_last, ckpt_keep_every;
+  char *on_ckpt_failure;     /* stop | warn: saves failing --ckpt-failures-max times in a row */
+  int64_t ckpt_failures_max;
   int resume;
   int allow_restart_from_scratch; /* every checkpoint invalid: train from step 0, loudly */
   char *init_from;    /* a model file whose weights a run from step 0 starts with ("" = the seed) */
@@ -66,6 +68,10 @@ typedef struct tagc_train_config {
   double mirror_budget;        /* auto: largest fraction of the step time the copies may cost */
   char *failure_domain;        /* in-memory copies go to another domain ("" = env or host) */
   int64_t max_nonfinite_skips; /* consecutive skipped (non-finite) steps before a rollback */
+  double straggler_ratio;      /* a rank this much slower than the median may be a straggler */
+  double straggler_window;     /* seconds of the detection window (worker/straggler.h) */
+  int exclude_straggler;       /* report a straggler so that the coordinator excludes it */
+  double straggler_rejoin;     /* seconds an excluded straggler stays out before asking back */
   char *etcd;         /* etcd endpoints: elastic mode */
   char *job;
   char *worker_id;
@@ -75,6 +81,7 @@ typedef struct tagc_train_config {
   char *etcd_user;            /* etcd auth ("" = none); password: TAGC_ETCD_PASSWORD or the file */
   char *etcd_password_file;
   double leave_timeout;       /* SIGTERM: longest wait for the generation without this worker */
+  double etcd_patience;       /* longest wait for a plan with etcd out of reach */
   double leave_ckpt_wait;     /* SIGTERM: longest wait for the next committed checkpoint first */
   char *metrics_addr; /* HOST:PORT of /metrics and /healthz ("" = off) */
   char *device;       /* "cpu", "cuda" or "cuda:N" */

@@ -19,6 +19,7 @@
 #include "worker/metrics_http.h"
 #include "model/model.h"
 #include "worker/report.h"
+#include "worker/straggler.h"
 
 /* Recovery accounting: one failure at a time. */
 typedef struct recovery {
@@ -69,6 +70,7 @@ struct tagc_run {
   double mirror_cost_s, mirror_step_s; /* since the last choice: copy seconds, step seconds */
   int64_t mirror_steps;    /* ... and steps */
   _Atomic int hold;        /* tagc_run_hold: stop stepping at the next step boundary */
+  _Atomic int suspend;     /* tagc_run_suspend: every rank stops after one agreed step */
 
   /* the current generation */
   int64_t gen;
@@ -80,12 +82,30 @@ struct tagc_run {
   tagc_engine *engine;
   tagc_ckpt_range *ranges;
   tagc_ckpt_saver *saver;
+  int64_t ckpt_streak; /* failed saves in a row when the previous generation's saver ended */
   int64_t start_step;
   int suspect; /* the rank blamed for a disagreement this rank detected, or -1 */
   int fault_cause; /* the tagc_gen_cause of the fault fired in this generation, or -1 */
   void (*on_failure)(void *arg, const struct tagc_gen_result *res); /* tagc_gen_spec's */
   void *failure_arg;
+  char *const *members;   /* tagc_gen_spec's (borrowed), or NULL */
+  tagc_straggler strag;   /* the generation's straggler detection (run_straggler.c) */
+  int named_straggler;    /* this rank is a straggler now (tagc_run_named_straggler) */
 };
+
+/* ---- run_straggler.c: who is slower than the others ---- */
+
+/* At a generation's start: the detection for its world (--straggler-ratio, --straggler-window).
+ * Errors: TAGC_ENOMEM. */
+tagc_status run_straggler_begin(tagc_run *t);
+
+/* After each completed step (every rank, the same verdicts): feeds the ranks' compute seconds
+ * to the detection and the report; the reporting rank warns when a rank becomes a straggler
+ * and when it recovers, and with --exclude-straggler reports it (tagc_run_hooks). */
+void run_straggler_step(tagc_run *t, int64_t step, const tagc_step_stats *ss);
+
+/* At a generation's end. Idempotent. */
+void run_straggler_end(tagc_run *t);
 
 /* The model's shape as the checkpoint manifest and the summary record it (new reference). */
 json_t *run_model_json(const tagc_run *t);
@@ -97,6 +117,12 @@ tagc_status run_open_saver(tagc_run *t);
 /* Collective: snapshots the engine into the saver and commits step `step` only when every
  * rank's snapshot succeeded; otherwise every rank abandons it and the generation fails. */
 tagc_status run_save_checkpoint(tagc_run *t, int64_t step);
+/* Failed saves in a row of this process, across generations (after the latest good one). */
+int64_t run_ckpt_streak(const tagc_run *t);
+/* "step M (PATH)" of the newest valid checkpoint under the checkpoint root, or "none valid". */
+void run_newest_valid(const tagc_run *r, char *buf, size_t cap);
+/* Rank 0 of a run that trained: summary.json with "end" as given (a run cut short). */
+void run_write_cut_short(tagc_run *r, int64_t step, const char *end);
 
 /* Collective, after --max-nonfinite-skips consecutive non-finite steps ending at `step`
  * (every rank decides alike from the engine's shared flag): waits for a pending save, loads

@@ -54,8 +54,9 @@ static void test_kinds(void) {
 
 /* The names are what etcd holds (failures/<g>/<id> "kind", failures_total): exactly these. */
 static void test_kind_names(void) {
-  static const char *const names[TAGC_FAIL_KINDS] = {"crash", "hang", "partition", "comm",
-                                                     "oom", "injected", "timeout", "lease"};
+  static const char *const names[TAGC_FAIL_KINDS] = {"crash", "hang",    "partition", "comm",
+                                                     "oom",   "injected", "timeout",  "lease",
+                                                     "straggler"};
   for (int k = 0; k < TAGC_FAIL_KINDS; k++) {
     CHECK_EQ_STR(tagc_failure_kind_name((tagc_failure_kind)k), names[k]);
     CHECK_EQ_INT(tagc_failure_kind_parse(names[k]), k);
