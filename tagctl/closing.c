@@ -35,6 +35,21 @@ static int written_since(const char *path, double since) {
          (double)st.st_mtim.tv_sec + 1e-9 * (double)st.st_mtim.tv_nsec >= since;
 }
 
+int tagctl_suspended_at(const tagc_train_config *cfg, double started, long long *step) {
+  char path[4200];
+  snprintf(path, sizeof path, "%s/summary.json", cfg->out);
+  json_t *s = NULL;
+  if (!written_since(path, started) || tagc_json_load_file(path, &s) != TAGC_OK) {
+    tagc_clear_error();
+    return 0;
+  }
+  const char *end = json_string_value(json_object_get(s, "end"));
+  int suspended = end && strcmp(end, "suspended") == 0;
+  *step = (long long)json_integer_value(json_object_get(s, "steps"));
+  json_decref(s);
+  return suspended;
+}
+
 void tagctl_closing_block(const tagc_train_config *cfg, int code, int interrupted, double started,
                           FILE *f) {
   char path[4200], root[4200], ckpt[4400];
@@ -46,12 +61,18 @@ void tagctl_closing_block(const tagc_train_config *cfg, int code, int interrupte
   snprintf(path, sizeof path, "%s/summary.json", cfg->out);
   json_t *s = NULL;
   int fresh = written_since(path, started); /* else a previous run's: nothing trained now */
-  if (code == 0 && !interrupted && fresh && tagc_json_load_file(path, &s) != TAGC_OK) {
+  if (!interrupted && fresh && tagc_json_load_file(path, &s) != TAGC_OK) {
     tagc_clear_error();
     s = NULL;
   }
   double steps = s ? num_or_nan(s, "steps") : NAN;
-  if (s && steps == steps) {
+  const char *end = s ? json_string_value(json_object_get(s, "end")) : NULL;
+  int suspended = end && strcmp(end, "suspended") == 0;
+  if (s && steps == steps && suspended) {
+    fprintf(f, "\ntagctl run: suspended at step %.0f of %lld (every worker left the job; "
+            "that step is saved); the run goes on from there when started again with the same "
+            "--out\n", steps, (long long)cfg->steps);
+  } else if (s && steps == steps && code == 0) {
     char wall[32], val[48] = "";
     tagc_format_duration(num_or_nan(s, "wall_s"), wall, sizeof wall);
     double v = num_or_nan(s, "final_val_loss");
@@ -68,6 +89,10 @@ void tagctl_closing_block(const tagc_train_config *cfg, int code, int interrupte
   } else if (interrupted) {
     fprintf(f, "\ntagctl run: interrupted; the run goes on from its newest checkpoint when "
             "started again with the same --out\n");
+  } else if (s && steps == steps) {
+    fprintf(f, "\ntagctl run: the job did not finish: it %s at step %.0f of %lld (exit status "
+            "%d: the lines above say why)\n", end ? end : "ended", steps, (long long)cfg->steps,
+            code);
   } else {
     fprintf(f, "\ntagctl run: the job did not finish (exit status %d: the lines above say why)\n",
             code);
@@ -78,7 +103,7 @@ void tagctl_closing_block(const tagc_train_config *cfg, int code, int interrupte
   fprintf(f, "  checkpoints  %s (%s)\n", root, ckpt);
   fprintf(f, "  config       %s/job.json (replay: tagctl run --config %s/job.json --out NEW)\n",
           cfg->out, cfg->out);
-  if (s && steps == steps)
+  if (s && steps == steps && !suspended && code == 0)
     fprintf(f, "  continue     tagctl run --config %s/job.json --out %s --steps N (N > %.0f; the "
             "learning-rate decay then ends at step N)\n", cfg->out, cfg->out, steps);
   else

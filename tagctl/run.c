@@ -26,6 +26,7 @@
 #include "cluster/etcd.h"
 #include "cluster/http.h"
 #include "cluster/keys.h"
+#include "cluster/member.h"
 #include "tagctl/supervise.h"
 #include "tagctl/tagctl.h"
 #include "engine/device.h"
@@ -357,6 +358,9 @@ static tagc_status probe_etcd(const run_config *rc, int *done) {
 
 /* The seconds clear_chaos may take: the worker's restart waits for it. */
 #define CLEAR_CHAOS_DEADLINE_S 2.0
+/* How long a death report may try to reach etcd (the supervisor's loop waits meanwhile); on
+ * failure the dead worker's lease expiry tells the leader instead. */
+#define DEATH_REPORT_DEADLINE_S 2.0
 
 /* Before a worker is restarted: deletes its chaos/<id> key, so that a fault injected with
  * tagctl inject fires once, like --fault (a restarted worker would arm it again). */
@@ -376,6 +380,35 @@ static void clear_chaos(void *arg, supervise_child *c) {
     fprintf(stderr, "tagctl run: %s keeps its injected fault (chaos key): %s\n", c->name,
             tagc_last_error());
   tagc_etcd_destroy(etcd);
+}
+
+/* When a worker dies: writes the leaving/<id> record its registration would write on a
+ * graceful leave, marked "died" with its uptime, so that the leader plans without it at once
+ * instead of when its lease expires (docs/operations.md, crash loops). Nothing when the
+ * process had no registration (it died before registering, or its key already expired).
+ * Returns the wall-clock time of the record, 0 when none was written. */
+static double report_death(void *arg, supervise_child *c, long pid, double uptime_s) {
+  const run_config *rc = arg;
+  if (c->kind != SUPERVISE_WORKER)
+    return 0;
+  tagc_etcd_credentials cred = TAGC_ETCD_CREDENTIALS_OF(&rc->train);
+  tagc_etcd *etcd = NULL;
+  tagc_leave_record rec = {.reason = "crashed (seen by its supervisor)", .died = 1,
+                           .uptime_s = uptime_s};
+  tagc_status st = tagc_etcd_connect(rc->train.etcd, &cred, DEATH_REPORT_DEADLINE_S, &etcd);
+  if (st == TAGC_OK)
+    st = tagc_member_registration_of(etcd, rc->train.job, c->id, pid, &rec.registration);
+  double at = tagc_wall_time();
+  if (st == TAGC_OK)
+    st = tagc_member_put_leaving(etcd, rc->train.job, c->id, &rec);
+  if (st == TAGC_OK)
+    fprintf(stderr, "tagctl run: reported the death of %s (registration %lld, up %.1f s) to "
+            "the job\n", c->name, (long long)rec.registration, uptime_s);
+  else if (st != TAGC_ENOTFOUND)
+    fprintf(stderr, "tagctl run: cannot report the death of %s to the job (its lease will "
+            "tell): %s\n", c->name, tagc_last_error());
+  tagc_etcd_destroy(etcd);
+  return st == TAGC_OK ? at : 0;
 }
 
 /* Appends "--NAME VALUE" to argv (at *a) when value is set. */
@@ -426,9 +459,10 @@ static const char *elastic_blocked(const supervise *sv, int local_etcd) {
 }
 
 /* Supervises the run until no worker is left (or it cannot go on) and returns the exit
- * status of tagctl run: 0 when the job finished, 130 when interrupted, 2 when a coordinator
+ * status of tagctl run: 0 when the job finished or suspended (every worker left it at one
+ * saved step), 130 when interrupted, 2 when a coordinator
  * or every worker refused the configuration, else the first failure's status (or 1). */
-static int supervise_run(supervise *sv, const run_config *rc, int local_etcd) {
+static int supervise_run(supervise *sv, const run_config *rc, int local_etcd, double started) {
   int code = 0;
   while (supervise_alive(sv, SUPERVISE_WORKER) > 0) {
     supervise_poll(sv, 0.2);
@@ -457,8 +491,9 @@ static int supervise_run(supervise *sv, const run_config *rc, int local_etcd) {
     fprintf(stderr, "tagctl run: %s\n", tagc_last_error());
     done = workers > 0;
   }
-  if (done)
-    return 0;
+  long long at = 0;
+  if (done || (workers == (int)rc->workers && tagctl_suspended_at(&rc->train, started, &at)))
+    return 0; /* a suspended job: every worker left it at one saved step (closing block) */
   int refused = supervise_count(sv, SUPERVISE_WORKER, SUPERVISE_REFUSED);
   fprintf(stderr, "tagctl run: the job did not finish: %d of %lld workers finished, %d refused "
           "the configuration, %d gave up\n", workers, (long long)rc->workers, refused,
@@ -553,6 +588,7 @@ int tagctl_run(int argc, char **argv) {
   supervise sv;
   supervise_init(&sv, rc.train.out, rc.elastic ? (int)rc.max_restarts : 0);
   sv.before_restart = rc.elastic ? clear_chaos : NULL;
+  sv.on_death = rc.elastic ? report_death : NULL;
   sv.hook_arg = &rc;
   catch_interrupts();
   if ((st = self_dir(dir, sizeof dir)) == TAGC_OK)
@@ -586,7 +622,7 @@ int tagctl_run(int argc, char **argv) {
     if (rc.elastic)
       print_where(&rc, &sv);
     tagc_history_append(rc.train.out, json_pack("{s:s}", "event", "start"));
-    code = start_workers(&sv, worker, job, rdzv, &rc, lock_fd) == 0 ? supervise_run(&sv, &rc, local_etcd)
+    code = start_workers(&sv, worker, job, rdzv, &rc, lock_fd) == 0 ? supervise_run(&sv, &rc, local_etcd, started)
                                                                   : 1;
     if (interrupted)
       tagc_history_append(rc.train.out, json_pack("{s:s}", "event", "interrupt"));

@@ -170,6 +170,38 @@ static void print_progress(const coord_view *v) {
   printf("\n");
 }
 
+/* The ranks' compute times in rank 0's progress record: the straggler while one is named
+ * (docs/operations.md, Stragglers), else the slowest rank of the last step. */
+static void print_stragglers(const coord_view *v) {
+  const json_t *p = v->progress;
+  double max = json_number_value(json_object_get(p, "compute_s_max"));
+  double median = json_number_value(json_object_get(p, "compute_s_median"));
+  if (!json_is_integer(json_object_get(p, "slowest_rank")) || !(median > 0))
+    return;
+  printf(LABEL, "stragglers");
+  if (json_is_integer(json_object_get(p, "straggler"))) {
+    const char *id = json_string_value(json_object_get(p, "straggler_worker"));
+    char since[32];
+    duration(json_number_value(json_object_get(p, "straggler_s")), since, sizeof since);
+    printf("rank %lld (worker %s), %.2fx the median compute time per step, for %s\n",
+           (long long)coord_int_field(p, "straggler"), id ? id : "?",
+           json_number_value(json_object_get(p, "straggler_ratio")), since);
+    return;
+  }
+  printf("none; slowest rank %lld at the last step, %.2fx the median compute time (%.3f s vs "
+         "%.3f s)\n", (long long)coord_int_field(p, "slowest_rank"), max / median, max, median);
+}
+
+void tagctl_print_compute(const json_t *compute_s) {
+  if (!json_is_array(compute_s) || json_array_size(compute_s) == 0)
+    return;
+  printf(LABEL, "compute");
+  for (size_t r = 0; r < json_array_size(compute_s); r++)
+    printf("%srank %zu %.3f s", r ? ", " : "", r,
+           json_number_value(json_array_get(compute_s, r)));
+  printf(" (each rank's compute seconds, the last step)\n");
+}
+
 static void print_plan(const coord_view *v) {
   const json_t *members = json_object_get(v->plan, "members");
   if (!json_is_array(members)) {
@@ -247,6 +279,8 @@ static void print_status(const coord_view *v, const char *job) {
   printf(LABEL "%s\n", "job", job);
   printf(LABEL "%s: %s\n", "state", state, why);
   print_progress(v);
+  print_stragglers(v);
+  tagctl_print_compute(json_object_get(v->progress, "compute_s"));
   print_checkpoint(v);
   print_failures(v);
   print_plan(v);
@@ -318,6 +352,16 @@ static json_t *status_json(const coord_view *v, const char *job) {
                                            ? json_integer(coord_int_field(v->progress, "recoveries"))
                                            : json_null());
   json_object_set_new(o, "workers", workers_json(v));
+  const json_t *p = v->progress;
+  if (json_is_integer(json_object_get(p, "slowest_rank"))) {
+    json_t *s = json_object();
+    const char *keys[] = {"slowest_rank", "compute_s", "compute_s_max", "compute_s_median", "straggler",
+                          "straggler_worker", "straggler_ratio", "straggler_s"};
+    for (size_t k = 0; s && k < sizeof keys / sizeof keys[0]; k++)
+      if (json_object_get(p, keys[k]))
+        json_object_set(s, keys[k], json_object_get(p, keys[k]));
+    json_object_set_new(o, "stragglers", s ? s : json_null());
+  }
   return o;
 }
 

@@ -52,12 +52,20 @@ static int status_out(const char *out, const out_args *a) {
     tagc_history_free(&h);
     return 2;
   }
-  double step = NAN, loss = NAN, world = NAN;
+  double step = NAN, loss = NAN, world = NAN, slowest = NAN, cmax = NAN, cmed = NAN;
+  double straggler = NAN, sratio = NAN;
+  const json_t *compute = NULL; /* the last row's compute_s (borrowed from m) */
   for (size_t i = have_rows ? m.n : 0; i-- > 0;) {
     step = tagctl_metrics_num(&m, i, "step");
     if (!isnan(step)) {
       loss = tagctl_metrics_num(&m, i, "loss");
       world = tagctl_metrics_num(&m, i, "world_size");
+      slowest = tagctl_metrics_num(&m, i, "slowest_rank");
+      cmax = tagctl_metrics_num(&m, i, "compute_s_max");
+      cmed = tagctl_metrics_num(&m, i, "compute_s_median");
+      straggler = tagctl_metrics_num(&m, i, "straggler");
+      sratio = tagctl_metrics_num(&m, i, "straggler_ratio");
+      compute = json_object_get(m.rows[i], "compute_s");
       break;
     }
   }
@@ -89,6 +97,13 @@ static int status_out(const char *out, const out_args *a) {
                                           isnan(loss) ? 0.0 : loss, "world_size", (int)world));
     if (o && steps)
       json_object_set_new(o, "steps", json_integer(steps));
+    if (o && !isnan(slowest) && cmed > 0)
+      json_object_update_new(o, json_pack("{s:i, s:f, s:f, s:o}", "slowest_rank", (int)slowest,
+                                          "compute_ratio", cmax / cmed, "compute_s_median", cmed,
+                                          "straggler", isnan(straggler) ? json_null()
+                                                                        : json_integer((int)straggler)));
+    if (o && json_is_array(compute))
+      json_object_set(o, "compute_s", (json_t *)compute);
     char *text = o ? json_dumps(o, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
     if (text)
       printf("%s\n", text);
@@ -104,6 +119,13 @@ static int status_out(const char *out, const out_args *a) {
       snprintf(of, sizeof of, " of %lld", (long long)steps);
     if (!isnan(step))
       printf("%-12sstep %.0f%s, loss %.4f, %d workers\n", "progress", step, of, loss, (int)world);
+    if (!isnan(straggler))
+      printf("%-12srank %.0f at the last step, %.2fx the median compute time per step\n",
+             "stragglers", straggler, sratio);
+    else if (!isnan(slowest) && cmed > 0)
+      printf("%-12snone at the last step; slowest rank %.0f, %.2fx the median compute time\n",
+             "stragglers", slowest, cmax / cmed);
+    tagctl_print_compute(compute);
     printf("%-12s%s\n", "checkpoint", ckpt);
     printf("%-12s%lld run%s; %lld failure%s", "history", (long long)h.runs, h.runs == 1 ? "" : "s",
            (long long)h.counts[TAGC_HIST_FAILURE], h.counts[TAGC_HIST_FAILURE] == 1 ? "" : "s");

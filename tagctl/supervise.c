@@ -277,6 +277,7 @@ static void on_death(supervise *s, supervise_child *c, int ws) {
     c->state = SUPERVISE_FINISHED;
     return;
   }
+  double reported = s->on_death ? s->on_death(s->hook_arg, c, pid, tagc_now() - c->started) : 0;
   char why[96], next[128];
   describe_exit(ws, why, sizeof why);
   const char *last = supervise_last_line(c);
@@ -307,8 +308,10 @@ static void on_death(supervise *s, supervise_child *c, int ws) {
     c->restart_at = tagc_now() + delay;
     snprintf(next, sizeof next, "restarting in %.1f s (restart %d of %d)", delay,
              c->restarts + 1, s->max_restarts);
-    tagc_history_append(s->out, json_pack("{s:s, s:s, s:s}", "event", "restart", "who", c->id,
-                                          "why", why));
+    json_t *ev = json_pack("{s:s, s:s, s:s}", "event", "restart", "who", c->id, "why", why);
+    if (ev && reported > 0)
+      json_object_set_new(ev, "death_reported", json_real(reported));
+    tagc_history_append(s->out, ev);
   }
   fprintf(stderr, "tagctl run: %s (pid %ld) %s%s%s; %s\n", c->name, pid, why,
           *last ? ": " : "", last, next);

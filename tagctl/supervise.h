@@ -76,6 +76,11 @@ typedef struct supervise {
   /* called before each restart (may be NULL): e.g. to clear what should not outlive the
      process that died */
   void (*before_restart)(void *arg, supervise_child *c);
+  /* called when a child that was running dies other than by exiting 0 (may be NULL), with
+     its PID and the seconds it ran: e.g. to report the death to the job at once. Returns the
+     wall-clock time of that report, or 0 for none; a restart's history event keeps it as
+     "death_reported" */
+  double (*on_death)(void *arg, supervise_child *c, long pid, double uptime_s);
   void *hook_arg;
 } supervise;
 

@@ -16,6 +16,10 @@ int tagctl_run(int argc, char **argv);    /* tagctl/run.c */
 int tagctl_inject(int argc, char **argv); /* tagctl/inject.c */
 int tagctl_status(int argc, char **argv); /* tagctl/status.c */
 int tagctl_status_out(int argc, char **argv); /* tagctl/status_out.c: tagctl status OUT */
+/* The "compute" line of tagctl status: each rank's compute seconds of the last step from the
+ * array compute_s (a metrics.jsonl row's or the progress record's); nothing when it is not an
+ * array. tagctl/status.c. */
+void tagctl_print_compute(const json_t *compute_s);
 int tagctl_job(int argc, char **argv);    /* tagctl/job.c */
 int tagctl_export(int argc, char **argv);  /* tagctl/export.c: tagctl ckpt export */
 int tagctl_sample(int argc, char **argv);  /* tagctl/sample.c */
@@ -52,10 +56,13 @@ int tagctl_parse_file_args(const tagc_opt_program *prog, void *cfg, int argc, ch
  * OUT/job.json, when --stop-at is reached, or when nothing changes. Reads only. */
 void tagctl_resume_note(const tagc_train_config *cfg, FILE *f);
 
+/* 1 when OUT/summary.json was written since `started` by a job that suspended (every worker
+ * left it: "end": "suspended"), with its step in *step; else 0 (tagctl/closing.c). */
 /* tagctl run, after the workers have stopped (tagctl/closing.c): a closing block on f: what
  * was trained (OUT/summary.json when this run, started at wall-clock time `started`, wrote
  * it: steps, time, losses, throughput), that nothing was trained, or that it was interrupted or failed (code: tagctl run's exit status), then where the outputs
  * are and the command that continues or replays the run. */
+int tagctl_suspended_at(const tagc_train_config *cfg, double started, long long *step);
 void tagctl_closing_block(const tagc_train_config *cfg, int code, int interrupted, double started,
                           FILE *f);
 
