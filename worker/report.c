@@ -2,8 +2,10 @@
 
 #include <cblas.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -87,11 +89,42 @@ static void ranks_json(const tagc_report *rp, json_t *m) {
     json_object_set_new(m, "straggler_worker", json_string(rp->straggler_worker));
 }
 
+/* OUT/.summary-reserve: TAGC_SUMMARY_RESERVE bytes of zeros that rank 0 keeps in OUT, so
+ * that summary.json can still be written when the disk filled up during the run (its writer
+ * removes the reserve and tries again). Best effort: without the room for it, nothing. */
+#define TAGC_SUMMARY_RESERVE (64 * 1024)
+
+static void reserve_path(const tagc_report *rp, char *path, size_t cap) {
+  snprintf(path, cap, "%s/.summary-reserve", rp->c.cfg->out);
+}
+
+static void make_reserve(const tagc_report *rp) {
+  char path[4200];
+  reserve_path(rp, path, sizeof path);
+  struct stat st;
+  if (stat(path, &st) == 0 && st.st_size >= TAGC_SUMMARY_RESERVE)
+    return;
+  int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0)
+    return;
+  static const char zeros[4096];
+  int ok = 1;
+  for (size_t done = 0; ok && done < TAGC_SUMMARY_RESERVE; done += sizeof zeros)
+    ok = write(fd, zeros, sizeof zeros) == (ssize_t)sizeof zeros; /* blocks, not a sparse file */
+  ok = fsync(fd) == 0 && ok;
+  close(fd);
+  if (!ok) {
+    unlink(path);
+    LOG_DEBUG("train", "no room for %s: summary.json has no reserve", path);
+  }
+}
+
 tagc_status tagc_report_open_metrics(tagc_report *rp, int64_t start_step) {
   if (rp->first_step < 0)
     rp->first_step = start_step;
   if (rp->rank != 0 || rp->metrics)
     return TAGC_OK;
+  make_reserve(rp);
   char path[4200];
   snprintf(path, sizeof path, "%s/metrics.jsonl", rp->c.cfg->out);
   rp->metrics = fopen(path, start_step > 0 ? "a" : "w");
@@ -607,6 +640,13 @@ static tagc_status write_summary(tagc_report *rp, const tagc_report_final *f, co
                                              "last_write_s", f->ckpt->last_write_s,
                                              "last_stall_s", f->ckpt->last_stall_s));
   tagc_status st = tagc_json_write_file(path, s);
+  char reserve[4200];
+  reserve_path(rp, reserve, sizeof reserve);
+  if (st != TAGC_OK && unlink(reserve) == 0) { /* a full disk: the reserve makes the room */
+    LOG_WARN("train", "%s (%s): writing it into the room of %s", path, tagc_last_error(), reserve);
+    tagc_clear_error();
+    st = tagc_json_write_file(path, s);
+  }
   json_decref(s);
   return st;
 }
