@@ -169,28 +169,47 @@ class Cluster:
             shutil.rmtree(self.tmp, ignore_errors=True)
 
 
+def read_pids(out):
+    """{id: pid} of OUT/pids, which `tagctl run` rewrites at every (re)start; {} when absent."""
+    try:
+        with open(os.path.join(out, "pids")) as f:
+            return dict((l.split()[0], int(l.split()[1])) for l in f if len(l.split()) == 2)
+    except OSError:
+        return {}
+
+
 def metrics(out):
     with open(os.path.join(out, "metrics.jsonl")) as f:
         return [json.loads(l) for l in f]
 
 
-def coord_generation_times(log_text):
-    """{generation: wall time (epoch seconds)} of the coordinator's "generation N: ..." lines
-    (the time it published each generation)."""
+def log_time(rec):
+    """Wall time (epoch seconds) of a JSON log line's "ts" (2026-12-01T01:12:37.735Z)."""
     import calendar
+    ts = rec["ts"]
+    return calendar.timegm(time.strptime(ts[:19], "%Y-%m-%dT%H:%M:%S")) + float("0" + ts[19:-1])
+
+
+def coord_generations(log_text):
+    """[(wall time, generation, reason)] of the coordinator's "generation N: ..." lines (when
+    it published each generation, and why)."""
     import re
-    out = {}
+    out = []
     for line in log_text.splitlines():
         try:
             rec = json.loads(line)
         except ValueError:
             continue
-        m = re.match(r"generation (\d+): ", rec.get("msg", ""))
+        m = re.match(r"generation (\d+): (.*)", rec.get("msg", ""))
         if m and rec.get("sys") == "coord":
-            ts = rec["ts"]  # 2026-12-01T01:12:37.735Z
-            secs = calendar.timegm(time.strptime(ts[:19], "%Y-%m-%dT%H:%M:%S")) + float("0" + ts[19:-1])
-            out[int(m.group(1))] = secs
+            out.append((log_time(rec), int(m.group(1)), m.group(2)))
     return out
+
+
+def coord_generation_times(log_text):
+    """{generation: wall time (epoch seconds)} of the coordinator's "generation N: ..." lines
+    (the time it published each generation)."""
+    return dict((g, t) for t, g, _ in coord_generations(log_text))
 
 
 def wait_for(pred, timeout, what):

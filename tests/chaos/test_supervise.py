@@ -19,21 +19,13 @@ import time
 import shutil
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness import Checks, job_args, metrics, wait_for  # noqa: E402
+from harness import Checks, job_args, metrics, read_pids, wait_for  # noqa: E402
 
 bindir = sys.argv[1]
 tagctl = os.path.join(bindir, "tagctl")
 check = Checks()
 tmp = tempfile.mkdtemp(prefix="tagc-chaos-supervise-")
 started = []  # tagctl processes of this test, killed at the end if still running
-
-
-def read_pids(out):
-    try:
-        with open(os.path.join(out, "pids")) as f:
-            return dict((l.split()[0], int(l.split()[1])) for l in f if len(l.split()) == 2)
-    except OSError:
-        return {}
 
 
 def alive(pid):
