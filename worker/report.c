@@ -150,33 +150,6 @@ static double rank_tokens(const tagc_report *rp) {
   return (double)((b * (r + 1)) / w - (b * r) / w) * (double)rp->c.cfg->ctx;
 }
 
-/* The k-th smallest of v[0..n) (0 <= k < n), reordering v: Hoare's selection, O(n) on average. */
-static double select_kth(double *v, int64_t n, int64_t k) {
-  int64_t lo = 0, hi = n - 1;
-  while (lo < hi) {
-    double pivot = v[lo + (hi - lo) / 2];
-    int64_t i = lo, j = hi;
-    while (i <= j) {
-      while (v[i] < pivot)
-        i++;
-      while (v[j] > pivot)
-        j--;
-      if (i <= j) {
-        double x = v[i];
-        v[i++] = v[j];
-        v[j--] = x;
-      }
-    }
-    if (k <= j)
-      hi = j;
-    else if (k >= i)
-      lo = i;
-    else
-      return v[k];
-  }
-  return v[k];
-}
-
 /* summary.json's goodput with the job at step `step`: the steps this process committed since
  * its first generation started, at its median step time, over its wall time. NaN before a
  * step. Reorders tt.step_s. */
@@ -185,7 +158,7 @@ static double goodput(tagc_report *rp, int64_t step, int64_t first) {
   double wall = tagc_now() - rp->t0;
   if (tt->n_times == 0 || wall <= 0)
     return NAN;
-  double median = select_kth(tt->step_s, tt->n_times, tt->n_times / 2);
+  double median = tagc_select_kth(tt->step_s, tt->n_times, tt->n_times / 2);
   double g = step > first ? (double)(step - first) * median / wall : 0.0;
   /* a ratio in [0, 1]: on a loaded machine the median step can exceed the mean (a few much
      faster steps), which would put the estimate above the wall time itself */

@@ -6,13 +6,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-double tagc_straggler_median(double *v, int n) {
-  if (n <= 0)
-    return 0;
-  int k = (n - 1) / 2, lo = 0, hi = n - 1; /* quickselect of the k-th smallest */
+double tagc_select_kth(double *v, int64_t n, int64_t k) {
+  int64_t lo = 0, hi = n - 1; /* Hoare's selection */
   while (lo < hi) {
     double pivot = v[lo + (hi - lo) / 2];
-    int i = lo, j = hi;
+    int64_t i = lo, j = hi;
     while (i <= j) {
       while (v[i] < pivot)
         i++;
@@ -33,6 +31,8 @@ double tagc_straggler_median(double *v, int n) {
   }
   return v[k];
 }
+
+double tagc_straggler_median(double *v, int n) { return n > 0 ? tagc_select_kth(v, n, (n - 1) / 2) : 0; }
 
 tagc_status tagc_straggler_init(tagc_straggler *d, const tagc_straggler_config *cfg, int world) {
   memset(d, 0, sizeof *d);

@@ -25,6 +25,8 @@
 #ifndef TAGC_WORKER_STRAGGLER_H
 #define TAGC_WORKER_STRAGGLER_H
 
+#include <stdint.h>
+
 #include "common/status.h"
 
 /* Doubles the window may hold over all ranks (8 MiB). */
@@ -84,6 +86,10 @@ void tagc_straggler_reset(tagc_straggler *d);
  * and compute_s[world]; fills *out. */
 void tagc_straggler_step_in(tagc_straggler *d, double clock_s, const double *compute_s,
                             tagc_straggler_step *out);
+
+/* The k-th smallest of v[0 .. n) (0 <= k < n), reordering v: Hoare's selection, O(n) on
+ * average. */
+double tagc_select_kth(double *v, int64_t n, int64_t k);
 
 /* The median of v[0 .. n) (the lower one for even n; 0 for n = 0); reorders v. */
 double tagc_straggler_median(double *v, int n);
