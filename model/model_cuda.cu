@@ -34,14 +34,15 @@ enum { K_LNF_W, K_LNF_B, K_HEAD_W };
 enum {
   D_TOKENS, D_TARGETS, D_ENC, D_LN1, D_LN1S, D_QKV, D_ATT, D_ATTY, D_RES2, D_LN2, D_LN2S, D_FCH,
   D_FCHG, D_RES3, D_LNF, D_LNFS, D_LOGITS, D_LOSSES, D_LOSS_SUM, D_DRES, D_DRESN, D_DRES2,
-  D_DLN2, D_DATTN, D_DLN1, D_DBIG, D_DQKV, D_DATT, D_COLSUM, D_BF_A, D_BF_B, D_BLAS_WS, D_COUNT
+  D_DLN2, D_DATTN, D_DLN1, D_DBIG, D_DQKV, D_DATT, D_COLSUM, D_ENC_WS, D_BF_A, D_BF_B, D_BLAS_WS,
+  D_COUNT
 };
 
 static const char *const buffer_names[D_COUNT] = {
     "tokens", "targets", "encoded", "ln1", "ln1_stat", "qkv", "att", "atty", "res2", "ln2",
     "ln2_stat", "fch", "fch_gelu", "res3", "lnf", "lnf_stat", "logits", "losses", "loss_sum",
     "dres", "dres_next", "dres2", "dln2", "dattn", "dln1", "dbig", "dqkv", "datt",
-    "column-sum workspace", "bf16 operand A", "bf16 operand B", "cuBLAS workspace"};
+    "column-sum workspace", "embedding-backward workspace", "bf16 operand A", "bf16 operand B", "cuBLAS workspace"};
 
 struct tagc_model_cuda {
   tagc_model_layout lay;
@@ -113,6 +114,7 @@ static void plan(const tagc_model_config *c, size_t B, tagc_compute_dtype dtype,
   bytes[D_DQKV] = BT * 3 * C * f;
   bytes[D_DATT] = B * NH * T * T * f;
   bytes[D_COLSUM] = tagc_gpu_colsum_workspace_floats(4 * c->d_model) * f;
+  bytes[D_ENC_WS] = tagc_gpu_encoder_backward_workspace_bytes((int)BT, c->vocab);
   bytes[D_BF_A] = bytes[D_BF_B] = dtype == TAGC_COMPUTE_BF16 ? bf16_elems(c, B) * 2 : 0;
   bytes[D_BLAS_WS] = CUBLAS_WORKSPACE_BYTES;
 }
@@ -498,7 +500,7 @@ static tagc_status embedding_backward(tagc_model_cuda *m, float *g) {
   const tagc_model_config *c = &m->lay.cfg;
   return tagc_gpu_encoder_backward(g + toff(&m->lay, 0, K_WTE), g + toff(&m->lay, 0, K_WPE),
                                    m->dres, (const uint16_t *)m->buf[D_TOKENS], m->B, c->ctx,
-                                   c->vocab, c->d_model, m->stream);
+                                   c->vocab, c->d_model, m->buf[D_ENC_WS], m->stream);
 }
 
 /* ---------------------------------------------------------------------------------------- */

@@ -402,28 +402,95 @@ extern "C" tagc_status tagc_gpu_encoder_forward(float *out, const uint16_t *toke
   return cuda_launched("model_cuda encoder_forward");
 }
 
-#define TOKEN_TILE 2048
+/* The embedding backward by token buckets: the positions are sorted by token (a stable
+ * counting sort: counts, one scan, a scatter, then each bucket put back in position order),
+ * and one block per (distinct token, column tile) adds that token's dout rows into its dwte
+ * row in position order, exactly as the CPU oracle does (bit-identical). Work O(BT * C + V),
+ * not O(V * BT); no floating-point atomics. Workspace (int32): count[V], offset[V],
+ * cursor[V], list[V] (the distinct tokens in order), nlist[1], sorted[BT], order[BT]. */
+#define SCAN_THREADS 1024
 
-/* Block (v, column tile): walks every position in order, tokens staged in shared memory,
- * and sums the dout rows of token v for its columns. */
-__global__ void wte_backward_kernel(float *dwte, const float *dout, const uint16_t *tokens, int BT,
-                                    int C) {
-  __shared__ uint16_t tile[TOKEN_TILE];
-  int v = blockIdx.x, c = blockIdx.y * blockDim.x + threadIdx.x;
-  float acc = 0.0f;
-  for (int base = 0; base < BT; base += TOKEN_TILE) {
-    int len = min(TOKEN_TILE, BT - base);
-    for (int k = threadIdx.x; k < len; k += blockDim.x)
-      tile[k] = tokens[base + k];
+__global__ void token_count_kernel(int *count, const uint16_t *tokens, int BT) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < BT)
+    atomicAdd(&count[tokens[i]], 1);
+}
+
+/* One block: offset = exclusive scan of count, cursor = offset, list = the tokens with a
+ * non-zero count in increasing order, nlist = their number. Each thread scans a contiguous
+ * chunk; the chunk totals are scanned in shared memory. */
+__global__ void token_scan_kernel(int *offset, int *cursor, int *list, int *nlist,
+                                  const int *count, int V) {
+  __shared__ int sums[SCAN_THREADS], nonzero[SCAN_THREADS];
+  int per = (V + SCAN_THREADS - 1) / SCAN_THREADS, t = threadIdx.x;
+  int lo = min(V, t * per), hi = min(V, lo + per);
+  int s = 0, nz = 0;
+  for (int v = lo; v < hi; v++) {
+    s += count[v];
+    nz += count[v] > 0;
+  }
+  sums[t] = s;
+  nonzero[t] = nz;
+  __syncthreads();
+  for (int d = 1; d < SCAN_THREADS; d *= 2) { /* inclusive Hillis-Steele scan */
+    int a = t >= d ? sums[t - d] : 0, b = t >= d ? nonzero[t - d] : 0;
     __syncthreads();
-    if (c < C)
-      for (int k = 0; k < len; k++)
-        if (tile[k] == v)
-          acc += dout[(size_t)(base + k) * C + c];
+    sums[t] += a;
+    nonzero[t] += b;
     __syncthreads();
   }
-  if (c < C)
-    dwte[(size_t)v * C + c] += acc;
+  int run = sums[t] - s, k = nonzero[t] - nz;
+  for (int v = lo; v < hi; v++) {
+    offset[v] = cursor[v] = run;
+    run += count[v];
+    if (count[v] > 0)
+      list[k++] = v;
+  }
+  if (t == SCAN_THREADS - 1)
+    *nlist = nonzero[t];
+}
+
+/* sorted[] gets each position in its token's bucket, in an arbitrary order within it. */
+__global__ void token_scatter_kernel(int *sorted, int *cursor, const uint16_t *tokens, int BT) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < BT)
+    sorted[atomicAdd(&cursor[tokens[i]], 1)] = i;
+}
+
+/* Block b: the bucket of the b-th distinct token back in position order (order[]): each
+ * position's place is the number of smaller ones in its bucket (positions are distinct). */
+__global__ void token_order_kernel(int *order, const int *sorted, const int *offset,
+                                   const int *count, const int *list, const int *nlist) {
+  if ((int)blockIdx.x >= *nlist)
+    return;
+  int v = list[blockIdx.x], base = offset[v], n = count[v];
+  for (int k = threadIdx.x; k < n; k += blockDim.x) {
+    int p = sorted[base + k], rank = 0;
+    for (int j = 0; j < n; j++)
+      rank += sorted[base + j] < p;
+    order[base + rank] = p;
+  }
+}
+
+/* Block (b, column tile): dwte row of the b-th distinct token += its dout rows in position
+ * order, for the tile's columns. */
+__global__ void wte_backward_kernel(float *dwte, const float *dout, const int *order,
+                                    const int *offset, const int *count, const int *list,
+                                    const int *nlist, int C) {
+  if ((int)blockIdx.x >= *nlist)
+    return;
+  int v = list[blockIdx.x], c = blockIdx.y * blockDim.x + threadIdx.x;
+  if (c >= C)
+    return;
+  const int *pos = order + offset[v];
+  float acc = dwte[(size_t)v * C + c];
+  for (int k = 0, n = count[v]; k < n; k++)
+    acc = __fadd_rn(acc, dout[(size_t)pos[k] * C + c]);
+  dwte[(size_t)v * C + c] = acc;
+}
+
+extern "C" size_t tagc_gpu_encoder_backward_workspace_bytes(int BT, int V) {
+  return ((size_t)4 * V + 1 + (size_t)2 * BT) * sizeof(int);
 }
 
 __global__ void wpe_backward_kernel(float *dwpe, const float *dout, int B, int T, int C) {
@@ -439,9 +506,21 @@ __global__ void wpe_backward_kernel(float *dwpe, const float *dout, int B, int T
 
 extern "C" tagc_status tagc_gpu_encoder_backward(float *dwte, float *dwpe, const float *dout,
                                                  const uint16_t *tokens, int B, int T, int V,
-                                                 int C, tagc_stream stream) {
-  dim3 grid(V, (C + 127) / 128);
-  TAGC_LAUNCH(wte_backward_kernel, grid, 128, stream)(dwte, dout, tokens, B * T, C);
+                                                 int C, void *ws, tagc_stream stream) {
+  int BT = B * T;
+  int *count = (int *)ws, *offset = count + V, *cursor = offset + V, *list = cursor + V;
+  int *nlist = list + V, *sorted = nlist + 1, *order = sorted + BT;
+  TAGC_CHECK(tagc_cuda_status(cudaMemsetAsync(count, 0, (size_t)V * sizeof(int), stream),
+                              "model_cuda encoder_backward: clear the token counts"));
+  unsigned pos_grid = blocks_for((size_t)BT, THREADS);
+  TAGC_LAUNCH(token_count_kernel, pos_grid, THREADS, stream)(count, tokens, BT);
+  TAGC_LAUNCH(token_scan_kernel, 1, SCAN_THREADS, stream)(offset, cursor, list, nlist, count, V);
+  TAGC_LAUNCH(token_scatter_kernel, pos_grid, THREADS, stream)(sorted, cursor, tokens, BT);
+  unsigned buckets = (unsigned)(BT < V ? BT : V); /* at most this many distinct tokens */
+  TAGC_LAUNCH(token_order_kernel, buckets, 128, stream)(order, sorted, offset, count, list, nlist);
+  dim3 grid(buckets, (C + 127) / 128);
+  TAGC_LAUNCH(wte_backward_kernel, grid, 128, stream)(dwte, dout, order, offset, count, list,
+                                                      nlist, C);
   unsigned wpe_grid = blocks_for((size_t)T * C, 4 * THREADS);
   TAGC_LAUNCH(wpe_backward_kernel, wpe_grid, THREADS, stream)(dwpe, dout, B, T, C);
   return cuda_launched("model_cuda encoder_backward");

@@ -79,11 +79,14 @@ tagc_status tagc_gpu_sum_losses(double *out, const float *losses, int n, tagc_st
 tagc_status tagc_gpu_encoder_forward(float *out, const uint16_t *tokens, const float *wte,
                                      const float *wpe, int B, int T, int C, tagc_stream stream);
 
-/* dwte[v] += sum of dout rows whose token is v (one block column per vocabulary row,
- * positions in order; no atomics), dwpe[t] += sum over b of dout[b][t]. */
+/* dwte[v] += the dout rows whose token is v, added in position order (bit-identical to
+ * tagc_cpu_encoder_backward; work O(B*T*C + V), not O(V*B*T): the positions are bucketed by
+ * token first), dwpe[t] += sum over b of dout[b][t]. ws: device memory of
+ * tagc_gpu_encoder_backward_workspace_bytes(B*T, V) bytes, 4-byte aligned. */
+size_t tagc_gpu_encoder_backward_workspace_bytes(int BT, int V);
 tagc_status tagc_gpu_encoder_backward(float *dwte, float *dwpe, const float *dout,
                                       const uint16_t *tokens, int B, int T, int V, int C,
-                                      tagc_stream stream);
+                                      void *ws, tagc_stream stream);
 
 /* dst[i] = bf16(src[i]) round to nearest even (kernels/bf16.h), i < n. */
 tagc_status tagc_gpu_to_bf16(uint16_t *dst, const float *src, size_t n, tagc_stream stream);
