@@ -32,8 +32,20 @@ static void *to_device(const void *host, size_t bytes) {
   void *d = NULL;
   if (cudaMalloc(&d, bytes ? bytes : 1) != cudaSuccess)
     return NULL;
-  cudaMemcpy(d, host, bytes, cudaMemcpyHostToDevice);
+  /* from pageable memory cudaMemcpy may return before the DMA lands, and the communicator's
+     stream does not wait for the legacy stream: synchronise before NCCL reads it */
+  if (cudaMemcpy(d, host, bytes, cudaMemcpyHostToDevice) != cudaSuccess ||
+      cudaDeviceSynchronize() != cudaSuccess) {
+    cudaFree(d);
+    return NULL;
+  }
   return d;
+}
+
+/* Zeroes device memory before a collective writes it: cudaMemset runs on the legacy stream,
+ * which the communicator's non-blocking stream does not wait for. */
+static void clear_device(void *dev, size_t bytes) {
+  CHECK(cudaMemset(dev, 0, bytes) == cudaSuccess && cudaDeviceSynchronize() == cudaSuccess);
 }
 
 static void from_device(void *host, const void *dev, size_t bytes) {
@@ -53,14 +65,14 @@ static void test_operations(tagc_comm *c) {
   CHECK_OK(tagc_comm_allgather(c, a, b, sizeof h, 0));
   from_device(back, b, sizeof back);
   CHECK_EQ_INT(memcmp(back, h, sizeof h), 0);
-  cudaMemset(b, 0, sizeof h);
+  clear_device(b, sizeof h);
   CHECK_OK(tagc_comm_alltoall(c, a, b, sizeof h, 0));
   from_device(back, b, sizeof back);
   CHECK_EQ_INT(memcmp(back, h, sizeof h), 0);
   CHECK_OK(tagc_comm_broadcast(c, a, sizeof h, 0, 0));
   CHECK_OK(tagc_comm_barrier(c, 0));
 
-  cudaMemset(b, 0, sizeof h);
+  clear_device(b, sizeof h);
   CHECK_OK(tagc_comm_reduce_scatter(c, a, b, N, TAGC_DTYPE_F32, TAGC_REDOP_SUM,
                                     TAGC_WIRE_NATIVE, 0));
   from_device(back, b, sizeof back);
@@ -81,7 +93,7 @@ static void test_operations(tagc_comm *c) {
 
   uint64_t bits[5] = {1, 2, 4, 8, UINT64_MAX}, bits_back[5];
   uint64_t *d = to_device(bits, sizeof bits), *e = to_device(bits, sizeof bits);
-  cudaMemset(e, 0, sizeof bits);
+  clear_device(e, sizeof bits);
   CHECK_OK(tagc_comm_allreduce(c, d, e, 5, TAGC_DTYPE_U64, TAGC_REDOP_BOR, 0));
   from_device(bits_back, e, sizeof bits);
   CHECK_EQ_INT(memcmp(bits, bits_back, sizeof bits), 0);

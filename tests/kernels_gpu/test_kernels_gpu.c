@@ -62,6 +62,9 @@ static void *dev_alloc(size_t bytes) {
 static void *dev_copy(const void *host, size_t bytes) {
   void *p = dev_alloc(bytes);
   CUDA_OK(cudaMemcpy(p, host, bytes, cudaMemcpyHostToDevice));
+  /* from pageable memory the copy may return before the DMA lands; the kernels run on a
+     non-blocking stream, which does not wait for the legacy one */
+  CUDA_OK(cudaStreamSynchronize(0));
   return p;
 }
 static void host_copy(void *host, const void *dev, size_t bytes) {
@@ -210,6 +213,7 @@ static void check_sparsify(const tagc_layout *l, float density, enum input_kind 
 
   if (timed) {
     CUDA_OK(cudaMemcpy(dr, r, total * 4, cudaMemcpyHostToDevice));
+    CUDA_OK(cudaStreamSynchronize(0)); /* the pageable copy landed before the stream reads it */
     timer_start();
     tagc_sparsify_cuda(l, density, dg, dr, dk, db, ds, gws, gws_bytes, stream);
     timer_report("sparsify (16 B/elem min)", (double)total * 16.125);
