@@ -4,11 +4,11 @@
  *
  * Matrix products go through one row-major wrapper (mm) over cuBLAS's column-major strided
  * batched GEMM: row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T, so the
- * operands are passed swapped with the same transpositions. Attention runs per sequence as
- * a batch over the heads (a head's Q, K, V are column slices of qkv: stride hd). The causal
- * products are computed on the full T x T square; the softmax kernels zero the upper
- * triangle, which makes the later products exact. In bf16 mode each operand region is
- * rounded to bf16 into a scratch buffer right before its product. */
+ * operands are passed swapped with the same transpositions. Attention runs per sequence and
+ * chunk of query rows as a batch over the heads (a head's Q, K, V are column slices of qkv:
+ * stride hd), on the causal band of keys only; it keeps a log-sum-exp per row and recomputes
+ * the probabilities in the backward, so no T x T matrix outlives its chunk. In bf16 mode each
+ * operand region is rounded to bf16 into a scratch buffer right before its product. */
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 #include <math.h>
@@ -81,10 +81,31 @@ static tagc_status blas_check(cublasStatus_t st, const char *what) {
 /* ---------------------------------------------------------------------------------------- */
 /* Memory plan                                                                              */
 
+/* Query rows per attention chunk: the whole sequence while its NH x T x T scores fit in
+ * TAGC_ATT_SCRATCH_FLOATS, else fewer (a multiple of 16), so that the scratch stays bounded
+ * whatever T: the attention's memory is O(B NH T) per layer (lse) plus this scratch. (The
+ * host emulation's test builds with a small bound, so that its steps run several chunks.) */
+#ifndef TAGC_ATT_SCRATCH_FLOATS
+#define TAGC_ATT_SCRATCH_FLOATS ((size_t)16 << 20)
+#endif
+
+static int att_rows(const tagc_model_config *c) {
+  size_t T = (size_t)c->ctx, NH = (size_t)c->n_head;
+  if (NH * T * T <= TAGC_ATT_SCRATCH_FLOATS)
+    return (int)T;
+  size_t q = TAGC_ATT_SCRATCH_FLOATS / (NH * T) / 16 * 16;
+  return (int)(q < 16 ? 16 : q);
+}
+
+/* Floats of one chunk's scores (NH x rows x T), each of the two scratch matrices. */
+static size_t att_scratch_floats(const tagc_model_config *c) {
+  return (size_t)c->n_head * (size_t)att_rows(c) * (size_t)c->ctx;
+}
+
 static size_t bf16_elems(const tagc_model_config *c, size_t B) {
-  size_t T = (size_t)c->ctx, C = (size_t)c->d_model, NH = (size_t)c->n_head;
+  size_t T = (size_t)c->ctx, C = (size_t)c->d_model;
   size_t V = (size_t)c->padded_vocab, BT = B * T;
-  size_t cap = NH * T * T; /* one sequence's attention probabilities */
+  size_t cap = att_scratch_floats(c); /* a chunk's probabilities or dS */
   size_t other[] = {BT * 4 * C, BT * V, 4 * C * C, V * C, T * 3 * C};
   for (size_t i = 0; i < sizeof other / sizeof other[0]; i++)
     cap = other[i] > cap ? other[i] : cap;
@@ -101,7 +122,7 @@ static void plan(const tagc_model_config *c, size_t B, tagc_compute_dtype dtype,
   bytes[D_LN1] = bytes[D_ATTY] = bytes[D_RES2] = bytes[D_LN2] = bytes[D_RES3] = L * BT * C * f;
   bytes[D_LN1S] = bytes[D_LN2S] = L * BT * 2 * f;
   bytes[D_QKV] = L * BT * 3 * C * f;
-  bytes[D_ATT] = L * B * NH * T * T * f;
+  bytes[D_ATT] = L * B * NH * T * f; /* each attention row's log-sum-exp */
   bytes[D_FCH] = bytes[D_FCHG] = L * BT * 4 * C * f;
   bytes[D_LNF] = BT * C * f;
   bytes[D_LNFS] = BT * 2 * f;
@@ -112,7 +133,7 @@ static void plan(const tagc_model_config *c, size_t B, tagc_compute_dtype dtype,
       bytes[D_DLN1] = BT * C * f;
   bytes[D_DBIG] = BT * 4 * C * f;
   bytes[D_DQKV] = BT * 3 * C * f;
-  bytes[D_DATT] = B * NH * T * T * f;
+  bytes[D_DATT] = 2 * att_scratch_floats(c) * f; /* a chunk's scores and dS */
   bytes[D_COLSUM] = tagc_gpu_colsum_workspace_floats(4 * c->d_model) * f;
   bytes[D_ENC_WS] = tagc_gpu_encoder_backward_workspace_bytes((int)BT, c->vocab);
   bytes[D_BF_A] = bytes[D_BF_B] = dtype == TAGC_COMPUTE_BF16 ? bf16_elems(c, B) * 2 : 0;
@@ -324,52 +345,60 @@ static att_dims dims_of(const tagc_model_config *c, int B) {
   return d;
 }
 
-/* y (B, T, C) = per head softmax(q k^T * scale, causal) v; att keeps the probabilities. */
-static tagc_status attention_forward(tagc_model_cuda *m, const att_dims *d, float *y, float *att,
+/* y (B, T, C) = per head softmax(q k^T * scale, causal) v, per sequence and chunk of query
+ * rows [r0, r0 + n): the scores against the keys 0 .. r0 + n - 1 only (the causal band),
+ * their softmax in place, then the product with v. lse keeps each row's log-sum-exp for the
+ * backward, which recomputes the probabilities: no T x T matrix is kept. */
+static tagc_status attention_forward(tagc_model_cuda *m, const att_dims *d, float *y, float *lse,
                                      const float *qkv) {
-  int C3 = 3 * d->C, T = d->T, hd = d->hd;
-  long long TT = (long long)T * T;
+  int C3 = 3 * d->C, T = d->T, hd = d->hd, rows = att_rows(&m->lay.cfg);
+  float *s = (float *)m->buf[D_DATT];
   for (int b = 0; b < d->B; b++) {
     const float *q = qkv + (size_t)b * T * C3;
-    float *p = att + (size_t)b * d->NH * TT;
-    TAGC_CHECK(mm(m, false, true, T, T, hd, d->scale, op(q, C3, hd), op(q + d->C, C3, hd), 0.0f,
-                  p, T, TT, d->NH));
-  }
-  TAGC_CHECK(tagc_gpu_softmax_causal_forward(att, d->B * d->NH, T, m->stream));
-  for (int b = 0; b < d->B; b++) {
-    const float *v = qkv + (size_t)b * T * C3 + 2 * d->C;
-    const float *p = att + (size_t)b * d->NH * TT;
-    TAGC_CHECK(mm(m, false, false, T, hd, T, 1.0f, op(p, T, TT), op(v, C3, hd), 0.0f,
-                  y + (size_t)b * T * d->C, d->C, hd, d->NH));
+    float *lse_b = lse + (size_t)b * d->NH * T;
+    for (int r0 = 0; r0 < T; r0 += rows) {
+      int n = T - r0 < rows ? T - r0 : rows, k = r0 + n;
+      long long nk = (long long)n * k;
+      TAGC_CHECK(mm(m, false, true, n, k, hd, d->scale, op(q + (size_t)r0 * C3, C3, hd),
+                    op(q + d->C, C3, hd), 0.0f, s, k, nk, d->NH));
+      TAGC_CHECK(tagc_gpu_softmax_causal_forward(s, lse_b, d->NH, n, k, r0, T, m->stream));
+      TAGC_CHECK(mm(m, false, false, n, hd, k, 1.0f, op(s, k, nk), op(q + 2 * d->C, C3, hd), 0.0f,
+                    y + ((size_t)b * T + r0) * d->C, d->C, hd, d->NH));
+    }
   }
   return TAGC_OK;
 }
 
-/* dqkv (B, T, 3C) = gradient of attention_forward given dy; datt is scratch. */
+/* dqkv (B, T, 3C) = gradient of attention_forward given dy, chunk by chunk as the forward:
+ * P recomputed from the scores and lse, dV += P^T dY, dS from dP = dY V^T, dQ = dS K,
+ * dK += dS^T Q (dK and dV accumulate over the chunks in order: deterministic). */
 static tagc_status attention_backward(tagc_model_cuda *m, const att_dims *d, float *dqkv,
-                                      float *datt, const float *dy, const float *att,
-                                      const float *qkv) {
-  int C3 = 3 * d->C, T = d->T, hd = d->hd;
-  long long TT = (long long)T * T;
+                                      const float *dy, const float *lse, const float *qkv) {
+  int C3 = 3 * d->C, T = d->T, hd = d->hd, rows = att_rows(&m->lay.cfg);
+  float *s = (float *)m->buf[D_DATT], *ds = s + att_scratch_floats(&m->lay.cfg);
+  TAGC_CHECK(cuda_check(cudaMemsetAsync(dqkv, 0, (size_t)d->B * T * C3 * sizeof(float), m->stream),
+                        "clear dqkv"));
   for (int b = 0; b < d->B; b++) {
-    const float *base = qkv + (size_t)b * T * C3, *p = att + (size_t)b * d->NH * TT;
-    const float *dyb = dy + (size_t)b * T * d->C;
-    float *dbase = dqkv + (size_t)b * T * C3, *ds = datt + (size_t)b * d->NH * TT;
-    /* dP = dY V^T, dV = P^T dY */
-    TAGC_CHECK(mm(m, false, true, T, T, hd, 1.0f, op(dyb, d->C, hd), op(base + 2 * d->C, C3, hd),
-                  0.0f, ds, T, TT, d->NH));
-    TAGC_CHECK(mm(m, true, false, T, hd, T, 1.0f, op(p, T, TT), op(dyb, d->C, hd), 0.0f,
-                  dbase + 2 * d->C, C3, hd, d->NH));
-  }
-  TAGC_CHECK(tagc_gpu_softmax_causal_backward(datt, att, d->B * d->NH, T, d->scale, m->stream));
-  for (int b = 0; b < d->B; b++) {
-    const float *base = qkv + (size_t)b * T * C3, *ds = datt + (size_t)b * d->NH * TT;
+    const float *base = qkv + (size_t)b * T * C3, *dyb = dy + (size_t)b * T * d->C;
+    const float *lse_b = lse + (size_t)b * d->NH * T;
     float *dbase = dqkv + (size_t)b * T * C3;
-    /* dQ = dS K, dK = dS^T Q */
-    TAGC_CHECK(mm(m, false, false, T, hd, T, 1.0f, op(ds, T, TT), op(base + d->C, C3, hd), 0.0f,
-                  dbase, C3, hd, d->NH));
-    TAGC_CHECK(mm(m, true, false, T, hd, T, 1.0f, op(ds, T, TT), op(base, C3, hd), 0.0f,
-                  dbase + d->C, C3, hd, d->NH));
+    for (int r0 = 0; r0 < T; r0 += rows) {
+      int n = T - r0 < rows ? T - r0 : rows, k = r0 + n;
+      long long nk = (long long)n * k;
+      const float *qc = base + (size_t)r0 * C3, *dyc = dyb + (size_t)r0 * d->C;
+      TAGC_CHECK(mm(m, false, true, n, k, hd, d->scale, op(qc, C3, hd), op(base + d->C, C3, hd),
+                    0.0f, s, k, nk, d->NH));
+      TAGC_CHECK(tagc_gpu_softmax_causal_recompute(s, lse_b, d->NH, n, k, r0, T, m->stream));
+      TAGC_CHECK(mm(m, false, true, n, k, hd, 1.0f, op(dyc, d->C, hd), op(base + 2 * d->C, C3, hd),
+                    0.0f, ds, k, nk, d->NH));
+      TAGC_CHECK(mm(m, true, false, k, hd, n, 1.0f, op(s, k, nk), op(dyc, d->C, hd), 1.0f,
+                    dbase + 2 * d->C, C3, hd, d->NH));
+      TAGC_CHECK(tagc_gpu_softmax_causal_backward(ds, s, d->NH, n, k, r0, T, d->scale, m->stream));
+      TAGC_CHECK(mm(m, false, false, n, hd, k, 1.0f, op(ds, k, nk), op(base + d->C, C3, hd), 0.0f,
+                    dbase + (size_t)r0 * C3, C3, hd, d->NH));
+      TAGC_CHECK(mm(m, true, false, k, hd, n, 1.0f, op(ds, k, nk), op(qc, C3, hd), 1.0f,
+                    dbase + d->C, C3, hd, d->NH));
+    }
   }
   return TAGC_OK;
 }
@@ -391,7 +420,7 @@ typedef struct layer_acts {
 static layer_acts layer_get(const tagc_model_cuda *m, int l) {
   const tagc_model_config *c = &m->lay.cfg;
   size_t BT = (size_t)m->max_batch * c->ctx, C = (size_t)c->d_model, L = (size_t)l;
-  size_t TT = (size_t)m->max_batch * c->n_head * (size_t)c->ctx * c->ctx;
+  size_t TT = (size_t)m->max_batch * c->n_head * (size_t)c->ctx; /* lse rows per layer */
 #define F(i) ((float *)m->buf[i])
   layer_acts la = {
       F(D_LN1) + L * BT * C,       F(D_LN1S) + L * BT * 2,      F(D_QKV) + L * BT * 3 * C,
@@ -477,7 +506,7 @@ static tagc_status block_backward(tagc_model_cuda *m, int l, const float *p, flo
   TAGC_CHECK(tagc_gpu_layernorm_backward_input(dres2, d3, dln2, la.res2, la.ln2_stat, P(K_LN2_W),
                                                N, C, s));
   TAGC_CHECK(linear_backward_input(m, dattn, dres2, P(K_PROJ_W), N, C, C));
-  TAGC_CHECK(attention_backward(m, &d, dqkv, F(D_DATT), dattn, la.att, la.qkv));
+  TAGC_CHECK(attention_backward(m, &d, dqkv, dattn, la.att, la.qkv));
   TAGC_CHECK(linear_backward_input(m, dln1, dqkv, P(K_QKV_W), N, C, 3 * C));
   TAGC_CHECK(tagc_gpu_layernorm_backward_input(d1, dres2, dln1, la.input, la.ln1_stat, P(K_LN1_W),
                                                N, C, s));

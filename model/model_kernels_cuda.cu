@@ -246,12 +246,16 @@ extern "C" tagc_status tagc_gpu_to_bf16(uint16_t *dst, const float *src, size_t 
 /* ---------------------------------------------------------------------------------------- */
 /* Causal attention softmax                                                                 */
 
-__global__ void softmax_causal_forward_kernel(float *att, int BH, int T) {
+/* The rows are a chunk of the causal square: rows r0 .. r0 + n - 1 of each of BH matrices,
+ * stored (BH, n, k) with k > r0 + n - 1 columns (the keys 0 .. k - 1); row i of a matrix is
+ * query t = r0 + i, whose keys are 0 .. t. n = k = T, r0 = 0 is the whole square. */
+__global__ void softmax_causal_forward_kernel(float *att, float *lse, int BH, int n, int k,
+                                              int r0, int T) {
   int lane = LANE();
-  size_t rows = (size_t)BH * T;
+  size_t rows = (size_t)BH * n;
   for (size_t row = WARP_ID(); row < rows; row += WARP_COUNT()) {
-    int t = (int)(row % T);
-    float *s = att + row * T;
+    int t = r0 + (int)(row % n);
+    float *s = att + row * k;
     float mx = -INFINITY;
     for (int j = lane; j <= t; j += 32)
       mx = fmaxf(mx, s[j]);
@@ -262,40 +266,76 @@ __global__ void softmax_causal_forward_kernel(float *att, int BH, int T) {
       s[j] = e;
       sum += e;
     }
-    float inv = 1.0f / warp_sum(sum);
-    for (int j = lane; j < T; j += 32)
+    sum = warp_sum(sum);
+    float inv = 1.0f / sum;
+    for (int j = lane; j < k; j += 32)
       s[j] = j <= t ? s[j] * inv : 0.0f;
+    if (lse && lane == 0)
+      lse[row / n * T + t] = mx + logf(sum);
   }
 }
 
-__global__ void softmax_causal_backward_kernel(float *ds, const float *p, int BH, int T,
-                                               float scale) {
+__global__ void softmax_causal_recompute_kernel(float *att, const float *lse, int BH, int n,
+                                                int k, int r0, int T) {
   int lane = LANE();
-  size_t rows = (size_t)BH * T;
+  size_t rows = (size_t)BH * n;
   for (size_t row = WARP_ID(); row < rows; row += WARP_COUNT()) {
-    int t = (int)(row % T);
-    float *d = ds + row * T;
-    const float *pr = p + row * T;
+    int t = r0 + (int)(row % n);
+    float *s = att + row * k, L = lse[row / n * T + t];
+    for (int j = lane; j < k; j += 32)
+      s[j] = j <= t ? expf(s[j] - L) : 0.0f;
+  }
+}
+
+__global__ void softmax_causal_backward_kernel(float *ds, const float *p, int BH, int n, int k,
+                                               int r0, float scale) {
+  int lane = LANE();
+  size_t rows = (size_t)BH * n;
+  for (size_t row = WARP_ID(); row < rows; row += WARP_COUNT()) {
+    int t = r0 + (int)(row % n);
+    float *d = ds + row * k;
+    const float *pr = p + row * k;
     float dot = 0.0f;
     for (int j = lane; j <= t; j += 32)
       dot += pr[j] * d[j];
     dot = warp_sum(dot);
-    for (int j = lane; j < T; j += 32)
+    for (int j = lane; j < k; j += 32)
       d[j] = j <= t ? pr[j] * (d[j] - dot) * scale : 0.0f;
   }
 }
 
-extern "C" tagc_status tagc_gpu_softmax_causal_forward(float *att, int BH, int T,
+static tagc_status chunk_ok(int BH, int n, int k, int r0, int T, const char *what) {
+  if (BH < 1 || n < 1 || r0 < 0 || r0 + n > k || k > T)
+    return tagc_errorf(TAGC_EINVAL, "model_cuda %s: rows %d..%d of %d matrices with %d of %d "
+                       "columns: the chunk must lie within the causal square", what, r0,
+                       r0 + n - 1, BH, k, T);
+  return TAGC_OK;
+}
+
+extern "C" tagc_status tagc_gpu_softmax_causal_forward(float *att, float *lse, int BH, int n,
+                                                       int k, int r0, int T,
                                                        tagc_stream stream) {
-  unsigned grid = blocks_for((size_t)BH * T, WARPS_PER_BLOCK);
-  TAGC_LAUNCH(softmax_causal_forward_kernel, grid, THREADS, stream)(att, BH, T);
+  TAGC_CHECK(chunk_ok(BH, n, k, r0, T, "softmax_causal_forward"));
+  unsigned grid = blocks_for((size_t)BH * n, WARPS_PER_BLOCK);
+  TAGC_LAUNCH(softmax_causal_forward_kernel, grid, THREADS, stream)(att, lse, BH, n, k, r0, T);
   return cuda_launched("model_cuda softmax_causal_forward");
 }
 
-extern "C" tagc_status tagc_gpu_softmax_causal_backward(float *ds, const float *p, int BH, int T,
-                                                        float scale, tagc_stream stream) {
-  unsigned grid = blocks_for((size_t)BH * T, WARPS_PER_BLOCK);
-  TAGC_LAUNCH(softmax_causal_backward_kernel, grid, THREADS, stream)(ds, p, BH, T, scale);
+extern "C" tagc_status tagc_gpu_softmax_causal_recompute(float *att, const float *lse, int BH,
+                                                         int n, int k, int r0, int T,
+                                                         tagc_stream stream) {
+  TAGC_CHECK(chunk_ok(BH, n, k, r0, T, "softmax_causal_recompute"));
+  unsigned grid = blocks_for((size_t)BH * n, WARPS_PER_BLOCK);
+  TAGC_LAUNCH(softmax_causal_recompute_kernel, grid, THREADS, stream)(att, lse, BH, n, k, r0, T);
+  return cuda_launched("model_cuda softmax_causal_recompute");
+}
+
+extern "C" tagc_status tagc_gpu_softmax_causal_backward(float *ds, const float *p, int BH, int n,
+                                                        int k, int r0, int T, float scale,
+                                                        tagc_stream stream) {
+  TAGC_CHECK(chunk_ok(BH, n, k, r0, T, "softmax_causal_backward"));
+  unsigned grid = blocks_for((size_t)BH * n, WARPS_PER_BLOCK);
+  TAGC_LAUNCH(softmax_causal_backward_kernel, grid, THREADS, stream)(ds, p, BH, n, k, r0, scale);
   return cuda_launched("model_cuda softmax_causal_backward");
 }
 

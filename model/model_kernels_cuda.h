@@ -53,14 +53,23 @@ tagc_status tagc_gpu_gelu_forward(float *out, const float *inp, size_t n, tagc_s
 /* d[i] *= GELU'(inp[i]) (in place: dout -> dinp). */
 tagc_status tagc_gpu_gelu_backward(float *d, const float *inp, size_t n, tagc_stream stream);
 
-/* Causal softmax in place over rows of att (BH, T, T) holding scaled scores: row t becomes
- * softmax(att[t][0..t]) and 0 past the diagonal. */
-tagc_status tagc_gpu_softmax_causal_forward(float *att, int BH, int T, tagc_stream stream);
+/* The causal softmax on a chunk of rows of BH score matrices: att (BH, n, k) holds the
+ * scaled scores of queries r0 .. r0+n-1 against keys 0 .. k-1 (r0 + n <= k <= T; the whole
+ * square is n = k = T, r0 = 0). In place, row i (query t = r0 + i) becomes
+ * softmax(att[i][0..t]) and 0 past t; lse (NULL: not kept) gets each row's log-sum-exp at
+ * lse[bh * T + t]. TAGC_EINVAL for a chunk outside the square. */
+tagc_status tagc_gpu_softmax_causal_forward(float *att, float *lse, int BH, int n, int k, int r0,
+                                            int T, tagc_stream stream);
 
-/* ds (BH, T, T) in place, from dP to d scores: ds = p * (dp - sum_j p dp) * scale for
- * j <= t, 0 past the diagonal. */
-tagc_status tagc_gpu_softmax_causal_backward(float *ds, const float *p, int BH, int T,
-                                             float scale, tagc_stream stream);
+/* The same probabilities recomputed from the scores and the forward's lse:
+ * att[i][j] = exp(att[i][j] - lse) for j <= t, else 0 (the backward keeps no T x T matrix). */
+tagc_status tagc_gpu_softmax_causal_recompute(float *att, const float *lse, int BH, int n, int k,
+                                              int r0, int T, tagc_stream stream);
+
+/* ds (BH, n, k) in place, from dP to d scores: ds = p * (dp - sum_j p dp) * scale for
+ * j <= t, 0 past it (each row's keys are all in the chunk). */
+tagc_status tagc_gpu_softmax_causal_backward(float *ds, const float *p, int BH, int n, int k,
+                                             int r0, int T, float scale, tagc_stream stream);
 
 /* Per row of logits (N, Vp): losses[i] = cross-entropy over the first V logits against
  * targets[i], and the row replaced by its softmax probabilities, 0 in the padding V..Vp-1. */

@@ -183,10 +183,43 @@ static void test_softmax_and_gelu(void) {
       ds[r * T + j] = j <= t ? (float)(p[r * T + j] * (dp[r * T + j] - dot) * scale) : 0.0f;
   }
   float *gs = dev_upload(s, n * 4), *gd = dev_upload(dp, n * 4);
-  CHECK_OK(tagc_gpu_softmax_causal_forward(gs, BH, T, NULL));
+  float *glse = dev_alloc((size_t)BH * T * 4);
+  CHECK_OK(tagc_gpu_softmax_causal_forward(gs, glse, BH, T, T, 0, T, NULL));
   check_close("softmax_causal_forward", gs, p, n, 1e-5);
-  CHECK_OK(tagc_gpu_softmax_causal_backward(gd, gs, BH, T, scale, NULL));
+  CHECK_OK(tagc_gpu_softmax_causal_backward(gd, gs, BH, T, T, 0, T, scale, NULL));
   check_close("softmax_causal_backward", gd, ds, n, 1e-5);
+  /* a chunk: rows 20..34 against keys 0..34, the probabilities recomputed from the lse the
+     whole square's forward kept; then the chunk's own forward and backward */
+  int r0 = 20, cn = 15, ck = 35;
+  size_t nc = (size_t)BH * cn * ck;
+  float *cs = malloc(nc * 4), *cp = malloc(nc * 4), *cdp = malloc(nc * 4), *cds = malloc(nc * 4);
+  for (int bh = 0; bh < BH; bh++)
+    for (int i = 0; i < cn; i++)
+      for (int j = 0; j < ck; j++) {
+        size_t src = ((size_t)bh * T + r0 + i) * T + j, dst = ((size_t)bh * cn + i) * ck + j;
+        cs[dst] = s[src], cp[dst] = p[src], cdp[dst] = dp[src], cds[dst] = ds[src];
+      }
+  float *gcs = dev_upload(cs, nc * 4), *gcd = dev_upload(cdp, nc * 4);
+  CHECK_OK(tagc_gpu_softmax_causal_recompute(gcs, glse, BH, cn, ck, r0, T, NULL));
+  check_close("softmax_causal_recompute chunk", gcs, cp, nc, 1e-5);
+  CHECK_OK(tagc_gpu_softmax_causal_backward(gcd, gcs, BH, cn, ck, r0, T, scale, NULL));
+  check_close("softmax_causal_backward chunk", gcd, cds, nc, 1e-5);
+  float *glse2 = dev_alloc((size_t)BH * T * 4), *lse = malloc((size_t)BH * T * 4),
+        *lse2 = malloc((size_t)BH * T * 4);
+  cudaFree(gcs);
+  gcs = dev_upload(cs, nc * 4);
+  CHECK_OK(tagc_gpu_softmax_causal_forward(gcs, glse2, BH, cn, ck, r0, T, NULL));
+  check_close("softmax_causal_forward chunk", gcs, cp, nc, 1e-5);
+  download(lse, glse, (size_t)BH * T * 4);
+  download(lse2, glse2, (size_t)BH * T * 4);
+  int lse_bad = 0;
+  for (int bh = 0; bh < BH; bh++)
+    for (int i = 0; i < cn; i++)
+      lse_bad += fabsf(lse[bh * T + r0 + i] - lse2[bh * T + r0 + i]) > 1e-5f * fabsf(lse[bh * T + r0 + i]);
+  CHECK_EQ_INT(lse_bad, 0);
+  CHECK(tagc_gpu_softmax_causal_forward(gcs, glse2, BH, cn, r0 + cn - 1, r0, T, NULL) == TAGC_EINVAL);
+  cudaFree(gcs), cudaFree(gcd), cudaFree(glse), cudaFree(glse2);
+  free(cs), free(cp), free(cdp), free(cds), free(lse), free(lse2);
 
   size_t m = 1000;
   float *x = malloc(m * 4), *y = malloc(m * 4), *dy = malloc(m * 4), *dx = malloc(m * 4);
@@ -566,6 +599,24 @@ static void oom_test(void) {
 }
 #endif
 
+/* The model's device memory no longer holds T x T attention matrices: at GPT-2-small width
+ * (12 layers, C 768, 12 heads, V 50257) doubling T from 1024 to 2048 at the same tokens per
+ * micro-batch (B 8 -> 4) changes the bytes by the per-token buffers only (within 1 %); the
+ * probabilities would have added 12 x 8 x 12 x 1024^2 x 4 B = 4.8 GB. */
+static void test_attention_memory(void) {
+  tagc_model_config c1 = {.vocab = 50257, .ctx = 1024, .n_layer = 12, .n_head = 12, .d_model = 768};
+  tagc_model_config c2 = c1;
+  c2.ctx = 2048;
+  tagc_model_layout l1, l2;
+  CHECK_OK(tagc_model_layout_init(&l1, &c1));
+  CHECK_OK(tagc_model_layout_init(&l2, &c2));
+  size_t b1 = tagc_model_cuda_bytes_needed(&l1, 8, TAGC_COMPUTE_BF16);
+  size_t b2 = tagc_model_cuda_bytes_needed(&l2, 4, TAGC_COMPUTE_BF16);
+  printf("  device bytes, GPT-2 small bf16: T=1024 B=8 %.2f GB, T=2048 B=4 %.2f GB\n", b1 / 1e9,
+         b2 / 1e9);
+  CHECK_MSG(b2 < b1 * 1.01 && b1 < b2 * 1.01, "bytes %zu (T 1024) vs %zu (T 2048)", b1, b2);
+}
+
 /* The embedding backward at GPT-2 shapes (T = 1024, C = 768) with the byte vocabulary and
  * GPT-2's (V = 50257), tokens skewed as in text (a third from 8 frequent ones), onto a dwte
  * that already holds a gradient (accumulation over micro-batches): bit-identical to the CPU
@@ -608,6 +659,7 @@ int main(void) {
   test_layernorm();
   test_softmax_and_gelu();
   test_crossentropy_and_embedding();
+  test_attention_memory();
   test_embedding_vocab(256);
   test_embedding_vocab(50257);
   test_crossentropy_padded();
