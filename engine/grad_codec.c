@@ -49,6 +49,7 @@ struct tagc_grad_segment {
   int residual_zero;        /* residual is known to be all +0 (allocated, or zeroed at a
                                commit): the dense wires then send the gradient itself */
   uint32_t *block_rows;     /* device copy of lay.block_rows */
+  size_t block_rows_cap;    /* its bytes: it only grows, so a new rho frees nothing */
   tagc_layout lay;          /* sketch geometry at rho_used */
   double rho_used;          /* rho of the current layout (0 = none built yet) */
   double lane_density_seen; /* the maximum over ranks at the last step: decides rho */
@@ -240,15 +241,15 @@ static void record_feedback(tagc_grad_codec *c, const tagc_grad_segment *s, doub
   c->feedback[2] += abs_in;
 }
 
-/* Builds the sketch layout of segment s at rho (and its device copy of the block rows). */
+/* Builds the sketch layout of segment s at rho (and its device copy of the block rows, in a
+ * buffer that grows only: a change of rho frees no device memory, which on CUDA would
+ * synchronise the whole device inside the step). */
 static tagc_status set_layout(tagc_grad_codec *c, tagc_grad_segment *s, tagc_lane lane, double rho) {
   tagc_layout_free(&s->lay);
-  tagc_device_free(c->dev, s->block_rows);
-  s->block_rows = NULL;
   s->rho_used = 0;
   TAGC_CHECK(tagc_layout_init(&s->lay, c->world, (int64_t)s->S, rho, 0x7a6cu + s->hash_seed));
   size_t bytes = (size_t)s->lay.blocks * 3 * sizeof(uint32_t);
-  TAGC_CHECK(tagc_device_alloc(c->dev, bytes, (void **)&s->block_rows));
+  TAGC_CHECK(grow(c, (void **)&s->block_rows, &s->block_rows_cap, bytes));
   TAGC_CHECK(tagc_device_copy(c->dev, lane, s->block_rows, s->lay.block_rows, bytes, TAGC_COPY_H2D));
   s->rho_used = rho;
   return TAGC_OK;
