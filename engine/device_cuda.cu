@@ -219,8 +219,7 @@ static tagc_status cuda_sumsq_many(void *impl, const float *const *x, const size
     CUDA_TRY(cudaMalloc((void **)&c->sums, (size_t)count * sizeof(double)), "sum of squares buffer");
     c->sums_cap = count;
   }
-  for (int i = 0; i < count; i++)
-    TAGC_CHECK(tagc_sumsq_cuda(x[i], n[i], c->sums + i, c->sumsq_ws, s));
+  TAGC_CHECK(tagc_sumsq_many_cuda(x, n, count, c->sums, c->sumsq_ws, s));
   CUDA_TRY(cudaMemcpyAsync(out, c->sums, (size_t)count * sizeof(double), cudaMemcpyDeviceToHost, s),
            "sum of squares copy");
   CUDA_TRY(cudaStreamSynchronize(s), "sum of squares");

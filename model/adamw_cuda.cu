@@ -3,6 +3,7 @@
  * on the host; one launch per run of consecutive tensors with the same `decay` flag. */
 #include <cuda_runtime.h>
 #include <math.h>
+#include <string.h>
 
 #include "kernels/cuda_common.cuh" /* TAGC_LAUNCH (the host emulation replaces it) */
 #include "model/adamw_cuda.h"
@@ -30,34 +31,69 @@ __device__ double block_sum(double v) {
   return part[0];
 }
 
-__global__ void sumsq_blocks_kernel(double *partial, const float *x, size_t n) {
+/* The segments of one launch (a kernel parameter of 2 KiB). */
+typedef struct sumsq_list {
+  const float *x[TAGC_SUMSQ_MANY_MAX];
+  size_t n[TAGC_SUMSQ_MANY_MAX];
+} sumsq_list;
+
+/* Block (b, s): the b-th of SUMSQ_BLOCKS fixed contiguous ranges of segment s. */
+__global__ void sumsq_blocks_kernel(double *partial, sumsq_list l) {
+  const float *x = l.x[blockIdx.y];
+  size_t n = l.n[blockIdx.y];
   size_t lo = n * blockIdx.x / SUMSQ_BLOCKS, hi = n * (blockIdx.x + 1) / SUMSQ_BLOCKS;
   double s = 0.0;
   for (size_t i = lo + threadIdx.x; i < hi; i += THREADS)
     s += (double)x[i] * (double)x[i];
   double total = block_sum(s);
   if (threadIdx.x == 0)
-    partial[blockIdx.x] = total;
+    partial[(size_t)blockIdx.y * SUMSQ_BLOCKS + blockIdx.x] = total;
 }
 
+/* Block s: segment s's block sums added in order. */
 __global__ void sumsq_finish_kernel(double *out, const double *partial) {
+  const double *p = partial + (size_t)blockIdx.x * SUMSQ_BLOCKS;
   double s = 0.0;
   for (int i = threadIdx.x; i < SUMSQ_BLOCKS; i += THREADS)
-    s += partial[i];
+    s += p[i];
   double total = block_sum(s);
   if (threadIdx.x == 0)
-    *out = total;
+    out[blockIdx.x] = total;
 }
 
-extern "C" size_t tagc_sumsq_cuda_workspace_bytes(void) { return SUMSQ_BLOCKS * sizeof(double); }
+extern "C" size_t tagc_sumsq_cuda_workspace_bytes(void) {
+  return (size_t)TAGC_SUMSQ_MANY_MAX * SUMSQ_BLOCKS * sizeof(double);
+}
+
+extern "C" tagc_status tagc_sumsq_many_cuda(const float *const *x, const size_t *n, int count,
+                                            double *out_dev, void *workspace,
+                                            tagc_stream stream) {
+  if (count < 0 || (count > 0 && (!x || !n)) || !out_dev || !workspace)
+    return tagc_errorf(TAGC_EINVAL, "adamw_cuda: sumsq: NULL pointer or count %d", count);
+  for (int i = 0; i < count; i++)
+    if (n[i] > 0 && !x[i])
+      return tagc_errorf(TAGC_EINVAL, "adamw_cuda: sumsq: segment %d is NULL", i);
+  for (int first = 0; first < count; first += TAGC_SUMSQ_MANY_MAX) {
+    int k = count - first < TAGC_SUMSQ_MANY_MAX ? count - first : TAGC_SUMSQ_MANY_MAX;
+    sumsq_list l;
+    memset(&l, 0, sizeof l);
+    for (int i = 0; i < k; i++) {
+      l.x[i] = x[first + i];
+      l.n[i] = n[first + i];
+    }
+    TAGC_LAUNCH(sumsq_blocks_kernel, dim3(SUMSQ_BLOCKS, k), THREADS, stream)((double *)workspace, l);
+    TAGC_LAUNCH(sumsq_finish_kernel, k, THREADS, stream)(out_dev + first,
+                                                          (const double *)workspace);
+    TAGC_CHECK(cuda_launched("adamw_cuda sumsq"));
+  }
+  return TAGC_OK;
+}
 
 extern "C" tagc_status tagc_sumsq_cuda(const float *x, size_t n, double *out_dev, void *workspace,
                                        tagc_stream stream) {
   if ((n > 0 && !x) || !out_dev || !workspace)
     return tagc_errorf(TAGC_EINVAL, "adamw_cuda: sumsq: NULL pointer");
-  TAGC_LAUNCH(sumsq_blocks_kernel, SUMSQ_BLOCKS, THREADS, stream)((double *)workspace, x, n);
-  TAGC_LAUNCH(sumsq_finish_kernel, 1, THREADS, stream)(out_dev, (const double *)workspace);
-  return cuda_launched("adamw_cuda sumsq");
+  return tagc_sumsq_many_cuda(&x, &n, 1, out_dev, workspace, stream);
 }
 
 /* Per-step constants (as in adamw.c). */

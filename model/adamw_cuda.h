@@ -20,7 +20,11 @@ extern "C" {
 #include "model/adamw.h"
 #include "model/model.h"
 
-/* Bytes of device workspace tagc_sumsq_cuda needs (a fixed number of partial sums). */
+/* Segments one launch of tagc_sumsq_many_cuda takes (more are done in several). */
+#define TAGC_SUMSQ_MANY_MAX 128
+
+/* Bytes of device workspace tagc_sumsq_cuda and tagc_sumsq_many_cuda need (a fixed number
+ * of partial sums per segment of a launch: 1 MiB). */
 size_t tagc_sumsq_cuda_workspace_bytes(void);
 
 /* *out_dev (one device double) = sum of x[i]^2, i < n, accumulated in double: a first pass
@@ -31,6 +35,12 @@ size_t tagc_sumsq_cuda_workspace_bytes(void);
  * the result non-finite. Errors: TAGC_EINVAL (NULL pointer), TAGC_EINTERNAL (launch). */
 tagc_status tagc_sumsq_cuda(const float *x, size_t n, double *out_dev, void *workspace,
                             tagc_stream stream);
+
+/* out_dev[i] = tagc_sumsq_cuda of (x[i], n[i]) for i < count, bit for bit, in two launches
+ * per TAGC_SUMSQ_MANY_MAX segments instead of two per segment. x and n are host arrays of
+ * device pointers and sizes. Errors: TAGC_EINVAL (NULL pointer, count < 0), TAGC_EINTERNAL. */
+tagc_status tagc_sumsq_many_cuda(const float *const *x, const size_t *n, int count,
+                                 double *out_dev, void *workspace, tagc_stream stream);
 
 /* One AdamW step on the arena range [arena_lo, arena_lo + n): the math of
  * tagc_adamw_update_range (same per-step constants computed on the host in double, decay

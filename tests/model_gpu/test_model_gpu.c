@@ -479,6 +479,29 @@ static void step_test(const tagc_model_config *cfg, int B, tagc_compute_dtype dt
   CHECK_OK(tagc_sumsq_cuda(dh.grads, np, gss, ws, stream));
   cudaStreamSynchronize(stream);
   download(&ss_gpu, gss, sizeof ss_gpu);
+  static int many_checked; /* once: 2 x 130 sums are slow in the host emulation */
+  if (!many_checked++) {
+    /* the same as segments in one call: each segment bit for bit its own call (130 segments:
+       two launches of at most TAGC_SUMSQ_MANY_MAX) */
+    enum { NSEG = 130 };
+    const float *segx[NSEG];
+    size_t segn[NSEG];
+    double *gmany = dev_alloc(NSEG * sizeof(double)), many[NSEG], one[NSEG];
+    for (int i = 0; i < NSEG; i++) {
+      size_t lo = np * (size_t)i / NSEG, hi = np * (size_t)(i + 1) / NSEG;
+      segx[i] = dh.grads + lo;
+      segn[i] = i == 7 ? 0 : hi - lo; /* an empty one too */
+      CHECK_OK(tagc_sumsq_cuda(segx[i], segn[i], gss, ws, stream));
+      cudaStreamSynchronize(stream);
+      download(&one[i], gss, sizeof one[i]);
+    }
+    CHECK_OK(tagc_sumsq_many_cuda(segx, segn, NSEG, gmany, ws, stream));
+    cudaStreamSynchronize(stream);
+    download(many, gmany, sizeof many);
+    CHECK_EQ_INT(memcmp(many, one, sizeof many), 0);
+    CHECK(tagc_sumsq_many_cuda(segx, segn, -1, gmany, ws, stream) == TAGC_EINVAL);
+    cudaFree(gmany);
+  }
   printf("  grad sumsq cpu %.9g gpu %.9g (clip scale %.6g)\n", ss_cpu, ss_gpu,
          tagc_clip_scale(&ac, ss_gpu));
   CHECK_MSG(fabs(ss_gpu - ss_cpu) <= (bf16 ? 1e-1 : 1e-4) * ss_cpu, "sumsq %.9g vs %.9g", ss_gpu,
