@@ -51,6 +51,7 @@ typedef struct sim_options {
   int64_t seed;
   int64_t coord_pid;
   double event_timeout;
+  int reports;
   char *log;
 } sim_options;
 
@@ -72,6 +73,9 @@ static const tagc_opt sim_opts[] = {
      "the coordinator's pid, for its CPU time and memory (0: not measured)"},
     {"event-timeout", TAGC_OPT_DOUBLE, OFF(event_timeout), "60", 1, 600, NULL,
      "longest wait for a generation after an event"},
+    {"reports", TAGC_OPT_BOOL, OFF(reports), "0", 0, -1, NULL,
+     "at each death every other member of the generation reports \"comm\" naming the dead "
+     "rank, as peers that see the connection break do"},
     {"log", TAGC_OPT_STRING, OFF(log), "warn", 0, -1, NULL, "log filter"},
 };
 
@@ -97,6 +101,9 @@ typedef struct member {
   atomic_int_least64_t planned_gen; /* newest generation that lists it, with its rank */
   atomic_int planned_rank;
   int64_t ready_gen;                /* newest generation it wrote ready for */
+  atomic_int_least64_t report_gen;  /* --reports: report a failure of this generation ... */
+  atomic_int report_peer;           /* ... naming this rank */
+  int64_t reported_gen;             /* newest generation it reported a failure of */
 } member;
 
 /* A generation as the follower saw it. */
@@ -205,6 +212,23 @@ static void write_ready(sim *s, member *mb) {
   mb->ready_gen = g;
 }
 
+/* failures/<g>/<id> as tagc_member_report_failure writes it. */
+static void write_report(sim *s, member *mb) {
+  int64_t g = atomic_load(&mb->report_gen);
+  char key[TAGC_KEY_MAX];
+  mb->reported_gen = g;
+  if (tagc_key_failure(s->o.job, g, mb->id, key, sizeof key) != TAGC_OK)
+    return;
+  json_t *rec = json_pack("{s:s, s:I, s:i, s:s, s:f}", "kind", "comm", "step", (json_int_t)1000,
+                          "peer", atomic_load(&mb->report_peer), "detail", "simulated",
+                          "time", tagc_wall_time());
+  char *text = rec ? tagc_json_dump(rec) : NULL;
+  json_decref(rec);
+  if (text)
+    tagc_etcd_put(s->pool_etcd, key, text, strlen(text), 0, NULL);
+  free(text);
+}
+
 /* One pass over the thread's members: renewals first, then ready writes and chaos reads.
  * Returns the earliest time something is due next. */
 static double pass(sim *s, size_t first) {
@@ -223,6 +247,8 @@ static double pass(sim *s, size_t first) {
     member *mb = &s->m[i];
     if (!mb->lease || atomic_load(&mb->dead))
       continue;
+    if (atomic_load(&mb->report_gen) > mb->reported_gen)
+      write_report(s, mb);
     if (atomic_load(&mb->planned_gen) > mb->ready_gen)
       write_ready(s, mb);
     if (s->o.chaos_poll > 0 && tagc_now() >= mb->next_chaos) {
@@ -484,6 +510,21 @@ static double expiry_of(const sim *s, long k) {
   return atomic_load(&s->m[k].last_renew) + (double)s->m[k].ttl;
 }
 
+/* --reports: every live member of victim's generation that has not reported in it yet
+ * reports the victim's rank. */
+static void report_death(sim *s, long victim) {
+  int64_t g = atomic_load(&s->m[victim].planned_gen);
+  int rank = atomic_load(&s->m[victim].planned_rank);
+  for (size_t i = 0; i < s->n; i++) {
+    member *mb = &s->m[i];
+    if (atomic_load(&mb->dead) || atomic_load(&mb->planned_gen) != g ||
+        atomic_load(&mb->report_gen) >= g)
+      continue;
+    atomic_store(&mb->report_peer, rank);
+    atomic_store(&mb->report_gen, g);
+  }
+}
+
 /* The death of the members in ks (-1 ended), spread over spread_s seconds; then the first
  * generation without any of them. Fills the expiries' span and what the generations did. */
 static json_t *deaths(sim *s, progress *p, unsigned *rng, long *ks, double spread_s) {
@@ -494,11 +535,14 @@ static json_t *deaths(sim *s, progress *p, unsigned *rng, long *ks, double sprea
   double *offsets = calloc(k, sizeof *offsets);
   for (size_t i = 0; i < k; i++)
     offsets[i] = k > 1 ? spread_s * (double)(rand_r(rng) % 1000) / 1000.0 : 0;
-  double start = tagc_now();
+  double start = tagc_now(), last_death = start;
   for (size_t done = 0; done < k;) {
     for (size_t i = 0; i < k; i++)
       if (offsets[i] >= 0 && tagc_now() - start >= offsets[i]) {
         atomic_store(&s->m[ks[i]].dead, 1);
+        last_death = tagc_now();
+        if (s->o.reports)
+          report_death(s, ks[i]);
         offsets[i] = -1;
         done++;
       }
@@ -527,6 +571,7 @@ static json_t *deaths(sim *s, progress *p, unsigned *rng, long *ks, double sprea
       gens += s->gens[i].at >= start;
     json_object_set_new(out, "first_expiry_to_gen_s", json_real(s->gens[g].at - first_expiry));
     json_object_set_new(out, "last_expiry_to_gen_s", json_real(s->gens[g].at - last_expiry));
+    json_object_set_new(out, "last_death_to_gen_s", json_real(s->gens[g].at - last_death));
     json_object_set_new(out, "generations", json_integer(gens));
     json_object_set_new(out, "world", json_integer(s->gens[g].world));
   } else {

@@ -85,7 +85,8 @@ def one_run(args, m, rep):
         sim = subprocess.run(
             [args.member_sim, "--etcd", url, "--job", job, "--members", str(m), "--ttl",
              str(args.ttl), "--steady", str(args.steady), "--seed", str(args.seed + rep),
-             "--coord-pid", str(coord.pid), "--threads", str(args.threads)],
+             "--coord-pid", str(coord.pid), "--threads", str(args.threads)]
+            + (["--reports"] if args.reports else []),
             capture_output=True, text=True, timeout=args.run_timeout)
         wall = time.time() - t0
         etcd_cpu = cpu_seconds(etcd.pid) - etcd_cpu0
@@ -129,6 +130,7 @@ COLUMNS = [
     ("req_ms", lambda rs: med([get(r, "steady", "mean_request_ms") for r in rs]), "{:.1f}"),
     ("lost", lambda rs: med([r["lease_losses"] for r in rs]), "{:.0f}"),
     ("death_s", lambda rs: med([get(r, "death", "first_expiry_to_gen_s") for r in rs]), "{:.2f}"),
+    ("kill_s", lambda rs: med([get(r, "death", "last_death_to_gen_s") for r in rs]), "{:.2f}"),
     ("batch_k", lambda rs: med([get(r, "batch", "members") for r in rs]), "{:.0f}"),
     ("batch_gens", lambda rs: med([get(r, "batch", "generations") for r in rs]), "{:.0f}"),
     ("batch_s", lambda rs: med([get(r, "batch", "last_expiry_to_gen_s") for r in rs]), "{:.2f}"),
@@ -157,6 +159,8 @@ def main():
     ap.add_argument("--threads", type=int, default=8)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--run-timeout", type=float, default=300)
+    ap.add_argument("--reports", action="store_true",
+                    help="at each death the other members report it (member_sim --reports)")
     ap.add_argument("--json", help="also write every run's figures to this file")
     ap.add_argument("--keep-logs", help="copy each run's coordinator log into this directory")
     args = ap.parse_args()
