@@ -449,7 +449,11 @@ static int silenced(const work *w, const char *id) {
   if (report_of(w, id) || rank < 0)
     return 0;
   /* every other member still in the job named id (its first report does: prepare()) */
-  int others = w->active - (active(w, id) ? 1 : 0);
+  int self = 0; /* id's places in the plan (one, unless the plan lists it twice) */
+  for (long k = index_find(&w->ranks, id); k >= 0 && (size_t)k < w->ranks.n &&
+                                           !strcmp(w->ranks.e[k].id, id); k++)
+    self++;
+  int others = w->active - (active(w, id) ? self : 0);
   return others >= 2 && w->active_accusers[rank] == others;
 }
 
