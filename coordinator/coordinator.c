@@ -22,6 +22,10 @@
 
 /* Seconds between two reads of the job's state for /status, /healthz and the final step. */
 #define REFRESH_S 1.0
+/* ... and at least this many times the last read's duration: a large job's whole-prefix
+ * read (every worker's key, the last plans, the ready keys) keeps to a tenth of the
+ * leader's time and of etcd's, whatever the number of workers. */
+#define REFRESH_DUTY 10
 /* Longest sleep of the loops, so that tagc_coord_stop is seen promptly. */
 #define POLL_S 0.2
 
@@ -381,7 +385,8 @@ static outcome lead(tagc_coord *c) {
       }
     } else if (now >= next_refresh) {
       out = lead_step(c, READ_ONLY, &wait_until, &acted);
-      next_refresh = tagc_now() + REFRESH_S;
+      double pause = REFRESH_DUTY * c->read_ms / 1e3;
+      next_refresh = tagc_now() + (pause > REFRESH_S ? pause : REFRESH_S);
     } else {
       nap(c, due < next_refresh ? due : next_refresh);
     }
