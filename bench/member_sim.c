@@ -10,7 +10,7 @@
  * writes, and one watch of `gen` serves every member (a follower thread reads the plan of each
  * new generation once).
  *
- * Schedule (seeded): after the first generation holds all M members and a steady-state window
+ * Schedule (seeded): after a generation holds 99 % of the M members and a steady-state window
  * has been measured, one member dies (its renewals stop, so its lease expires a TTL after the
  * last one), then 1 % of the members die within one second, then one member leaves
  * (leaving/<id>, as on SIGTERM, then its lease is revoked once the generation without it
@@ -408,9 +408,11 @@ static size_t n_gens(sim *s) {
   return n;
 }
 
-static int holds_all(const sim *s, const seen_gen *g, void *arg) {
+/* A generation of (nearly) every member: all but 1 % (members whose lease flapped while
+ * the rest registered join the next one). */
+static int holds_most(const sim *s, const seen_gen *g, void *arg) {
   (void)arg;
-  return (size_t)g->world == s->n;
+  return (size_t)g->world >= s->n - s->n / 100;
 }
 
 /* arg: an array of member indexes ending with -1; true when none is in g. */
@@ -666,7 +668,7 @@ static tagc_status run(sim *s) {
   while ((size_t)atomic_load(&s->registered) < s->n && atomic_load(&s->stop) != 2)
     tagc_sleep(0.01);
   json_object_set_new(out, "register_s", json_real(tagc_now() - t0));
-  long first = wait_gen(s, 0, holds_all, NULL, s->o.event_timeout);
+  long first = wait_gen(s, 0, holds_most, NULL, s->o.event_timeout);
   json_object_set_new(out, "first_gen_s", json_real(tagc_now() - t0));
   if (first >= 0) {
     while (atomic_load(&s->ready_writes) < (int64_t)s->n && tagc_now() - t0 < 2 * s->o.event_timeout)
@@ -685,7 +687,7 @@ static tagc_status run(sim *s) {
     pick(s, &rng, 1, one);
     json_object_set_new(out, "leave", leave(s, &p, one[0]));
   } else {
-    json_object_set_new(out, "error", json_string("no generation held every member"));
+    json_object_set_new(out, "error", json_string("no generation held 99 % of the members"));
   }
   double cpu, rss, hwm;
   proc_usage((long)s->o.coord_pid, &cpu, &rss, &hwm);

@@ -5,7 +5,7 @@ with M simulated members; prints one table row per M (medians over --repeat runs
   python3 bench/member_sim.py --members 100,1000,5000 [--repeat 1] [--build build/dev]
 
 The coordinator runs with --min-workers M/2 --max-workers M --start-workers M (the first
-generation waits for all M). etcd listens on 127.0.0.1:PORT (--port, PORT+1 for its peers);
+generation waits for all M, at most --start-wait seconds). etcd listens on 127.0.0.1:PORT (--port, PORT+1 for its peers);
 its data dir is a fresh temporary directory, removed afterwards. Each run is bounded by
 --run-timeout seconds; every process started here is stopped by its pid.
 See docs/scaling-membership.md for what the columns mean and the figures.
@@ -77,7 +77,7 @@ def one_run(args, m, rep):
         coord_log = open(os.path.join(tmp, "coord.log"), "w")
         coord = subprocess.Popen(
             [args.coordinator, "--etcd", url, "--job", job, "--min-workers", str(max(1, m // 2)),
-             "--max-workers", str(m), "--start-workers", str(m), "--start-wait", "600",
+             "--max-workers", str(m), "--start-workers", str(m), "--start-wait", str(args.start_wait),
              "--log-format", "text", "--http", "127.0.0.1:0"],
             stdout=coord_log, stderr=subprocess.STDOUT)
         etcd_cpu0 = cpu_seconds(etcd.pid)
@@ -158,6 +158,8 @@ def main():
     ap.add_argument("--steady", type=float, default=15)
     ap.add_argument("--threads", type=int, default=8)
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--start-wait", type=float, default=30,
+                    help="coordinator --start-wait: then M/2 registered workers suffice")
     ap.add_argument("--run-timeout", type=float, default=300)
     ap.add_argument("--reports", action="store_true",
                     help="at each death the other members report it (member_sim --reports)")
