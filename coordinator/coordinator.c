@@ -177,9 +177,10 @@ static outcome write_generation(tagc_coord *c, const coord_view *v, json_t *plan
     return GO_ON;
   }
   char *members = tagc_json_dump(json_object_get(plan, "members"));
-  LOG_INFO("coord", "generation %" PRId64 ": %lld workers %s (%s) [read %.1f ms, planner %.2f ms]",
-           g, (long long)coord_int_field(plan, "world"), members ? members : "", c->last_reason,
-           c->read_ms, c->planner_ms);
+  /* the member list last: a long one is cut at the log's line length */
+  LOG_INFO("coord", "generation %" PRId64 ": %lld workers (%s) [read %.1f ms, planner %.2f ms] %s",
+           g, (long long)coord_int_field(plan, "world"), c->last_reason, c->read_ms,
+           c->planner_ms, members ? members : "");
   free(members);
   return GO_ON;
 }
