@@ -85,7 +85,8 @@ def one_run(args, m, rep):
         sim = subprocess.run(
             [args.member_sim, "--etcd", url, "--job", job, "--members", str(m), "--ttl",
              str(args.ttl), "--steady", str(args.steady), "--seed", str(args.seed + rep),
-             "--coord-pid", str(coord.pid), "--threads", str(args.threads)]
+             "--coord-pid", str(coord.pid), "--threads", str(args.threads),
+             "--chaos-poll", str(args.chaos_poll)]
             + (["--reports"] if args.reports else []),
             capture_output=True, text=True, timeout=args.run_timeout)
         wall = time.time() - t0
@@ -156,6 +157,8 @@ def main():
     ap.add_argument("--port", type=int, default=23480)
     ap.add_argument("--ttl", type=float, default=3)
     ap.add_argument("--steady", type=float, default=15)
+    ap.add_argument("--chaos-poll", type=float, default=1,
+                    help="seconds between a member's chaos/<id> reads (a worker: 1; 0: none)")
     ap.add_argument("--threads", type=int, default=8)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--start-wait", type=float, default=30,
