@@ -221,7 +221,8 @@ static tagc_status curl_request(void *ctx, const tagc_etcd_request *req, long *h
     if (!*body)
       st = tagc_errorf(TAGC_ENOMEM, "etcd reply buffer");
   }
-  tagc_etcd_stats_record(tagc_now() - started, st != TAGC_OK || *http_status >= 400);
+  tagc_etcd_stats_record(tagc_now() - started, st != TAGC_OK || *http_status >= 400,
+                         req->body ? strlen(req->body) : 0, b.len);
   curl_easy_setopt(h, CURLOPT_ERRORBUFFER, NULL); /* `detail` ends with this call */
   give_back(p, h); /* after a failed transfer curl has closed its connection already */
   curl_slist_free_all(hl);

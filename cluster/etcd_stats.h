@@ -1,5 +1,6 @@
 /* Process-wide counters of the etcd client's unary requests (not watch streams): how many,
- * how many failed, and a latency histogram, for /metrics. The transport (etcd_curl.c) records
+ * how many failed, the bytes of their JSON bodies each way (HTTP headers not counted), and a
+ * latency histogram, for /metrics and bench/member_sim.c. The transport (etcd_curl.c) records
  * each request; everything else only reads a copy.
  *
  * A request counts as failed when the transport could not complete it (connection refused,
@@ -20,10 +21,13 @@ typedef struct tagc_etcd_stats {
   uint64_t errors;
   uint64_t le[TAGC_ETCD_LATENCY_BUCKETS];           /* requests that took <= bound (cumulative) */
   double seconds;                                   /* their total duration */
+  uint64_t bytes_sent;                              /* request bodies */
+  uint64_t bytes_received;                          /* reply bodies */
 } tagc_etcd_stats;
 
-/* Records one request that took `seconds` and failed when `failed` is non-zero. */
-void tagc_etcd_stats_record(double seconds, int failed);
+/* Records one request that took `seconds`, failed when `failed` is non-zero, and sent and
+ * received bodies of `sent` and `received` bytes. */
+void tagc_etcd_stats_record(double seconds, int failed, uint64_t sent, uint64_t received);
 
 /* A copy of the counters so far (each field read atomically; the copy as a whole is not a
  * snapshot: a concurrent request may show in one field and not yet in another). */

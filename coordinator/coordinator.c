@@ -22,6 +22,10 @@
 
 /* Seconds between two reads of the job's state for /status, /healthz and the final step. */
 #define REFRESH_S 1.0
+/* ... and at least this many times the last read's duration: a large job's whole-prefix
+ * read (every worker's key, the last plans, the ready keys) keeps to a tenth of the
+ * leader's time and of etcd's, whatever the number of workers. */
+#define REFRESH_DUTY 10
 /* Longest sleep of the loops, so that tagc_coord_stop is seen promptly. */
 #define POLL_S 0.2
 
@@ -55,6 +59,7 @@ struct tagc_coord {
   double lost_grace_until;            /* lease-loss grace (planner.h) ends then (tagc_now) */
   double wake_at;                     /* the last decision's wake_at: a probation ends */
   char last_reason[512];
+  double read_ms, planner_ms;         /* the last decision's read of the job and planner run */
 
   coord_status served;                /* what HTTP serves */
 };
@@ -172,8 +177,10 @@ static outcome write_generation(tagc_coord *c, const coord_view *v, json_t *plan
     return GO_ON;
   }
   char *members = tagc_json_dump(json_object_get(plan, "members"));
-  LOG_INFO("coord", "generation %" PRId64 ": %lld workers %s (%s)", g,
-           (long long)coord_int_field(plan, "world"), members ? members : "", c->last_reason);
+  /* the member list last: a long one is cut at the log's line length */
+  LOG_INFO("coord", "generation %" PRId64 ": %lld workers (%s) [read %.1f ms, planner %.2f ms] %s",
+           g, (long long)coord_int_field(plan, "world"), c->last_reason, c->read_ms,
+           c->planner_ms, members ? members : "");
   free(members);
   return GO_ON;
 }
@@ -228,7 +235,10 @@ static outcome evaluate(tagc_coord *c, const coord_view *v, decide_mode mode, do
                            .n_leaving = v->n_leaving, .deaths = v->deaths, .ckpt = v->ckpt,
                            .now = tagc_now()};
   tagc_planner_decision d;
-  if (tagc_planner_decide(&pc, &in, &d) != TAGC_OK) {
+  double started = tagc_now();
+  tagc_status st = tagc_planner_decide(&pc, &in, &d);
+  c->planner_ms = 1e3 * (tagc_now() - started);
+  if (st != TAGC_OK) {
     LOG_ERROR("coord", "planner: %s", tagc_last_error());
     return GO_ON;
   }
@@ -293,7 +303,10 @@ static void nap(tagc_coord *c, double until) {
 static outcome lead_step(tagc_coord *c, decide_mode mode, double *wait_until, int *acted) {
   coord_view v;
   *acted = 0;
-  if (coord_view_read(c->etcd, &c->keys, &c->seen, &v) != TAGC_OK) {
+  double started = tagc_now();
+  tagc_status st = coord_view_read(c->etcd, &c->keys, &c->seen, &v);
+  c->read_ms = 1e3 * (tagc_now() - started);
+  if (st != TAGC_OK) {
     coord_status_etcd_failed(&c->served, "reading the job's state");
     c->etcd_failed = 1;
     if (mode == DECIDE)
@@ -373,7 +386,8 @@ static outcome lead(tagc_coord *c) {
       }
     } else if (now >= next_refresh) {
       out = lead_step(c, READ_ONLY, &wait_until, &acted);
-      next_refresh = tagc_now() + REFRESH_S;
+      double pause = REFRESH_DUTY * c->read_ms / 1e3;
+      next_refresh = tagc_now() + (pause > REFRESH_S ? pause : REFRESH_S);
     } else {
       nap(c, due < next_refresh ? due : next_refresh);
     }

@@ -9,6 +9,20 @@
 #include "cluster/keys.h"
 #include "common/json.h"
 
+/* A sorted index of ids (then positions), so that a decision looks an id up in O(log n)
+ * instead of scanning: each rule runs once per member or report, and a scan inside it made
+ * decisions quadratic (or cubic) in the members. e[k].at is the position of e[k].id in the
+ * array indexed; equal ids keep their order, so the first is the one a scan finds. */
+typedef struct id_entry {
+  const char *id;
+  size_t at;
+} id_entry;
+
+typedef struct id_index {
+  id_entry *e;
+  size_t n;
+} id_index;
+
 /* Working state of one decision. Objects are new references owned by the work. */
 typedef struct work {
   const tagc_planner_config *cfg;
@@ -28,6 +42,16 @@ typedef struct work {
   int excluded_now;         /* exclusions made by this decision */
   double pending;           /* earliest time a suspect's window ends; 0 = none */
   size_t set_aside;         /* reports that ask for no new generation (a straggler kept) */
+  id_index workers;         /* in->workers by id */
+  id_index leaving;         /* in->leaving by id */
+  id_index reports;         /* in->reports by reporter */
+  id_index ranks;           /* the current members by id (at = rank) */
+  int *accused_rank;        /* [report]: the rank it accuses (accusation()), or -1 */
+  int *accusers;            /* [rank]: reports that accuse that member */
+  int *active_accusers;     /* [rank]: of them, the first reports of active members */
+  int active;               /* members alive and not leaving */
+  int alive_workers;        /* live workers (registered, not leaving) */
+  int excluded_alive;       /* live workers in `excluded` */
 } work;
 
 /* Fruitless generations in a row (failed before completing a step, nobody excluded) after
@@ -50,73 +74,98 @@ static void note(work *w, const char *fmt, ...) {
   va_end(ap);
 }
 
-/* Registration of a registered worker, or -1. */
-static int64_t registered(const tagc_planner_input *in, const char *id) {
-  for (size_t i = 0; i < in->n_workers; i++) {
-    if (strcmp(in->workers[i].id, id) == 0)
-      return in->workers[i].registration;
-  }
-  return -1;
+static int by_entry(const void *a, const void *b) {
+  const id_entry *x = a, *y = b;
+  int c = strcmp(x->id, y->id);
+  return c ? c : (x->at > y->at) - (x->at < y->at);
 }
 
-/* The leaving/<id> record of id's registration reg, or NULL. */
-static const tagc_planner_worker *leave_record(const tagc_planner_input *in, const char *id,
-                                               int64_t reg) {
-  for (size_t i = 0; reg > 0 && i < in->n_leaving; i++) {
-    if (in->leaving[i].registration == reg && strcmp(in->leaving[i].id, id) == 0)
-      return &in->leaving[i];
+/* Sorts the n entries that the caller filled into ix->e (allocated by index_alloc). */
+static void index_sort(id_index *ix, size_t n) {
+  ix->n = n;
+  qsort(ix->e, n, sizeof *ix->e, by_entry);
+}
+
+static tagc_status index_alloc(id_index *ix, size_t n) {
+  ix->e = calloc(n + 1, sizeof *ix->e);
+  return ix->e ? TAGC_OK : tagc_errorf(TAGC_ENOMEM, "planner: index");
+}
+
+/* The first entry (in index order) holding id, or -1. */
+static long index_find(const id_index *ix, const char *id) {
+  size_t lo = 0, hi = ix->n;
+  while (lo < hi) {
+    size_t mid = lo + (hi - lo) / 2;
+    if (strcmp(ix->e[mid].id, id) < 0)
+      lo = mid + 1;
+    else
+      hi = mid;
   }
-  return NULL;
+  return lo < ix->n && strcmp(ix->e[lo].id, id) == 0 ? (long)lo : -1;
+}
+
+/* The position of the first occurrence of id in the indexed array, or -1. */
+static long index_at(const id_index *ix, const char *id) {
+  long k = index_find(ix, id);
+  return k < 0 ? -1 : (long)ix->e[k].at;
+}
+
+/* The registered worker of id (the first with that id), or NULL. */
+static const tagc_planner_worker *worker_of(const work *w, const char *id) {
+  long i = index_at(&w->workers, id);
+  return i < 0 ? NULL : &w->in->workers[i];
+}
+
+/* Registration of a registered worker, or -1. */
+static int64_t registered(const work *w, const char *id) {
+  const tagc_planner_worker *wk = worker_of(w, id);
+  return wk ? wk->registration : -1;
+}
+
+/* The leaving/<id> record of id's registration reg (the first in input order), or NULL. */
+static const tagc_planner_worker *leave_record(const work *w, const char *id, int64_t reg) {
+  const tagc_planner_worker *found = NULL;
+  long k = reg > 0 ? index_find(&w->leaving, id) : -1;
+  for (; k >= 0 && (size_t)k < w->leaving.n && !strcmp(w->leaving.e[k].id, id) && !found; k++) {
+    const tagc_planner_worker *l = &w->in->leaving[w->leaving.e[k].at];
+    if (l->registration == reg)
+      found = l;
+  }
+  return found;
 }
 
 /* Whether id announced that its registration reg leaves the job (or its supervisor saw it
  * die). */
-static int leaves(const tagc_planner_input *in, const char *id, int64_t reg) {
-  return leave_record(in, id, reg) != NULL;
+static int leaves(const work *w, const char *id, int64_t reg) {
+  return leave_record(w, id, reg) != NULL;
 }
 
 /* Whether id's live registration is reg or continues it (lease loss: "previous"). */
-static int continues(const tagc_planner_input *in, const char *id, int64_t reg) {
-  for (size_t i = 0; reg > 0 && i < in->n_workers; i++) {
-    if (strcmp(in->workers[i].id, id) != 0)
-      continue;
-    if (in->workers[i].registration == reg)
+static int continues(const work *w, const char *id, int64_t reg) {
+  const tagc_planner_worker *wk = reg > 0 ? worker_of(w, id) : NULL;
+  if (!wk)
+    return 0;
+  if (wk->registration == reg)
+    return 1;
+  size_t k;
+  const json_t *r;
+  const json_t *prev = json_object_get(json_object_get(w->in->worker_info, id), "previous");
+  json_array_foreach(prev, k, r) {
+    if (json_integer_value(r) == reg)
       return 1;
-    size_t k;
-    const json_t *r;
-    const json_t *prev = json_object_get(json_object_get(in->worker_info, id), "previous");
-    json_array_foreach(prev, k, r) {
-      if (json_integer_value(r) == reg)
-        return 1;
-    }
   }
   return 0;
 }
 
 /* Registration of a live worker that does not leave, or -1 when it is not alive. */
-static int64_t alive(const tagc_planner_input *in, const char *id) {
-  int64_t reg = registered(in, id);
-  return leaves(in, id, reg) ? -1 : reg;
+static int64_t alive(const work *w, const char *id) {
+  int64_t reg = registered(w, id);
+  return leaves(w, id, reg) ? -1 : reg;
 }
 
 /* Rank of id in the current plan, or -1. */
 static int rank_of(const work *w, const char *id) {
-  for (size_t i = 0; w->members && i < json_array_size(w->members); i++) {
-    if (strcmp(json_string_value(json_array_get(w->members, i)), id) == 0)
-      return (int)i;
-  }
-  return -1;
-}
-
-/* Whether id is in the JSON array of ids list. */
-static int listed(const json_t *list, const char *id) {
-  size_t i;
-  const json_t *m;
-  json_array_foreach(list, i, m) {
-    if (strcmp(json_string_value(m), id) == 0)
-      return 1;
-  }
-  return 0;
+  return (int)index_at(&w->ranks, id);
 }
 
 static const char *member_at(const work *w, int rank) {
@@ -125,19 +174,16 @@ static const char *member_at(const work *w, int rank) {
   return json_string_value(json_array_get(w->members, (size_t)rank));
 }
 
-static const tagc_planner_report *report_of(const tagc_planner_input *in, const char *id) {
-  for (size_t i = 0; i < in->n_reports; i++) {
-    if (strcmp(in->reports[i].worker, id) == 0)
-      return &in->reports[i];
-  }
-  return NULL;
+static const tagc_planner_report *report_of(const work *w, const char *id) {
+  long i = index_at(&w->reports, id);
+  return i < 0 ? NULL : &w->in->reports[i];
 }
 
 /* Whether member id left on purpose: with its registration of the current plan, or its live one. */
 static int left(const work *w, const char *id) {
   const json_t *regs = json_object_get(w->in->plan, "registrations");
   json_int_t planned = json_integer_value(json_object_get(regs, id));
-  return leaves(w->in, id, planned) || leaves(w->in, id, registered(w->in, id));
+  return leaves(w, id, planned) || leaves(w, id, registered(w, id));
 }
 
 /* The death that leave record l (of in->leaving, or NULL) reports, or NULL. */
@@ -152,8 +198,8 @@ static const tagc_planner_death *death_of(const tagc_planner_input *in,
 static int died(const work *w, const char *id) {
   const json_t *regs = json_object_get(w->in->plan, "registrations");
   json_int_t planned = json_integer_value(json_object_get(regs, id));
-  return death_of(w->in, leave_record(w->in, id, planned)) ||
-         death_of(w->in, leave_record(w->in, id, registered(w->in, id)));
+  return death_of(w->in, leave_record(w, id, planned)) ||
+         death_of(w->in, leave_record(w, id, registered(w, id)));
 }
 
 /* Whether a member of the current plan died. */
@@ -180,10 +226,11 @@ static tagc_status exclude(work *w, const char *id, const char *why) {
   if (excluded(w, id))
     return TAGC_OK;
   note(w, "excluded %s: %s", id, why);
-  json_t *e = json_pack("{s:I, s:s}", "registration", (json_int_t)alive(w->in, id), "why", why);
+  json_t *e = json_pack("{s:I, s:s}", "registration", (json_int_t)alive(w, id), "why", why);
   if (!e || json_object_set_new(w->excluded, id, e) != 0)
     return tagc_errorf(TAGC_ENOMEM, "planner: exclusion");
   w->excluded_now++;
+  w->excluded_alive += alive(w, id) >= 0;
   return bump(w->strikes, id);
 }
 
@@ -191,9 +238,7 @@ static tagc_status exclude(work *w, const char *id, const char *why) {
  * would leave fewer than min_workers eligible workers: then it stays and the next generation
  * tries again (the link may heal), rather than stalling the job. */
 static tagc_status exclude_for_link(work *w, const char *id, const char *why) {
-  int eligible = 0;
-  for (size_t i = 0; i < w->in->n_workers; i++)
-    eligible += !excluded(w, w->in->workers[i].id) && alive(w->in, w->in->workers[i].id) >= 0;
+  int eligible = w->alive_workers - w->excluded_alive;
   if (eligible - 1 < w->cfg->min_workers) {
     note(w, "%s kept although %s: excluding it would leave fewer than %d workers", id, why,
          w->cfg->min_workers);
@@ -257,8 +302,11 @@ static tagc_status carry_exclusions(work *w) {
   json_t *e;
   json_object_foreach((json_t *)prev, id, e) {
     json_int_t reg = json_integer_value(json_object_get(e, "registration"));
-    if (alive(w->in, id) >= 0 && continues(w->in, id, reg) && json_object_set(w->excluded, id, e) != 0)
+    if (alive(w, id) < 0 || !continues(w, id, reg))
+      continue;
+    if (json_object_set(w->excluded, id, e) != 0)
       return tagc_errorf(TAGC_ENOMEM, "planner: exclusions");
+    w->excluded_alive++;
   }
   return TAGC_OK;
 }
@@ -317,25 +365,76 @@ static tagc_status mutual(work *w, const char *a, const char *b) {
 /* The member a report accuses (alive, not the reporter), or NULL. A suspect registered again
  * since the plan (a restarted process with the same id) is not accused: the process the
  * report is about is gone, and its successor joins. */
-static const char *accused(const work *w, const tagc_planner_report *r) {
+static const char *accusation(const work *w, const tagc_planner_report *r) {
   const char *suspect = member_at(w, r->peer);
   if (rank_of(w, r->worker) < 0 || !suspect || !strcmp(suspect, r->worker) ||
-      alive(w->in, suspect) < 0)
+      alive(w, suspect) < 0)
     return NULL;
   const json_t *reg = json_object_get(json_object_get(w->in->plan, "registrations"), suspect);
-  if (json_is_integer(reg) && json_integer_value(reg) != alive(w->in, suspect))
+  if (json_is_integer(reg) && json_integer_value(reg) != alive(w, suspect))
     return NULL;
   return suspect;
 }
 
+/* What accusation() says of report r (one of in->reports), as prepare() found it. */
+static const char *accused(const work *w, const tagc_planner_report *r) {
+  return member_at(w, w->accused_rank[r - w->in->reports]);
+}
+
+/* Whether member id is still in the job: alive and not leaving. */
+static int active(const work *w, const char *id) {
+  return alive(w, id) >= 0 && !left(w, id);
+}
+
+/* Builds the indexes of the input and what each report accuses (after load_plan). */
+static tagc_status prepare(work *w) {
+  const tagc_planner_input *in = w->in;
+  size_t nm = w->members ? json_array_size(w->members) : 0;
+  TAGC_CHECK(index_alloc(&w->workers, in->n_workers));
+  TAGC_CHECK(index_alloc(&w->leaving, in->n_leaving));
+  TAGC_CHECK(index_alloc(&w->reports, in->n_reports));
+  TAGC_CHECK(index_alloc(&w->ranks, nm));
+  for (size_t i = 0; i < in->n_workers; i++)
+    w->workers.e[i] = (id_entry){in->workers[i].id, i};
+  for (size_t i = 0; i < in->n_leaving; i++)
+    w->leaving.e[i] = (id_entry){in->leaving[i].id, i};
+  for (size_t i = 0; i < in->n_reports; i++)
+    w->reports.e[i] = (id_entry){in->reports[i].worker, i};
+  for (size_t i = 0; i < nm; i++)
+    w->ranks.e[i] = (id_entry){member_at(w, (int)i), i};
+  index_sort(&w->workers, in->n_workers);
+  index_sort(&w->leaving, in->n_leaving);
+  index_sort(&w->reports, in->n_reports);
+  index_sort(&w->ranks, nm);
+  w->accused_rank = calloc(in->n_reports + 1, sizeof *w->accused_rank);
+  w->accusers = calloc(nm + 1, sizeof *w->accusers);
+  w->active_accusers = calloc(nm + 1, sizeof *w->active_accusers);
+  if (!w->accused_rank || !w->accusers || !w->active_accusers)
+    return tagc_errorf(TAGC_ENOMEM, "planner: accusations");
+  for (size_t i = 0; i < in->n_reports; i++) {
+    const char *s = accusation(w, &in->reports[i]);
+    w->accused_rank[i] = s ? rank_of(w, s) : -1;
+    if (s)
+      w->accusers[w->accused_rank[i]]++;
+  }
+  for (size_t i = 0; i < in->n_workers; i++)
+    w->alive_workers += alive(w, in->workers[i].id) >= 0;
+  for (size_t i = 0; i < nm; i++) {
+    const char *m = member_at(w, (int)i);
+    if (!active(w, m))
+      continue;
+    w->active++;
+    const tagc_planner_report *r = report_of(w, m);
+    if (r && w->accused_rank[r - in->reports] >= 0)
+      w->active_accusers[w->accused_rank[r - in->reports]]++;
+  }
+  return TAGC_OK;
+}
+
 /* Reports of this generation that accuse member id (one report per worker: distinct). */
 static int accusers(const work *w, const char *id) {
-  int n = 0;
-  for (size_t i = 0; i < w->in->n_reports; i++) {
-    const char *s = accused(w, &w->in->reports[i]);
-    n += s && !strcmp(s, id);
-  }
-  return n;
+  int rank = rank_of(w, id);
+  return rank < 0 ? 0 : w->accusers[rank];
 }
 
 /* Whether member id went silent for all the others (hung, stopped or dead) rather than
@@ -346,20 +445,16 @@ static int accusers(const work *w, const char *id) {
  * one end of each failing link, the member the link rules would exclude a generation later. So
  * the suspect window is not needed to tell it apart; with one accuser (two members) it is. */
 static int silenced(const work *w, const char *id) {
-  int named = 0;
-  if (report_of(w->in, id))
+  int rank = rank_of(w, id);
+  if (report_of(w, id) || rank < 0)
     return 0;
-  for (size_t i = 0; i < json_array_size(w->members); i++) {
-    const char *m = member_at(w, (int)i);
-    if (!strcmp(m, id) || alive(w->in, m) < 0 || left(w, m))
-      continue;
-    const tagc_planner_report *r = report_of(w->in, m);
-    const char *s = r ? accused(w, r) : NULL;
-    if (!s || strcmp(s, id) != 0)
-      return 0;
-    named++;
-  }
-  return named >= 2;
+  /* every other member still in the job named id (its first report does: prepare()) */
+  int self = 0; /* id's places in the plan (one, unless the plan lists it twice) */
+  for (long k = index_find(&w->ranks, id); k >= 0 && (size_t)k < w->ranks.n &&
+                                           !strcmp(w->ranks.e[k].id, id); k++)
+    self++;
+  int others = w->active - (active(w, id) ? self : 0);
+  return others >= 2 && w->active_accusers[rank] == others;
 }
 
 /* The kind a report counts as: "crash" when it blames the link to a member whose process
@@ -409,7 +504,7 @@ static tagc_status apply_report(work *w, const tagc_planner_report *r) {
   const char *suspect = accused(w, r);
   if (!suspect || excluded(w, suspect))
     return TAGC_OK;
-  const tagc_planner_report *theirs = report_of(w->in, suspect);
+  const tagc_planner_report *theirs = report_of(w, suspect);
   if (theirs) {
     /* A suspect that reported too is alive. Only when it accuses the reporter back is their
        link in doubt; when it accuses another member, this report is collateral (a peer that
@@ -467,7 +562,7 @@ static tagc_status majority(work *w) {
   for (int rank = 0; rank <= others; rank++) {
     const char *id = member_at(w, rank);
     int n = accusers(w, id);
-    if (n < 2 || 2 * n <= others || alive(w->in, id) < 0 || excluded(w, id))
+    if (n < 2 || 2 * n <= others || alive(w, id) < 0 || excluded(w, id))
       continue;
     if (!best || n > best_n || (n == best_n && loser_of(w, best, id) == id)) {
       best = id;
@@ -520,7 +615,7 @@ static tagc_status fruitless(work *w) {
   const char *worst = NULL;
   for (size_t rank = 0; rank < json_array_size(w->members); rank++) {
     const char *m = member_at(w, (int)rank);
-    if (alive(w->in, m) < 0)
+    if (alive(w, m) < 0)
       continue;
     json_int_t b = json_integer_value(json_object_get(w->blame, m));
     json_int_t wb = worst ? json_integer_value(json_object_get(w->blame, worst)) : -1;
@@ -590,7 +685,7 @@ static int accounted(const work *w) {
     return 0;
   for (size_t i = 0; i < json_array_size(w->members); i++) {
     const char *id = member_at(w, (int)i);
-    if (!report_of(w->in, id) && alive(w->in, id) >= 0 && !left(w, id) && !excluded(w, id))
+    if (!report_of(w, id) && alive(w, id) >= 0 && !left(w, id) && !excluded(w, id))
       return 0;
   }
   return 1;
@@ -606,9 +701,13 @@ static int by_id(const void *a, const void *b) {
  * re-registrations; *changed tells whether anything differs from the current plan. */
 static tagc_status next_members(work *w, json_t *members, int *changed) {
   const json_t *regs = json_object_get(w->in->plan, "registrations");
-  for (size_t i = 0; w->members && i < json_array_size(w->members); i++) {
+  size_t nm = w->members ? json_array_size(w->members) : 0;
+  unsigned char *kept = calloc(nm + 1, 1); /* [rank of an id's first place]: kept above */
+  if (!kept)
+    return tagc_errorf(TAGC_ENOMEM, "planner: members");
+  for (size_t i = 0; i < nm; i++) {
     const char *id = json_string_value(json_array_get(w->members, i));
-    int64_t reg = alive(w->in, id);
+    int64_t reg = alive(w, id);
     if (died(w, id)) {
       note(w, "lost %s (crashed, seen by its supervisor)", id);
       TAGC_CHECK(bump(w->totals, tagc_failure_kind_name(TAGC_FAIL_CRASH)));
@@ -623,26 +722,33 @@ static tagc_status next_members(work *w, json_t *members, int *changed) {
     } else if (excluded(w, id)) {
       *changed = 1;
     } else {
-      if (!continues(w->in, id, json_integer_value(json_object_get(regs, id)))) {
+      if (!continues(w, id, json_integer_value(json_object_get(regs, id)))) {
         note(w, "%s registered again", id);
         *changed = 1;
       }
-      if (json_array_append_new(members, json_string(id)) != 0)
+      kept[rank_of(w, id)] = 1;
+      if (json_array_append_new(members, json_string(id)) != 0) {
+        free(kept);
         return tagc_errorf(TAGC_ENOMEM, "planner: members");
+      }
     }
   }
   const tagc_planner_worker **joiners = calloc(w->in->n_workers + 1, sizeof *joiners);
-  if (!joiners)
+  if (!joiners) {
+    free(kept);
     return tagc_errorf(TAGC_ENOMEM, "planner: joiners");
+  }
   size_t n = 0;
   for (size_t i = 0; i < w->in->n_workers; i++) {
     const char *id = w->in->workers[i].id;
+    int rank = rank_of(w, id);
     /* not kept above: a new worker, or a member whose planned registration died or left
      * and that registered again (it joins after the survivors) */
-    if (!listed(members, id) && !excluded(w, id) && alive(w->in, id) >= 0 &&
+    if (!(rank >= 0 && kept[rank]) && !excluded(w, id) && alive(w, id) >= 0 &&
         !on_probation(w, i))
       joiners[n++] = &w->in->workers[i];
   }
+  free(kept);
   qsort(joiners, n, sizeof *joiners, by_id);
   tagc_status st = TAGC_OK;
   for (size_t i = 0; i < n && json_array_size(members) < (size_t)w->cfg->max_workers; i++) {
@@ -688,7 +794,7 @@ static tagc_status build_plan(work *w, json_t *members, json_t **out) {
     const char *id = json_string_value(m);
     json_int_t mb = json_integer_value(json_object_get(w->micro, id));
     if (!micro || !regs || json_object_set_new(micro, id, json_integer(mb)) != 0 ||
-        json_object_set_new(regs, id, json_integer(alive(w->in, id))) != 0)
+        json_object_set_new(regs, id, json_integer(alive(w, id))) != 0)
       break;
   }
   json_t *fruitless = json_pack("{s:I, s:O}", "gens", w->fruitless, "blame", w->blame);
@@ -719,6 +825,7 @@ static tagc_status check_config(const tagc_planner_config *c) {
 static tagc_status decide(work *w) {
   TAGC_CHECK(check_config(w->cfg));
   TAGC_CHECK(load_plan(w));
+  TAGC_CHECK(prepare(w));
   TAGC_CHECK(carry_exclusions(w));
   TAGC_CHECK(count_deaths(w));
   if (w->members)
@@ -735,7 +842,7 @@ static tagc_status decide(work *w) {
     int gone = 0; /* members whose lease is gone, who may register again in the grace */
     for (size_t i = 0; i < json_array_size(w->members); i++) {
       const char *id = json_string_value(json_array_get(w->members, i));
-      gone += !left(w, id) && alive(w->in, id) < 0;
+      gone += !left(w, id) && alive(w, id) < 0;
     }
     if (gone) {
       w->out->action = TAGC_PLANNER_WAIT;
@@ -796,6 +903,13 @@ tagc_status tagc_planner_decide(const tagc_planner_config *cfg, const tagc_plann
   json_decref(w.strikes);
   json_decref(w.blame);
   json_decref(w.deaths);
+  free(w.workers.e);
+  free(w.leaving.e);
+  free(w.reports.e);
+  free(w.ranks.e);
+  free(w.accused_rank);
+  free(w.accusers);
+  free(w.active_accusers);
   if (st != TAGC_OK)
     tagc_planner_decision_free(out);
   return st;

@@ -175,7 +175,10 @@ typedef struct tagc_planner_decision {
 } tagc_planner_decision;
 
 /* Decides (rules above) into *out (free with tagc_planner_decision_free). TAGC_EINVAL for a
- * bad config, TAGC_EPROTO for a malformed current plan, TAGC_ENOMEM. Pure; any thread. */
+ * bad config, TAGC_EPROTO for a malformed current plan, TAGC_ENOMEM. Pure; any thread.
+ * Cost: O((M + R + L) log(M + R + L)) for M members and workers, R reports and L leave
+ * records, plus the suspicion pairs each mutual accusation looks up (bench/planner_bench.c,
+ * docs/scaling-membership.md). */
 tagc_status tagc_planner_decide(const tagc_planner_config *cfg, const tagc_planner_input *in,
                                 tagc_planner_decision *out);
 

@@ -38,6 +38,20 @@ void coord_seen_free(coord_seen *s) {
   free_list(&s->warned, &s->n_warned);
 }
 
+static int by_key_mod(const void *a, const void *b) {
+  const coord_seen_report *x = a, *y = b;
+  int c = strcmp(x->key ? x->key : "", y->key ? y->key : "");
+  return c ? c : (x->mod > y->mod) - (x->mod < y->mod);
+}
+
+/* The entry of list[0 .. n) (sorted by key, then mod) for key and mod, or NULL: a search
+ * rather than a scan, since every registration and report of a read looks itself up. */
+static const coord_seen_report *find_seen(const coord_seen_report *list, size_t n,
+                                          const char *key, int64_t mod) {
+  coord_seen_report probe = {.key = (char *)key, .mod = mod};
+  return n ? bsearch(&probe, list, n, sizeof *list, by_key_mod) : NULL;
+}
+
 /* One read: the previous read's memory and the bad keys this read met. */
 typedef struct reading {
   const coord_keys *k;
@@ -49,10 +63,7 @@ typedef struct reading {
 
 /* Whether the previous read already warned about kv (same key, same mod revision). */
 static int warned_before(const coord_seen *seen, const tagc_etcd_kv *kv) {
-  for (size_t i = 0; i < seen->n_warned; i++)
-    if (seen->warned[i].mod == kv->mod_revision && !strcmp(seen->warned[i].key, (const char *)kv->key))
-      return 1;
-  return 0;
+  return find_seen(seen->warned, seen->n_warned, (const char *)kv->key, kv->mod_revision) != NULL;
 }
 
 /* Notes a bad key; true when it is new (or changed) since the previous read: log it then. */
@@ -74,6 +85,8 @@ static int bad_key(reading *rd, const tagc_etcd_kv *kv) {
 /* Replaces the previous read's bad keys with this read's. */
 static void remember_warnings(reading *rd) {
   free_list(&rd->seen->warned, &rd->seen->n_warned);
+  if (rd->n_warned)
+    qsort(rd->warned, rd->n_warned, sizeof *rd->warned, by_key_mod);
   rd->seen->warned = rd->warned;
   rd->seen->n_warned = rd->n_warned;
   rd->warned = NULL;
@@ -110,11 +123,8 @@ static json_t *parse_value(reading *rd, const tagc_etcd_kv *kv) {
 /* When key (revision mod) was first seen: from the previous list old[0 .. n), or now. */
 static double seen_at(const coord_seen_report *old, size_t n, const char *key, int64_t mod,
                       double now) {
-  for (size_t i = 0; i < n; i++) {
-    if (old[i].mod == mod && strcmp(old[i].key, key) == 0)
-      return old[i].at;
-  }
-  return now;
+  const coord_seen_report *e = find_seen(old, n, key, mod);
+  return e ? e->at : now;
 }
 
 /* Rebuilds the seen list from the view's reports. */
@@ -131,6 +141,8 @@ static void remember_reports(coord_seen *seen, coord_view *v, const tagc_etcd_kv
   free_list(&seen->items, &seen->n);
   seen->items = fresh;
   seen->n = fresh ? v->n_reports : 0;
+  if (seen->n)
+    qsort(seen->items, seen->n, sizeof *seen->items, by_key_mod);
 }
 
 /* Rebuilds the seen list of registrations from the view's workers (a probation counts from
@@ -148,6 +160,8 @@ static void remember_registrations(coord_seen *seen, coord_view *v) {
   free_list(&seen->registrations, &seen->n_registrations);
   seen->registrations = fresh;
   seen->n_registrations = fresh ? v->n_workers : 0;
+  if (seen->n_registrations)
+    qsort(seen->registrations, seen->n_registrations, sizeof *seen->registrations, by_key_mod);
 }
 
 /* A failure report of the current generation. */
@@ -197,14 +211,27 @@ static void add_leaving(reading *rd, const char *id, const tagc_etcd_kv *kv) {
   v->leaving[v->n_leaving++] = (tagc_planner_worker){.id = id, .registration = reg};
 }
 
-/* Whether id is a member of the current plan. */
-static int member(const coord_view *v, const char *id) {
+static int by_string(const void *a, const void *b) {
+  return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+/* The current plan's member ids, sorted (borrowed from the plan; caller frees the array), in
+ * *n; NULL when there are none or memory ran out. */
+static const char **sorted_members(const coord_view *v, size_t *n) {
   const json_t *members = json_object_get(v->plan, "members");
-  for (size_t i = 0; i < json_array_size(members); i++)
-    if (json_is_string(json_array_get(members, i)) &&
-        !strcmp(json_string_value(json_array_get(members, i)), id))
-      return 1;
-  return 0;
+  const char **ids = calloc(json_array_size(members) + 1, sizeof *ids);
+  *n = 0;
+  for (size_t i = 0; ids && i < json_array_size(members); i++)
+    if (json_is_string(json_array_get(members, i)))
+      ids[(*n)++] = json_string_value(json_array_get(members, i));
+  if (ids)
+    qsort(ids, *n, sizeof *ids, by_string);
+  return ids;
+}
+
+/* Whether id is among the sorted ids[0 .. n). */
+static int member(const char **ids, size_t n, const char *id) {
+  return n && bsearch(&id, ids, n, sizeof *ids, by_string) != NULL;
 }
 
 /* Leaves out the failure reports of workers that are not members of the current plan: only a
@@ -214,9 +241,10 @@ static void drop_strangers(reading *rd, const tagc_etcd_kv **kvs) {
   coord_view *v = rd->v;
   if (!json_is_array(json_object_get(v->plan, "members")))
     return;
-  size_t kept = 0;
+  size_t kept = 0, n_ids;
+  const char **ids = sorted_members(v, &n_ids);
   for (size_t i = 0; i < v->n_reports; i++) {
-    if (member(v, v->reports[i].worker)) {
+    if (!ids || member(ids, n_ids, v->reports[i].worker)) { /* no memory: keep the report */
       v->reports[kept] = v->reports[i];
       kvs[kept++] = kvs[i];
       continue;
@@ -227,6 +255,7 @@ static void drop_strangers(reading *rd, const tagc_etcd_kv **kvs) {
       LOG_WARN("coord", "ignoring %s: %s is not a member of generation %lld", (const char *)kvs[i]->key,
                v->reports[i].worker, (long long)v->gen);
   }
+  free(ids);
   v->n_reports = kept;
 }
 

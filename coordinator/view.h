@@ -42,7 +42,8 @@ typedef struct coord_seen_report {
 /* The reports of the latest read, with when each was first seen, the registrations of its
  * workers (key: the worker id, mod: the registration) with when each was first seen, and the
  * bad keys (key + mod revision) the latest read warned about, so that each is logged once
- * per change. Zero-initialised = empty. */
+ * per change. Each list is sorted by key, then mod, for the next read's lookups.
+ * Zero-initialised = empty. */
 typedef struct coord_seen {
   coord_seen_report *items;
   size_t n;
