@@ -428,19 +428,23 @@ static void test_join_and_plans(tagc_etcd *c) {
   json_decref(ready);
   CHECK_EQ_INT(tagc_member_ready(m, 2, -1), TAGC_EINVAL);
 
-  CHECK_EQ_INT(tagc_member_report_failure(m, 2, "bogus", 5, 0, NULL), TAGC_EINVAL);
+  CHECK_EQ_INT(tagc_member_report_failure(m, 2, "bogus", 5, 0, NULL, 0, NULL), TAGC_EINVAL);
   /* every kind worker/failure_kind.c reports is recorded (partition was refused, so such
    * reports never reached the coordinator) */
-  CHECK_OK(tagc_member_report_failure(m, 2, "partition", 56, 0, "reset, peer alive"));
+  int broken[2] = {0, 3};
+  CHECK_OK(tagc_member_report_failure(m, 2, "partition", 56, 0, broken, 2, "reset, peer alive"));
   json_t *fp = get_json(c, "/tagc/job/failures/2/w1");
   CHECK_EQ_STR(json_string_value(json_object_get(fp, "kind")), "partition");
+  json_t *peers = json_object_get(fp, "peers");
+  CHECK(json_array_size(peers) == 2 && json_integer_value(json_array_get(peers, 1)) == 3);
   json_decref(fp);
-  CHECK_OK(tagc_member_report_failure(m, 2, "timeout", 57, 0, "allreduce deadline"));
+  CHECK_OK(tagc_member_report_failure(m, 2, "timeout", 57, 0, NULL, 0, "allreduce deadline"));
   json_t *f = get_json(c, "/tagc/job/failures/2/w1");
   CHECK_EQ_STR(json_string_value(json_object_get(f, "kind")), "timeout");
   CHECK_EQ_INT(json_integer_value(json_object_get(f, "step")), 57);
   CHECK_EQ_INT(json_integer_value(json_object_get(f, "peer")), 0);
   CHECK_EQ_STR(json_string_value(json_object_get(f, "detail")), "allreduce deadline");
+  CHECK(json_object_get(f, "peers") == NULL);
   json_decref(f);
 
   json_t *prog = json_pack("{s:i, s:f}", "step", 58, "loss", 2.5);
