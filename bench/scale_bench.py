@@ -19,10 +19,13 @@ Everything is bounded by --limit seconds per run; tagctl run is stopped by its P
 children die with it) and the output folders are removed.
 
   usage: bench/scale_bench.py BUILD_DIR [--worlds 2,4,8,16,32] [--quick] [--steps N]
-                              [--ckpt-every N] [--limit S] [--at-once K] [--keep DIR]
-                              [--json FILE]
+                              [--ckpt-every N] [--limit S] [--at-once K] [--unsupervised]
+                              [--keep DIR] [--json FILE]
+--unsupervised: etcd, a coordinator and W tagc-worker processes without tagctl run (as on
+Kubernetes: no death reports, no restarts; the second kill then hits a world of W - 1).
 --quick: W <= 8 only."""
 import argparse
+import glob
 import json
 import os
 import re
@@ -147,8 +150,17 @@ class Run:
         self.url = None
         self.next_sample = 0
 
+    def pids(self):
+        return read_pids(self.out)
+
+    def ended(self):
+        return self.p.poll() is not None
+
+    def succeeded(self):
+        return self.p.poll() == 0
+
     def sample(self):
-        pids = read_pids(self.out)
+        pids = self.pids()
         self.url = self.url or etcd_url(self.out)
         if time.time() < self.next_sample:
             return pids
@@ -171,7 +183,7 @@ class Run:
             v = cond()
             if v:
                 return v
-            if self.p.poll() is not None:
+            if self.ended():
                 return cond() or None
             self.sample()
             time.sleep(0.1)
@@ -189,6 +201,39 @@ class Run:
         self.log.close()
 
 
+class UnsupervisedRun(Run):
+    """The same job without tagctl run: etcd, one coordinator and W tagc-worker processes of
+    tests/chaos/harness.py, as on Kubernetes: no supervisor reports a death or restarts a
+    worker, the survivors' reports and the leases tell the coordinator."""
+
+    def __init__(self, bindir, workers, args, tmp):
+        sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..",
+                                        "tests", "chaos"))
+        from harness import Cluster
+        self.c = Cluster(bindir)
+        self.t_launch = time.time()
+        self.out = self.c.start_job(args, workers=workers, min_workers=1, max_workers=workers)
+        self.url = self.c.etcd_url
+        self.etcd = {}
+        self.coord = (0.0, 0.0)
+        self.next_sample = 0
+        self.killed = set()
+
+    def pids(self):
+        return dict((("coordinator-0" if n == "coord0" else n), p.pid)
+                    for n, p in self.c.procs.items() if p.poll() is None)
+
+    def ended(self):
+        return all(p.poll() is not None for n, p in self.c.procs.items() if re.match(r"w\d+$", n))
+
+    def succeeded(self):
+        return all(p.poll() == 0 for n, p in self.c.procs.items()
+                   if re.match(r"w\d+$", n) and n not in self.killed)
+
+    def stop(self):
+        self.c.close()
+
+
 def recovered_after(out, t_kill, gen_killed):
     rows = [r for r in read_metrics(out) if r["time"] > t_kill and r["generation"] > gen_killed]
     return min(rows, key=lambda r: r["time"]) if rows else None
@@ -196,13 +241,14 @@ def recovered_after(out, t_kill, gen_killed):
 
 def kill_and_recover(run, names, limit):
     """SIGKILLs the named workers at once; seconds to the first step after it, or None."""
-    pids = read_pids(run.out)
+    pids = run.pids()
     rows = read_metrics(run.out)
     gen = max(r["generation"] for r in rows)
     t_kill = time.time()
     for n in names:
         if n in pids:
             os.kill(pids[n], signal.SIGKILL)
+    run.killed = getattr(run, "killed", set()) | set(names)
     r = run.wait(lambda: recovered_after(run.out, t_kill, gen), limit, "recovery")
     return (r["time"] - t_kill, r) if r else (None, None)
 
@@ -217,7 +263,7 @@ def one(bindir, workers, a, tmp):
     args = ["--threads", "1", "--batch", str(max(16, workers)), "--steps", str(a.steps),
             "--ckpt-every", str(a.ckpt_every), "--eval-every", "0", "--eval-windows", "16",
             "--log", "warn"]
-    run = Run(bindir, workers, args, tmp)
+    run = (UnsupervisedRun if a.unsupervised else Run)(bindir, workers, args, tmp)
     limit = run.t_launch + a.limit
     try:
         first = run.wait(lambda: read_metrics(run.out)[:1], limit, "the first step")
@@ -233,29 +279,34 @@ def one(bindir, workers, a, tmp):
         res["tcp_listen"] = statistics.median(s[1] for s in socks) if socks else None
         res["kill1_s"], row = kill_and_recover(run, ["w%d" % (workers - 1)], limit)
         k = a.at_once or workers // 8
+        world = workers - 1 if a.unsupervised else workers  # restarted by tagctl run
         if k >= 1 and row:
-            back = run.wait(lambda: full_world(run, workers, row["step"] + 5), limit,
-                            "the world back to %d" % workers)
+            back = run.wait(lambda: full_world(run, world, row["step"] + 5), limit,
+                            "the world back to %d" % world)
             if back:
                 # Spread over the ranks from w1 on (rank 0's w0 writes the metrics).
                 res["killk_s"], _ = kill_and_recover(
                     run, ["w%d" % (1 + i * (workers - 1) // k) for i in range(k)], limit)
-        run.wait(lambda: run.p.poll() is not None, limit, "the end of the run")
+        run.wait(run.ended, limit, "the end of the run")
         run.sample()
         try:
             with open(os.path.join(run.out, "summary.json")) as f:
                 end = json.load(f).get("end")
         except (OSError, ValueError):
             end = None
-        res["done"] = run.p.poll() == 0 and end == "finished"
+        res["done"] = run.succeeded() and end == "finished"
         res["wall_s"] = time.time() - run.t_launch
     finally:
+        if a.keep and os.path.isdir(run.out):
+            keep = os.path.join(a.keep, "w%d" % workers)
+            shutil.copytree(run.out, keep, dirs_exist_ok=True,
+                            ignore=shutil.ignore_patterns("ckpt", "etcd"))
+            if isinstance(run, UnsupervisedRun):
+                for log in glob.glob(os.path.join(run.c.tmp, "*.log")):
+                    shutil.copy(log, keep)
         run.stop()
         res["etcd"] = run.etcd
         res["coord_cpu_s"], res["coord_rss_mib"] = run.coord
-        if a.keep:
-            shutil.copytree(run.out, os.path.join(a.keep, "w%d" % workers), dirs_exist_ok=True,
-                            ignore=shutil.ignore_patterns("ckpt", "etcd"))
     return res
 
 
@@ -272,6 +323,8 @@ def main():
     ap.add_argument("--ckpt-every", type=int, default=20)
     ap.add_argument("--limit", type=float, default=600)
     ap.add_argument("--at-once", type=int, default=0, help="workers killed at once (0: W/8)")
+    ap.add_argument("--unsupervised", action="store_true",
+                    help="workers without tagctl run (no death reports, no restarts)")
     ap.add_argument("--keep", help="copy each run's OUT (less checkpoints) here")
     ap.add_argument("--json", help="write the results here too")
     a = ap.parse_args()
