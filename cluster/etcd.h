@@ -155,6 +155,7 @@ typedef struct tagc_etcd_range_opts {
   int keys_only;        /* leave values out */
   int count_only;       /* only count */
   int serializable;     /* answer from the local member, possibly stale */
+  const char *range_end;/* every key in [key, range_end) (instead of prefix); NULL = none */
 } tagc_etcd_range_opts;
 
 /* Reads one key (opts NULL or prefix 0) or a prefix into *out (caller frees with

@@ -40,7 +40,12 @@ static tagc_status build_range(const char *key, const tagc_etcd_range_opts *o, j
   if (!req)
     return tagc_errorf(TAGC_ENOMEM, "etcd request");
   tagc_status st;
-  TAGC_CHECK_GOTO(etcd_set_key(req, key, o->prefix), st, fail);
+  TAGC_CHECK_GOTO(etcd_set_key(req, key, o->prefix && !o->range_end), st, fail);
+  if (o->range_end &&
+      json_object_set_new(req, "range_end", etcd_json_bytes(o->range_end, strlen(o->range_end))) != 0) {
+    st = tagc_errorf(TAGC_ENOMEM, "etcd request");
+    goto fail;
+  }
   TAGC_CHECK_GOTO(add_i64(req, "revision", o->revision), st, fail);
   TAGC_CHECK_GOTO(add_i64(req, "limit", o->limit), st, fail);
   TAGC_CHECK_GOTO(add_flag(req, "keys_only", o->keys_only), st, fail);

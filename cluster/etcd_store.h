@@ -7,6 +7,8 @@
  *
  * set is one put (no lease: the leader deletes old generations' keys); get reads the key and,
  * when it is absent, watches it until it appears or the timeout passes; remove deletes it.
+ * set_many is one transaction per 64 keys; get_many one watch of the keys' shared prefix that
+ * starts with a read of it, so a communicator of W ranks costs O(W) requests, not O(W^2).
  *
  * Threading: safe from any number of threads at once (the etcd client is). The etcd client is
  * borrowed and must outlive the store. */

@@ -180,13 +180,16 @@ tagc_status tagc_member_store(tagc_member *m, int64_t gen, tagc_store **out);
 tagc_status tagc_member_ready(tagc_member *m, int64_t gen, int rank);
 
 /* Reports a failure seen in generation gen: failures/<gen>/<id> = {"kind","step","peer",
- * "detail","time"}. kind is a tagc_failure_kind_name() (cluster/keys.h) other than "lease"
- * (the worker's rule: worker/failure_kind.h); suspected_rank
- * is the rank blamed (-1 when unknown); detail may be NULL. The leader then makes a new
+ * "detail","time"} and "peers" when n_broken > 0. kind is a tagc_failure_kind_name()
+ * (cluster/keys.h) other than "lease" (the worker's rule: worker/failure_kind.h);
+ * suspected_rank is the rank blamed (-1 when unknown); broken[0 .. n_broken) (borrowed; NULL
+ * when n_broken is 0) every rank whose connection with this worker broke with the failure
+ * ("peers": the peers that died together); detail may be NULL. The leader then makes a new
  * generation (rules: docs/etcd-schema.md, coordinator/planner.h). TAGC_EINVAL for an unknown
  * kind or negative gen. */
 tagc_status tagc_member_report_failure(tagc_member *m, int64_t gen, const char *kind,
-                                       int64_t step, int suspected_rank, const char *detail);
+                                       int64_t step, int suspected_rank, const int *broken,
+                                       int n_broken, const char *detail);
 
 /* Rank 0: writes `progress` = progress (borrowed JSON object; "step" expected, "worker" and
  * "time" added). The caller keeps to at most one call per second. TAGC_EINVAL when progress

@@ -70,7 +70,8 @@ static int reportable(const char *kind) {
 }
 
 tagc_status tagc_member_report_failure(tagc_member *m, int64_t gen, const char *kind,
-                                       int64_t step, int suspected_rank, const char *detail) {
+                                       int64_t step, int suspected_rank, const int *broken,
+                                       int n_broken, const char *detail) {
   if (!reportable(kind))
     return tagc_errorf(TAGC_EINVAL,
                        "failure kind '%s' is not one of comm, timeout, oom, crash, hang, partition, "
@@ -83,6 +84,13 @@ tagc_status tagc_member_report_failure(tagc_member *m, int64_t gen, const char *
   json_t *rec = json_pack("{s:s, s:I, s:i, s:s, s:f}", "kind", kind, "step", (json_int_t)step,
                           "peer", suspected_rank < 0 ? -1 : suspected_rank, "detail",
                           detail ? detail : "", "time", tagc_wall_time());
+  json_t *peers = n_broken > 0 ? json_array() : NULL;
+  for (int i = 0; peers && i < n_broken; i++)
+    json_array_append_new(peers, json_integer(broken[i]));
+  if (rec && peers && json_object_set_new(rec, "peers", peers) != 0) {
+    json_decref(rec);
+    rec = NULL;
+  }
   return member_put_json(m, key, rec, 0);
 }
 

@@ -131,6 +131,12 @@ int tagc_comm_failed_peer(const tagc_comm *comm) {
   return comm ? atomic_load(&((tagc_comm *)comm)->failed_peer) : -1;
 }
 
+int tagc_comm_broken_peers(const tagc_comm *comm, int *ranks, int cap) {
+  if (!comm || !ranks || cap <= 0 || !comm->ops->broken_peers)
+    return 0;
+  return comm->ops->broken_peers(comm->impl, ranks, cap);
+}
+
 int tagc_comm_rank(const tagc_comm *comm) {
   return comm->rank;
 }

@@ -129,7 +129,8 @@ void tagc_comm_config_init(tagc_comm_config *cfg);
  * exchange and the TCP connects each have config.timeout_s, so a failing create returns
  * within about twice that).
  * Gloo: each rank publishes the address of its end of the pair with each peer p under
- * <prefix>/<rank>/<p> and connects all pairs at once; the
+ * <prefix>/<p>/<rank> (tagc_store_set_many), reads its peers' under <prefix>/<rank>/
+ * (tagc_store_get_many) and connects all pairs at once; the
  * process's SIGPIPE disposition is set to SIG_IGN if it was SIG_DFL (a closed peer must not
  * kill the process). NCCL: rank 0 publishes a fresh unique id (base64) under <prefix>/ncclid;
  * init is non-blocking and polled against the timeout.
@@ -165,6 +166,14 @@ tagc_status tagc_comm_status(const tagc_comm *comm);
 /* The rank suspected of the failure that broke the communicator, or -1 (none or unknown).
  * Any thread. */
 int tagc_comm_failed_peer(const tagc_comm *comm);
+
+/* The ranks whose connections with this rank were found broken when the communicator failed
+ * on a peer (Gloo: each connection's probe, at the failure and once more 20 ms later, so that
+ * peers that died together are all named; this rank closes its own connections 50 ms after
+ * the failure, so a peer failing with it does not name it), ascending, at most cap into ranks; returns
+ * how many (0 when none is known, always for NCCL). tagc_comm_failed_peer() is usually one of
+ * them. Any thread. */
+int tagc_comm_broken_peers(const tagc_comm *comm, int *ranks, int cap);
 
 /* This rank, the world size and the backend, as configured. comm must not be NULL. */
 int tagc_comm_rank(const tagc_comm *comm);

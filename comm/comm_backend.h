@@ -71,6 +71,9 @@ typedef struct comm_backend_ops {
    * any thread; idempotent. */
   void (*abort)(void *impl);
   void (*destroy)(void *impl);
+  /* Optional (NULL: none known): the peers whose connections had failed when an exchange
+   * failed, ascending, at most cap into ranks; returns how many. Any thread. */
+  int (*broken_peers)(void *impl, int *ranks, int cap);
 } comm_backend_ops;
 
 /* Backend constructors: connect per cfg (validated by the caller) and return the backend's

@@ -31,8 +31,10 @@
 //
 // The bootstrap (connect_mesh) replaces Gloo's connectFullMesh, which connects the peers one
 // after the other, waits five times the timeout for each and throws an error that names an
-// address, not a rank. Here every rank publishes the address of its pair with each peer
-// under <prefix>/<rank>/<peer>, reads each peer's address of the pair with it, then connects
+// address, not a rank. Here every rank publishes the address of its pair with each peer p
+// under <prefix>/<p>/<rank> (all in one store request where the store can: set_many), reads
+// the addresses its peers published for it (<prefix>/<rank>/: one prefix read, get_many),
+// so that a bootstrap costs the store O(W) requests, not W (W - 1) of each kind, then connects
 // all pairs at once, each within the timeout, so a failing create says which rank could not
 // be reached — what the planner needs to tell a partitioned worker from its accusers.
 #include <signal.h>
@@ -120,6 +122,7 @@ struct GlooComm {
   bool busy = false;      // an exchange is between posting and its last wait
   bool closed = false;    // connections closed after a failure or abort
   int broken_peer = -1;   // found broken by the monitor
+  std::vector<int> broken; // every peer whose connection had failed when an exchange failed
   std::vector<Pending> pending;
 };
 
@@ -173,13 +176,46 @@ void monitor_main(GlooComm *g) {
   }
 }
 
-// Ends an exchange: unregisters its buffers and, after a failure, closes the connections.
-void finish(GlooComm *g, bool failed) {
-  std::lock_guard<std::mutex> guard(g->lock);
+// After a peer's failure, the connections a failed exchange notes as broken: at once and
+// once more kBrokenSettleS later, since the sockets of workers killed together close within a
+// few milliseconds of each other (on a loaded host), and the failure report names them all.
+// It closes its own connections only kCloseAfterS after the failure, later than that second
+// look, so that a peer that failed at the same moment never counts this live rank among its
+// broken links (the planner excludes members that every report names and that are silent).
+constexpr double kBrokenSettleS = 0.02;
+constexpr double kCloseAfterS = 0.05;
+
+// Adds each peer whose connection has failed to g->broken; the caller holds g->lock and the
+// connections are not closed yet (then every probe has failed).
+void note_broken_locked(GlooComm *g) {
+  for (int p = 0; p < static_cast<int>(g->probes.size()); p++) {
+    if (g->probes[p] && std::find(g->broken.begin(), g->broken.end(), p) == g->broken.end() &&
+        pair_broken(g, p))
+      g->broken.push_back(p);
+  }
+}
+
+// Ends an exchange: unregisters its buffers and, after a failure, closes the connections;
+// after a peer's failure (st TAGC_EPEER, not aborted) it first notes which connections broke.
+void finish(GlooComm *g, tagc_status st) {
+  std::unique_lock<std::mutex> guard(g->lock);
   g->busy = false;
   g->pending.clear();
-  if (failed)
-    close_locked(g);
+  if (st == TAGC_OK)
+    return;
+  if (st == TAGC_EPEER && !g->aborted && !g->closed) {
+    note_broken_locked(g);
+    guard.unlock();
+    tagc_sleep(kBrokenSettleS);
+    guard.lock();
+    if (!g->closed)
+      note_broken_locked(g);
+    std::sort(g->broken.begin(), g->broken.end());
+    guard.unlock();
+    tagc_sleep(kCloseAfterS - kBrokenSettleS);
+    guard.lock();
+  }
+  close_locked(g);
 }
 
 std::chrono::milliseconds time_left(double deadline) {
@@ -374,7 +410,7 @@ tagc_status gloo_exchange(void *impl, const comm_tag *tag, const comm_xfer *x, i
     st = wait_all(g, b.header_send, false, x, deadline, peer);
   if (st == TAGC_OK)
     *peer = -1;
-  finish(g, st != TAGC_OK);
+  finish(g, st);
   return st;
 }
 
@@ -404,6 +440,17 @@ tagc_status gloo_scratch(void *impl, size_t bytes, void **out) {
   }
   *out = g->scratch.data();
   return TAGC_OK;
+}
+
+int gloo_broken_peers(void *impl, int *ranks, int cap) {
+  GlooComm *g = static_cast<GlooComm *>(impl);
+  std::lock_guard<std::mutex> guard(g->lock);
+  int n = 0;
+  for (int p : g->broken) {
+    if (n < cap)
+      ranks[n++] = p;
+  }
+  return n;
 }
 
 void gloo_abort(void *impl) {
@@ -438,8 +485,8 @@ void gloo_destroy(void *impl) {
   free_comm(static_cast<GlooComm *>(impl));
 }
 
-const comm_backend_ops gloo_ops = {gloo_exchange, gloo_copy,    gloo_to_bf16, gloo_reduce,
-                                   gloo_scratch,  gloo_abort,   gloo_destroy};
+const comm_backend_ops gloo_ops = {gloo_exchange, gloo_copy,  gloo_to_bf16, gloo_reduce,
+                                   gloo_scratch,  gloo_abort, gloo_destroy, gloo_broken_peers};
 
 // A peer that closes its socket must not kill this process with SIGPIPE.
 void ignore_sigpipe() {
@@ -463,9 +510,21 @@ tagc_status with_detail(tagc_status st, const char *fmt, ...) {
   return tagc_errorf(st, "%s: %s", context, detail.c_str());
 }
 
-// Store key of the address that rank `from` publishes for its pair with rank `to`.
+// Store key of the address that rank `from` publishes for its pair with rank `to`: under
+// <prefix>/<to>/, so that a rank's W - 1 peer addresses share a prefix the store can read
+// at once (tagc_store_get_many).
 std::string address_key(const tagc_comm_config *cfg, int from, int to) {
-  return std::string(cfg->prefix) + "/" + std::to_string(from) + "/" + std::to_string(to);
+  return std::string(cfg->prefix) + "/" + std::to_string(to) + "/" + std::to_string(from);
+}
+
+// The ranks other than cfg->rank, in order.
+std::vector<int> peers_of(const tagc_comm_config *cfg) {
+  std::vector<int> peers;
+  for (int p = 0; p < cfg->world_size; p++) {
+    if (p != cfg->rank)
+      peers.push_back(p);
+  }
+  return peers;
 }
 
 // One peer's part of the bootstrap.
@@ -479,23 +538,30 @@ struct PeerLink {
 // failure *peer is the first rank whose address did not come (-1 for a store error).
 tagc_status fetch_addresses(const tagc_comm_config *cfg, double deadline,
                             std::vector<PeerLink> &links, int *peer) {
-  for (int p = 0; p < cfg->world_size; p++) {
-    if (p == cfg->rank)
-      continue;
-    void *value = nullptr;
-    size_t len = 0;
-    double left = deadline - tagc_now();
-    tagc_status st = tagc_store_get(cfg->store, address_key(cfg, p, cfg->rank).c_str(),
-                                    left > 0 ? left : 0, &value, &len);
-    if (st == TAGC_ETIMEDOUT) {
-      *peer = p;
-      return tagc_errorf(st, "rank %d did not publish its address within %.1f s", p,
-                         cfg->timeout_s);
-    }
-    if (st != TAGC_OK)
-      return with_detail(st, "address of rank %d", p);
-    links[p].address.assign(static_cast<char *>(value), static_cast<char *>(value) + len);
-    std::free(value);
+  std::vector<int> peers = peers_of(cfg);
+  std::vector<std::string> keys;
+  std::vector<const char *> names;
+  for (int p : peers)
+    keys.push_back(address_key(cfg, p, cfg->rank));
+  for (const std::string &k : keys)
+    names.push_back(k.c_str());
+  int n = static_cast<int>(peers.size()), missing = -1;
+  std::vector<void *> values(n);
+  std::vector<size_t> lens(n);
+  double left = deadline - tagc_now();
+  tagc_status st = tagc_store_get_many(cfg->store, names.data(), n, left > 0 ? left : 0,
+                                       values.data(), lens.data(), &missing);
+  if (st == TAGC_ETIMEDOUT && missing >= 0) {
+    *peer = peers[missing];
+    return tagc_errorf(st, "rank %d did not publish its address within %.1f s", *peer,
+                       cfg->timeout_s);
+  }
+  if (st != TAGC_OK)
+    return with_detail(st, "peer addresses");
+  for (int i = 0; i < n; i++) {
+    char *v = static_cast<char *>(values[i]);
+    links[peers[i]].address.assign(v, v + lens[i]);
+    std::free(v);
   }
   return TAGC_OK;
 }
@@ -583,15 +649,24 @@ tagc_status connect_mesh(const tagc_comm_config *cfg, MeshContext &ctx, int *pee
   transport->setTimeout(std::max(std::chrono::milliseconds(1), full / 5));
   double deadline = tagc_now() + cfg->timeout_s;
   std::vector<PeerLink> links(cfg->world_size);
-  for (int p = 0; p < cfg->world_size; p++) {
-    if (p == cfg->rank)
-      continue;
-    std::vector<char> mine = transport->createPair(p)->address().bytes();
-    tagc_status st = tagc_store_set(cfg->store, address_key(cfg, cfg->rank, p).c_str(),
-                                    mine.data(), mine.size());
-    if (st != TAGC_OK)
-      return with_detail(st, "publishing the address for rank %d", p);
+  std::vector<std::vector<char>> mine;
+  std::vector<std::string> keys;
+  for (int p : peers_of(cfg)) {
+    mine.push_back(transport->createPair(p)->address().bytes());
+    keys.push_back(address_key(cfg, cfg->rank, p));
   }
+  std::vector<const char *> names;
+  std::vector<const void *> values;
+  std::vector<size_t> lens;
+  for (size_t i = 0; i < keys.size(); i++) {
+    names.push_back(keys[i].c_str());
+    values.push_back(mine[i].data());
+    lens.push_back(mine[i].size());
+  }
+  tagc_status st = tagc_store_set_many(cfg->store, names.data(), values.data(), lens.data(),
+                                       static_cast<int>(names.size()));
+  if (st != TAGC_OK)
+    return with_detail(st, "publishing the addresses of the pairs");
   TAGC_CHECK(fetch_addresses(cfg, deadline, links, peer));
   if (cancelled(cfg))
     return tagc_errorf(TAGC_EABORTED, "gloo bootstrap cancelled before connecting");

@@ -262,7 +262,7 @@ void nccl_destroy(void *impl) {
 }
 
 const comm_backend_ops nccl_ops = {nccl_exchange, nccl_copy,  nccl_to_bf16, nccl_reduce,
-                                   nccl_scratch,  nccl_abort, nccl_destroy};
+                                   nccl_scratch,  nccl_abort, nccl_destroy, nullptr};
 
 // Rank 0 publishes a fresh unique id under <prefix>/ncclid; the others wait for it.
 tagc_status share_unique_id(const tagc_comm_config *cfg, ncclUniqueId *id) {

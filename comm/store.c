@@ -31,6 +31,58 @@ tagc_status tagc_store_remove(tagc_store *store, const char *key) {
   return store->ops->remove ? store->ops->remove(store, key) : TAGC_OK;
 }
 
+tagc_status tagc_store_set_many(tagc_store *store, const char *const *keys,
+                                const void *const *values, const size_t *lens, int n) {
+  if (!store || n < 0 || (n > 0 && (!keys || !values || !lens)))
+    return tagc_errorf(TAGC_EINVAL, "store set_many: missing store, keys or values");
+  for (int i = 0; i < n; i++) {
+    if (!keys[i] || !keys[i][0] || (!values[i] && lens[i]))
+      return tagc_errorf(TAGC_EINVAL, "store set_many: missing key or value %d", i);
+  }
+  if (store->ops->set_many)
+    return store->ops->set_many(store, keys, values, lens, n);
+  for (int i = 0; i < n; i++)
+    TAGC_CHECK(store->ops->set(store, keys[i], values[i], lens[i]));
+  return TAGC_OK;
+}
+
+/* One get per key, in order, each with the time left. */
+static tagc_status get_each(tagc_store *store, const char *const *keys, int n, double timeout_s,
+                            void **values, size_t *lens, int *missing) {
+  double deadline = tagc_now() + timeout_s;
+  for (int i = 0; i < n; i++) {
+    double left = deadline - tagc_now();
+    tagc_status st = store->ops->get(store, keys[i], left > 0 ? left : 0, &values[i], &lens[i]);
+    if (st != TAGC_OK) {
+      if (st == TAGC_ETIMEDOUT && missing)
+        *missing = i;
+      for (int j = 0; j < i; j++) {
+        free(values[j]);
+        values[j] = NULL;
+      }
+      return st;
+    }
+  }
+  return TAGC_OK;
+}
+
+tagc_status tagc_store_get_many(tagc_store *store, const char *const *keys, int n,
+                                double timeout_s, void **values, size_t *lens, int *missing) {
+  if (missing)
+    *missing = -1;
+  if (!store || n < 0 || (n > 0 && (!keys || !values || !lens)))
+    return tagc_errorf(TAGC_EINVAL, "store get_many: missing store, keys or output");
+  for (int i = 0; i < n; i++) {
+    values[i] = NULL;
+    lens[i] = 0;
+    if (!keys[i] || !keys[i][0])
+      return tagc_errorf(TAGC_EINVAL, "store get_many: missing key %d", i);
+  }
+  if (store->ops->get_many)
+    return store->ops->get_many(store, keys, n, timeout_s, values, lens, missing);
+  return get_each(store, keys, n, timeout_s, values, lens, missing);
+}
+
 void tagc_store_set_cancel(tagc_store *store, int (*fn)(void *arg), void *arg) {
   if (!store)
     return;
@@ -199,7 +251,8 @@ static void file_free(tagc_store *store) {
   free(fs);
 }
 
-static const tagc_store_ops file_ops = {file_set, file_get, file_remove, file_free};
+static const tagc_store_ops file_ops = {
+    .set = file_set, .get = file_get, .remove = file_remove, .free = file_free};
 
 tagc_status tagc_store_file_new(const char *dir, tagc_store **out) {
   if (!dir || !dir[0] || !out)

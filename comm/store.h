@@ -33,6 +33,13 @@ typedef struct tagc_store_ops {
   tagc_status (*remove)(tagc_store *store, const char *key);
   /* Frees the store and everything it owns. */
   void (*free)(tagc_store *store);
+  /* Optional (NULL: one set per key): stores n keys at once, e.g. in one request. */
+  tagc_status (*set_many)(tagc_store *store, const char *const *keys, const void *const *values,
+                          const size_t *lens, int n);
+  /* Optional (NULL: one get per key, in order): waits for n keys at once, e.g. with one read
+   * of the prefix they share; contract of tagc_store_get_many. */
+  tagc_status (*get_many)(tagc_store *store, const char *const *keys, int n, double timeout_s,
+                          void **values, size_t *lens, int *missing);
 } tagc_store_ops;
 
 /* Implementations embed this as their first member, zeroed (calloc) but for ops. */
@@ -67,6 +74,22 @@ void tagc_store_set_cancel(tagc_store *store, int (*fn)(void *arg), void *arg);
 
 /* Whether the store's cancel function says stop (0 without one). */
 int tagc_store_cancelled(const tagc_store *store);
+
+/* Sets keys[i] to the lens[i] bytes at values[i] for i < n, in one request where the store
+ * can (the etcd store: one transaction per 64 keys), else one set each. A failure may leave
+ * some keys set. Errors as tagc_store_set. Blocking. */
+tagc_status tagc_store_set_many(tagc_store *store, const char *const *keys,
+                                const void *const *values, const size_t *lens, int n);
+
+/* Waits up to timeout_s seconds (in all) for every key of keys[0 .. n) and returns each value
+ * as tagc_store_get does: values[i] a new malloc'd, NUL-terminated buffer (caller frees),
+ * lens[i] its length. Keys that share a prefix are read together where the store can (the
+ * etcd store: one range read of their longest common prefix up to a '/', then a watch of it
+ * while some are missing), else one get each, in order. On TAGC_ETIMEDOUT *missing (may be
+ * NULL) is the index of a key that did not come (the lowest one the store knows of) and no
+ * value is returned; other errors as tagc_store_get, *missing -1. */
+tagc_status tagc_store_get_many(tagc_store *store, const char *const *keys, int n,
+                                double timeout_s, void **values, size_t *lens, int *missing);
 
 /* Removes key (absent keys are fine). */
 tagc_status tagc_store_remove(tagc_store *store, const char *key);

@@ -231,7 +231,7 @@ static outcome evaluate(tagc_coord *c, const coord_view *v, decide_mode mode, do
                            .n_workers = v->n_workers, .seen_at = v->seen_at,
                            .worker_info = v->worker_info,
                            .reports = v->reports,
-                           .n_reports = v->n_reports, .leaving = v->leaving,
+                           .n_reports = v->n_reports, .failures = v->failures, .leaving = v->leaving,
                            .n_leaving = v->n_leaving, .deaths = v->deaths, .ckpt = v->ckpt,
                            .now = tagc_now()};
   tagc_planner_decision d;

@@ -48,8 +48,6 @@ typedef struct work {
   id_index ranks;           /* the current members by id (at = rank) */
   int *accused_rank;        /* [report]: the rank it accuses (accusation()), or -1 */
   int *accusers;            /* [rank]: reports that accuse that member */
-  int *active_accusers;     /* [rank]: of them, the first reports of active members */
-  int active;               /* members alive and not leaving */
   int alive_workers;        /* live workers (registered, not leaving) */
   int excluded_alive;       /* live workers in `excluded` */
 } work;
@@ -362,11 +360,11 @@ static tagc_status mutual(work *w, const char *a, const char *b) {
   return TAGC_OK;
 }
 
-/* The member a report accuses (alive, not the reporter), or NULL. A suspect registered again
- * since the plan (a restarted process with the same id) is not accused: the process the
- * report is about is gone, and its successor joins. */
-static const char *accusation(const work *w, const tagc_planner_report *r) {
-  const char *suspect = member_at(w, r->peer);
+/* The member at rank a report accuses (alive, not the reporter), or NULL. A suspect
+ * registered again since the plan (a restarted process with the same id) is not accused: the
+ * process the report is about is gone, and its successor joins. */
+static const char *accused_at(const work *w, const tagc_planner_report *r, int rank) {
+  const char *suspect = member_at(w, rank);
   if (rank_of(w, r->worker) < 0 || !suspect || !strcmp(suspect, r->worker) ||
       alive(w, suspect) < 0)
     return NULL;
@@ -376,14 +374,14 @@ static const char *accusation(const work *w, const tagc_planner_report *r) {
   return suspect;
 }
 
+/* The member a report accuses as its suspect (alive, not the reporter), or NULL. */
+static const char *accusation(const work *w, const tagc_planner_report *r) {
+  return accused_at(w, r, r->peer);
+}
+
 /* What accusation() says of report r (one of in->reports), as prepare() found it. */
 static const char *accused(const work *w, const tagc_planner_report *r) {
   return member_at(w, w->accused_rank[r - w->in->reports]);
-}
-
-/* Whether member id is still in the job: alive and not leaving. */
-static int active(const work *w, const char *id) {
-  return alive(w, id) >= 0 && !left(w, id);
 }
 
 /* Builds the indexes of the input and what each report accuses (after load_plan). */
@@ -408,8 +406,7 @@ static tagc_status prepare(work *w) {
   index_sort(&w->ranks, nm);
   w->accused_rank = calloc(in->n_reports + 1, sizeof *w->accused_rank);
   w->accusers = calloc(nm + 1, sizeof *w->accusers);
-  w->active_accusers = calloc(nm + 1, sizeof *w->active_accusers);
-  if (!w->accused_rank || !w->accusers || !w->active_accusers)
+  if (!w->accused_rank || !w->accusers)
     return tagc_errorf(TAGC_ENOMEM, "planner: accusations");
   for (size_t i = 0; i < in->n_reports; i++) {
     const char *s = accusation(w, &in->reports[i]);
@@ -419,16 +416,29 @@ static tagc_status prepare(work *w) {
   }
   for (size_t i = 0; i < in->n_workers; i++)
     w->alive_workers += alive(w, in->workers[i].id) >= 0;
-  for (size_t i = 0; i < nm; i++) {
-    const char *m = member_at(w, (int)i);
-    if (!active(w, m))
-      continue;
-    w->active++;
-    const tagc_planner_report *r = report_of(w, m);
-    if (r && w->accused_rank[r - in->reports] >= 0)
-      w->active_accusers[w->accused_rank[r - in->reports]]++;
-  }
   return TAGC_OK;
+}
+
+/* A report's broken links: its "peers" (a JSON array; NULL when none). */
+static const json_t *broken_of(const work *w, const tagc_planner_report *r) {
+  const json_t *peers = json_object_get(json_object_get(w->in->failures, r->worker), "peers");
+  return json_is_array(peers) ? peers : NULL;
+}
+
+/* The rank at index i of a report's broken links, or -1. */
+static int broken_rank(const work *w, const tagc_planner_report *r, size_t i) {
+  const json_t *v = json_array_get(broken_of(w, r), i);
+  return json_is_integer(v) && json_integer_value(v) >= 0 && json_integer_value(v) < INT32_MAX
+             ? (int)json_integer_value(v)
+             : -1;
+}
+
+/* Whether report r names member id: as its suspect or among its broken links. */
+static int names(const work *w, const tagc_planner_report *r, const char *id) {
+  const char *s = accused(w, r);
+  for (size_t i = 0; !(s && !strcmp(s, id)) && i < json_array_size(broken_of(w, r)); i++)
+    s = accused_at(w, r, broken_rank(w, r, i));
+  return s && !strcmp(s, id);
 }
 
 /* Reports of this generation that accuse member id (one report per worker: distinct). */
@@ -437,24 +447,60 @@ static int accusers(const work *w, const char *id) {
   return rank < 0 ? 0 : w->accusers[rank];
 }
 
+/* Whether member id reported nothing and every other member still in the job that reported
+ * (at least two; their number in *reporters) named it, as its suspect or a broken link. */
+static int named_by_reporters(const work *w, const char *id, int *reporters) {
+  int named = 0;
+  if (report_of(w, id))
+    return 0;
+  for (size_t i = 0; i < json_array_size(w->members); i++) {
+    const char *m = member_at(w, (int)i);
+    if (!strcmp(m, id) || alive(w, m) < 0 || left(w, m))
+      continue;
+    const tagc_planner_report *r = report_of(w, m);
+    if (r && !names(w, r, id))
+      return 0;
+    named += r != NULL;
+  }
+  *reporters = named;
+  return named >= 2;
+}
+
 /* Whether member id went silent for all the others (hung, stopped or dead) rather than
- * sitting on one side of a doubtful link: every other member still in the job (at least two)
- * reported, each naming id, and id reported nothing. A member that is alive and blocked in a
+ * sitting on one side of a doubtful link: id reported nothing, every other member still in the
+ * job (at least two) reported naming it, or went silent the same way (every member that
+ * reported named it too), and those that reported outnumber those that went silent; *silent
+ * gets the number of those (id included). Workers killed together are each named by every
+ * survivor: the dead peer a survivor's collective failed on is its suspect, the others are
+ * among its report's broken links ("peers"), so all of them are excluded at once, without a
+ * suspect window each or waiting for their leases. A member that is alive and blocked in a
  * collective passes its deadline no later than the peers that wait on it, so its own report
  * normally comes with theirs (then the mutual rule applies); should it come late, id is still
  * one end of each failing link, the member the link rules would exclude a generation later. So
  * the suspect window is not needed to tell it apart; with one accuser (two members) it is. */
-static int silenced(const work *w, const char *id) {
-  int rank = rank_of(w, id);
-  if (report_of(w, id) || rank < 0)
+static int silenced(const work *w, const char *id, int *reporters, int *silent) {
+  *silent = 1;
+  if (!named_by_reporters(w, id, reporters))
     return 0;
-  /* every other member still in the job named id (its first report does: prepare()) */
-  int self = 0; /* id's places in the plan (one, unless the plan lists it twice) */
-  for (long k = index_find(&w->ranks, id); k >= 0 && (size_t)k < w->ranks.n &&
-                                           !strcmp(w->ranks.e[k].id, id); k++)
-    self++;
-  int others = w->active - (active(w, id) ? self : 0);
-  return others >= 2 && w->active_accusers[rank] == others;
+  for (size_t i = 0; i < json_array_size(w->members); i++) {
+    const char *m = member_at(w, (int)i);
+    int ignored;
+    if (!strcmp(m, id) || alive(w, m) < 0 || left(w, m) || report_of(w, m))
+      continue;
+    if (!named_by_reporters(w, m, &ignored))
+      return 0;
+    ++*silent;
+  }
+  return *reporters > *silent;
+}
+
+/* The reason silenced() gives for excluding a member. */
+static void silenced_why(char *why, size_t cap, int reporters, int silent) {
+  if (silent == 1)
+    snprintf(why, cap, "all %d other members reported it and it did not report", reporters);
+  else
+    snprintf(why, cap, "all %d members that reported named it and the %d other members that "
+             "did not report", reporters, silent - 1);
 }
 
 /* The kind a report counts as: "crash" when it blames the link to a member whose process
@@ -517,10 +563,10 @@ static tagc_status apply_report(work *w, const tagc_planner_report *r) {
          back ? back : "no member");
     return TAGC_OK;
   }
-  if (silenced(w, suspect)) {
+  int reporters, silent;
+  if (silenced(w, suspect, &reporters, &silent)) {
     char why[200];
-    snprintf(why, sizeof why, "all %d other members reported it and it did not report",
-             accusers(w, suspect));
+    silenced_why(why, sizeof why, reporters, silent);
     return exclude(w, suspect, why);
   }
   double deadline = r->seen_at + w->cfg->suspect_window_s;
@@ -533,6 +579,23 @@ static tagc_status apply_report(work *w, const tagc_planner_report *r) {
   snprintf(why, sizeof why, "suspected by %s and did not report within %.1f s", r->worker,
            w->cfg->suspect_window_s);
   return exclude(w, suspect, why);
+}
+
+/* The members among a report's broken links that went silent with its suspect (silenced)
+ * are excluded at once too. */
+static tagc_status apply_broken(work *w, const tagc_planner_report *r) {
+  if (rank_of(w, r->worker) < 0 || tagc_failure_kind_parse(r->kind) == TAGC_FAIL_STRAGGLER)
+    return TAGC_OK;
+  for (size_t i = 0; i < json_array_size(broken_of(w, r)); i++) {
+    const char *id = accused_at(w, r, broken_rank(w, r, i));
+    int reporters, silent;
+    if (id && !excluded(w, id) && silenced(w, id, &reporters, &silent)) {
+      char why[200];
+      silenced_why(why, sizeof why, reporters, silent);
+      TAGC_CHECK(exclude(w, id, why));
+    }
+  }
+  return TAGC_OK;
 }
 
 /* Whether the generation failed before completing a step: reports exist and none got past
@@ -832,6 +895,8 @@ static tagc_status decide(work *w) {
     TAGC_CHECK(majority(w));
   for (size_t i = 0; w->members && i < w->in->n_reports; i++)
     TAGC_CHECK(apply_report(w, &w->in->reports[i]));
+  for (size_t i = 0; w->members && i < w->in->n_reports; i++)
+    TAGC_CHECK(apply_broken(w, &w->in->reports[i]));
   if (w->pending > 0) {
     w->out->action = TAGC_PLANNER_WAIT;
     w->out->wait_until = w->pending;
@@ -909,7 +974,6 @@ tagc_status tagc_planner_decide(const tagc_planner_config *cfg, const tagc_plann
   free(w.ranks.e);
   free(w.accused_rank);
   free(w.accusers);
-  free(w.active_accusers);
   if (st != TAGC_OK)
     tagc_planner_decision_free(out);
   return st;

@@ -21,7 +21,10 @@
  *    decision is WAIT. A suspect whose lease is gone is dropped as lost. A suspect that every
  *    other member still in the job (at least two) reported and named, while it reported
  *    nothing itself, went silent for all of them (a hang, a stopped or dead process): it is excluded
- *    at once, without the window. With two members (one accuser) the window decides, since a
+ *    at once, without the window. So are several members that went silent together (workers
+ *    killed at once): each reported nothing, every member that reported named each of them
+ *    (as its suspect or among its report's broken links, "peers"), and those that reported
+ *    outnumber them. With two members (one accuser) the window decides, since a
  *    link cut between them reads the same from each side until the other's report arrives.
  *  - Partitions, the accusation graph: in a generation that failed before completing a step
  *    (every report's step <= the plan's resume step; a worker whose communicator bootstrap
@@ -147,6 +150,9 @@ typedef struct tagc_planner_input {
                                             registrations a worker continues (lease loss) */
   const tagc_planner_report *reports;    /* failures/<current gen>/..., any order */
   size_t n_reports;
+  const json_t *failures;                /* {"<id>": value of failures/<current gen>/<id>}, or
+                                            NULL: a report's "peers" (the ranks whose connection
+                                            with the reporter broke) is read from there */
   const tagc_planner_worker *leaving;    /* leaving/<id> records: the worker and the
                                             registration that leaves; any order */
   size_t n_leaving;

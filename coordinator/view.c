@@ -305,13 +305,61 @@ static tagc_status find_gen(const coord_keys *k, coord_view *v) {
   return TAGC_OK;
 }
 
+/* Moves b's keys to the end of a's (b is freed). */
+static tagc_status append_kvs(tagc_etcd_range_result *a, tagc_etcd_range_result *b) {
+  if (b->n > 0) {
+    tagc_etcd_kv *kvs = realloc(a->kvs, (a->n + b->n) * sizeof *kvs);
+    if (!kvs) {
+      tagc_etcd_range_result_free(b);
+      return tagc_errorf(TAGC_ENOMEM, "coordinator: view");
+    }
+    memcpy(kvs + a->n, b->kvs, b->n * sizeof *kvs);
+    a->kvs = kvs;
+    a->n += b->n;
+    a->count += b->count;
+    free(b->kvs);
+    b->kvs = NULL;
+    b->n = 0;
+  }
+  tagc_etcd_range_result_free(b);
+  return TAGC_OK;
+}
+
+/* Reads the job's keys the view uses into v->r, at one revision, leaving out gen/<g>/ but the
+ * current plan: a generation's bootstrap keys (W (W - 1) Gloo addresses) and ready records
+ * would make every read grow with W^2. Three ranges: the keys before "gen/" (ckpt, config,
+ * coord/, done, failures/, gen), those after the gen/ subtree (leaving/, progress, workers/),
+ * and gen/<g>/plan of the generation read. Sets v->gen. */
+static tagc_status read_job(tagc_etcd *etcd, const coord_keys *k, coord_view *v) {
+  char gen_sub[TAGC_KEY_MAX + 8], after_gen[TAGC_KEY_MAX + 8], job_end[TAGC_KEY_MAX];
+  char plan[TAGC_KEY_MAX];
+  size_t n = strlen(k->prefix);
+  snprintf(gen_sub, sizeof gen_sub, "%sgen/", k->prefix);
+  snprintf(after_gen, sizeof after_gen, "%sgen0", k->prefix); /* '0' follows '/' */
+  snprintf(job_end, sizeof job_end, "%s", k->prefix);
+  job_end[n - 1]++; /* the prefix ends in '/': the first key after every job key */
+  tagc_etcd_range_opts before = {.range_end = gen_sub};
+  TAGC_CHECK(tagc_etcd_range(etcd, k->prefix, &before, &v->r));
+  tagc_etcd_range_result more;
+  tagc_etcd_range_opts after = {.range_end = job_end, .revision = v->r.revision};
+  TAGC_CHECK(tagc_etcd_range(etcd, after_gen, &after, &more));
+  TAGC_CHECK(append_kvs(&v->r, &more));
+  TAGC_CHECK(find_gen(k, v));
+  TAGC_CHECK(tagc_key_gen_plan(k->job, v->gen, plan, sizeof plan));
+  tagc_etcd_range_opts at = {.revision = v->r.revision};
+  TAGC_CHECK(tagc_etcd_range(etcd, plan, &at, &more));
+  return append_kvs(&v->r, &more);
+}
+
 tagc_status coord_view_read(tagc_etcd *etcd, const coord_keys *k, coord_seen *seen, coord_view *v) {
   memset(v, 0, sizeof *v);
   reading rd = {.k = k, .v = v, .seen = seen};
-  tagc_etcd_range_opts o = {.prefix = 1};
-  TAGC_CHECK(tagc_etcd_range(etcd, k->prefix, &o, &v->r));
+  tagc_status st = read_job(etcd, k, v);
+  if (st != TAGC_OK) {
+    coord_view_free(v);
+    return st;
+  }
   char plan_key[TAGC_KEY_MAX], failures_gen[TAGC_KEY_MAX];
-  tagc_status st;
   const tagc_etcd_kv **report_kvs = calloc(v->r.n + 1, sizeof *report_kvs);
   v->workers = calloc(v->r.n + 1, sizeof *v->workers);
   v->reports = calloc(v->r.n + 1, sizeof *v->reports);
@@ -325,7 +373,6 @@ tagc_status coord_view_read(tagc_etcd *etcd, const coord_keys *k, coord_seen *se
     st = tagc_errorf(TAGC_ENOMEM, "coordinator: view");
     goto fail;
   }
-  TAGC_CHECK_GOTO(find_gen(k, v), st, fail);
   TAGC_CHECK_GOTO(tagc_key_gen_plan(k->job, v->gen, plan_key, sizeof plan_key), st, fail);
   TAGC_CHECK_GOTO(tagc_key_failures_gen_prefix(k->job, v->gen, failures_gen, sizeof failures_gen),
                   st, fail);

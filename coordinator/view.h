@@ -78,7 +78,8 @@ typedef struct coord_view {
                                          failure reports of non-members */
 } coord_view;
 
-/* Reads every key of the job in one range and sorts it into *v (caller-owned; free with
+/* Reads the job's keys at one revision (three ranges that leave out gen/<g>/ but the current
+ * plan: its bootstrap keys grow with W^2) and sorts them into *v (caller-owned; free with
  * coord_view_free after success). Malformed JSON values are kept as JSON strings; workers
  * with bad ids, bad leave records and the failure reports of workers that are not members of
  * the current plan are left out (counted in ignored_keys). A bad key is logged once per

@@ -189,7 +189,8 @@ static void report_failure(void *arg, const tagc_gen_result *res) {
                             : NULL;
   tagc_failure_kind kind = report_kind(f->etcd, f->info, suspect, res);
   if (tagc_member_report_failure(f->m, f->plan->gen, tagc_failure_kind_name(kind), res->step,
-                                 res->suspected_rank, res->detail) != TAGC_OK)
+                                 res->suspected_rank, res->broken, res->n_broken,
+                                 res->detail) != TAGC_OK)
     LOG_WARN("elastic", "failure report not recorded: %s", tagc_last_error());
 }
 
@@ -237,7 +238,7 @@ static tagc_status hook_progress(void *ctx, json_t *progress) {
 static tagc_status hook_report_straggler(void *ctx, int64_t gen, int64_t step, int rank,
                                          const char *detail) {
   return tagc_member_report_failure(ctx, gen, tagc_failure_kind_name(TAGC_FAIL_STRAGGLER), step,
-                                    rank, detail);
+                                    rank, NULL, 0, detail);
 }
 
 /* Elastic mode of the runner: generations, checkpoint records, chaos and progress through m

@@ -552,6 +552,7 @@ static void fail_generation(tagc_run *t, tagc_status st, tagc_gen_cause cause,
   res->suspected_rank = t->suspect >= 0 ? t->suspect
                        : t->comm      ? tagc_comm_failed_peer(t->comm)
                                       : t->boot_peer;
+  res->n_broken = t->comm ? tagc_comm_broken_peers(t->comm, res->broken, TAGC_GEN_BROKEN_MAX) : 0;
   pthread_mutex_unlock(&t->comm_mu);
   snprintf(res->detail, sizeof res->detail, "%s", tagc_last_error());
   const char *kind = tagc_gen_cause_name(cause);

@@ -117,6 +117,9 @@ typedef enum tagc_gen_end {
   TAGC_GEN_SUPERSEDED  /* a newer generation was announced */
 } tagc_gen_end;
 
+/* Most ranks a failure report names besides the suspected one (tagc_gen_result.broken). */
+#define TAGC_GEN_BROKEN_MAX 64
+
 typedef struct tagc_gen_result {
   tagc_gen_end end;
   tagc_status status;     /* the failure (TAGC_GEN_FAILED) */
@@ -124,6 +127,10 @@ typedef struct tagc_gen_result {
   int64_t step;           /* steps completed when the generation ended */
   int64_t start_step;     /* the step it resumed at (step > start_step: it trained) */
   int suspected_rank;     /* rank blamed by the data path, -1 when unknown */
+  int broken[TAGC_GEN_BROKEN_MAX]; /* every rank whose connection with this one broke with the
+                                      failure (tagc_comm_broken_peers), ascending: all of the
+                                      peers that died together */
+  int n_broken;
   int suspended;          /* TAGC_GEN_STOPPED by tagc_run_suspend, not by --stop-at */
   char detail[256];
 } tagc_gen_result;

@@ -68,6 +68,12 @@ static void test_kv(tagc_etcd *c) {
   CHECK(r.revision >= rev3);
   tagc_etcd_range_result_free(&r);
 
+  /* [key, range_end): "/t/kv/b" up to "/t/kv0" leaves "/t/kv/a" out (and wins over prefix) */
+  tagc_etcd_range_opts span = {.prefix = 1, .range_end = "/t/kv0"};
+  CHECK_OK(tagc_etcd_range(c, "/t/kv/b", &span, &r));
+  CHECK(r.n == 1 && strcmp((char *)r.kvs[0].key, "/t/kv/b") == 0);
+  tagc_etcd_range_result_free(&r);
+
   tagc_etcd_range_opts limited = {.prefix = 1, .limit = 1};
   CHECK_OK(tagc_etcd_range(c, "/t/kv/", &limited, &r));
   CHECK_EQ_INT(r.n, 1);

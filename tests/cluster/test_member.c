@@ -1,5 +1,5 @@
 /* Worker-side membership and the etcd bootstrap store, on a real etcd: store get/set/wait and
- * a 2-rank Gloo bootstrap through it; member join, plans, lease loss and re-registration,
+ * set_many / get_many; a 2-rank Gloo bootstrap through it; member join, plans, lease loss and re-registration,
  * duplicate ids, failure/progress/checkpoint/finish records. */
 #include <pthread.h>
 #include <stdatomic.h>
@@ -83,6 +83,79 @@ static void test_store(tagc_etcd *c) {
   CHECK_OK(tagc_store_remove(s, "late"));
   CHECK_OK(tagc_store_remove(s, "late"));
   CHECK_EQ_INT(tagc_store_get(s, "late", 0, &v, &len), TAGC_ETIMEDOUT);
+  tagc_store_free(s);
+}
+
+typedef struct delayed_many {
+  tagc_store *store;
+  const char *key;
+} delayed_many;
+
+static void *set_one_later(void *arg) {
+  delayed_many *d = arg;
+  tagc_sleep(0.4);
+  tagc_store_set(d->store, d->key, "late", 4);
+  return NULL;
+}
+
+/* A store cancel function that says stop from a given time on. */
+static int stop_at(void *arg) { return tagc_now() >= *(double *)arg; }
+
+/* set_many over more keys than one transaction takes; get_many of one prefix ("m/1/") that
+ * a longer one ("m/10/") must not answer, a key that comes while it waits, a timeout that
+ * names the missing key and a cancel. */
+static void test_store_many(tagc_etcd *c) {
+  tagc_store *s = NULL;
+  CHECK_OK(tagc_etcd_store_new(c, "job", 4, &s));
+  if (!s)
+    return;
+  enum { N = 70 };
+  char names[N][32], vals[N][32];
+  const char *keys[N];
+  const void *values[N];
+  size_t lens[N], got_lens[N];
+  void *got[N];
+  for (int i = 0; i < N; i++) {
+    snprintf(names[i], sizeof names[i], "m/1/%d", i);
+    lens[i] = (size_t)snprintf(vals[i], sizeof vals[i], "value %d", i);
+    keys[i] = names[i];
+    values[i] = vals[i];
+  }
+  CHECK_OK(tagc_store_set_many(s, keys, values, lens, N));
+  CHECK_OK(tagc_store_set(s, "m/10/0", "other", 5));
+  CHECK_OK(tagc_store_get_many(s, keys, N, 2.0, got, got_lens, NULL));
+  for (int i = 0; i < N; i++) {
+    CHECK_MSG(got[i] && got_lens[i] == lens[i] && memcmp(got[i], vals[i], lens[i]) == 0,
+              "key %s", keys[i]);
+    free(got[i]);
+  }
+
+  const char *two[2] = {"m/1/0", "m/1/late"};
+  delayed_many d = {s, "m/1/late"};
+  pthread_t t;
+  pthread_create(&t, NULL, set_one_later, &d);
+  double t0 = tagc_now();
+  CHECK_OK(tagc_store_get_many(s, two, 2, 5.0, got, got_lens, NULL));
+  double waited = tagc_now() - t0;
+  CHECK_MSG(waited > 0.3 && waited < 1.5, "waited %.2f s for a key set after 0.4 s", waited);
+  CHECK(got[1] && got_lens[1] == 4 && memcmp(got[1], "late", 4) == 0);
+  free(got[0]);
+  free(got[1]);
+  pthread_join(t, NULL);
+
+  const char *absent[3] = {"m/1/0", "m/1/never", "m/1/3"};
+  int missing = -2;
+  t0 = tagc_now();
+  CHECK_EQ_INT(tagc_store_get_many(s, absent, 3, 0.4, got, got_lens, &missing), TAGC_ETIMEDOUT);
+  CHECK_NEAR(tagc_now() - t0, 0.4, 0.35);
+  CHECK_EQ_INT(missing, 1);
+  CHECK(got[0] == NULL && got[1] == NULL && got[2] == NULL);
+
+  double at = tagc_now() + 0.3;
+  tagc_store_set_cancel(s, stop_at, &at);
+  t0 = tagc_now();
+  CHECK_EQ_INT(tagc_store_get_many(s, absent, 3, 30.0, got, got_lens, NULL), TAGC_EABORTED);
+  CHECK_MSG(tagc_now() - t0 < 2.0, "a cancelled get_many took %.2f s", tagc_now() - t0);
   tagc_store_free(s);
 }
 
@@ -355,19 +428,23 @@ static void test_join_and_plans(tagc_etcd *c) {
   json_decref(ready);
   CHECK_EQ_INT(tagc_member_ready(m, 2, -1), TAGC_EINVAL);
 
-  CHECK_EQ_INT(tagc_member_report_failure(m, 2, "bogus", 5, 0, NULL), TAGC_EINVAL);
+  CHECK_EQ_INT(tagc_member_report_failure(m, 2, "bogus", 5, 0, NULL, 0, NULL), TAGC_EINVAL);
   /* every kind worker/failure_kind.c reports is recorded (partition was refused, so such
    * reports never reached the coordinator) */
-  CHECK_OK(tagc_member_report_failure(m, 2, "partition", 56, 0, "reset, peer alive"));
+  int broken[2] = {0, 3};
+  CHECK_OK(tagc_member_report_failure(m, 2, "partition", 56, 0, broken, 2, "reset, peer alive"));
   json_t *fp = get_json(c, "/tagc/job/failures/2/w1");
   CHECK_EQ_STR(json_string_value(json_object_get(fp, "kind")), "partition");
+  json_t *peers = json_object_get(fp, "peers");
+  CHECK(json_array_size(peers) == 2 && json_integer_value(json_array_get(peers, 1)) == 3);
   json_decref(fp);
-  CHECK_OK(tagc_member_report_failure(m, 2, "timeout", 57, 0, "allreduce deadline"));
+  CHECK_OK(tagc_member_report_failure(m, 2, "timeout", 57, 0, NULL, 0, "allreduce deadline"));
   json_t *f = get_json(c, "/tagc/job/failures/2/w1");
   CHECK_EQ_STR(json_string_value(json_object_get(f, "kind")), "timeout");
   CHECK_EQ_INT(json_integer_value(json_object_get(f, "step")), 57);
   CHECK_EQ_INT(json_integer_value(json_object_get(f, "peer")), 0);
   CHECK_EQ_STR(json_string_value(json_object_get(f, "detail")), "allreduce deadline");
+  CHECK(json_object_get(f, "peers") == NULL);
   json_decref(f);
 
   json_t *prog = json_pack("{s:i, s:f}", "step", 58, "loss", 2.5);
@@ -462,6 +539,7 @@ int main(void) {
   tagc_etcd *c = client(e.url);
   if (c) {
     test_store(c);
+    test_store_many(c);
     test_gloo_bootstrap(c);
     test_gloo_bootstrap_cancel(c);
     test_join_and_plans(c);

@@ -270,6 +270,43 @@ static int mismatch_rank(int rank, int world, const char *dir, void *arg) {
   return test_failed_;
 }
 
+/* Ranks 1 and 3 of 4 hang after create and are SIGKILLed one after the other; ranks 0 and 2,
+ * blocked in an all-reduce, fail naming one of them and find both connections broken
+ * (tagc_comm_broken_peers: what a failure report names as the peers that died together). */
+static int kill_two_rank(int rank, int world, const char *dir, void *arg) {
+  (void)arg;
+  RANK_START();
+  tagc_comm *c = harness_comm(rank, world, dir, "killtwo", 10.0);
+  CHECK(c != NULL);
+  if (!c)
+    return test_failed_;
+  if (rank % 2 == 1) {
+    harness_mark(dir, rank == 1 ? "victim1-ready" : "victim3-ready");
+    for (;;)
+      tagc_sleep(1.0);
+  }
+  float x[4096] = {0};
+  tagc_status st = tagc_comm_allreduce(c, x, x, 4096, TAGC_DTYPE_F32, TAGC_REDOP_SUM, 10.0);
+  CHECK_EQ_INT(st, TAGC_EPEER);
+  int broken[4] = {-1, -1, -1, -1};
+  int n = tagc_comm_broken_peers(c, broken, 4);
+  CHECK_MSG(n == 2 && broken[0] == 1 && broken[1] == 3, "rank %d: %d broken: %d %d", rank, n,
+            broken[0], broken[1]);
+  tagc_comm_destroy(c);
+  return test_failed_;
+}
+
+static void test_kill_two(void) {
+  harness h;
+  CHECK_OK(harness_start(&h, 4, kill_two_rank, NULL));
+  CHECK(harness_wait_mark(h.dir, "victim1-ready", 20.0));
+  CHECK(harness_wait_mark(h.dir, "victim3-ready", 20.0));
+  tagc_sleep(0.3);
+  harness_kill(&h, 1);
+  harness_kill(&h, 3);
+  CHECK_EQ_INT(harness_wait(&h, 30.0), 0);
+}
+
 static void test_kill(rank_fn fn, int world, const char *ready_key, double delay) {
   harness h;
   CHECK_OK(harness_start(&h, world, fn, NULL));
@@ -284,6 +321,7 @@ int main(void) {
   CHECK_EQ_INT(harness_run(2, timeout_rank, NULL, 30.0), 0);
   test_kill(kill_blocked_rank, 3, "victim-ready", 0.3);
   test_kill(kill_loop_rank, 3, "loop-running", 0.5);
+  test_kill_two();
   CHECK_EQ_INT(harness_run(2, abort_rank, NULL, 30.0), 0);
   test_abort_idle();
   CHECK_EQ_INT(harness_run(2, create_timeout_rank, NULL, 30.0), 0);

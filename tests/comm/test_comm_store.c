@@ -1,6 +1,8 @@
 /* The store interface through the directory-backed store: set/get round trips, key escaping,
- * blocking get with timeout, remove, and clean-up of the directory. */
+ * blocking get with timeout, remove, set_many / get_many through one op per key, and clean-up of
+ * the directory. */
 #include <stdlib.h>
+#include <string.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -77,6 +79,26 @@ int main(void) {
   free(v);
   tagc_store_set_cancel(s, NULL, NULL);
   CHECK(!tagc_store_cancelled(s));
+
+  /* set_many / get_many without their own ops: one set or get per key, in order; a missing
+     key is a timeout naming its index, with no value returned */
+  const char *keys[3] = {"m/1/0", "m/1/2", "m/10/0"};
+  const void *vals[3] = {"a", "bc", "def"};
+  size_t lens[3] = {1, 2, 3}, got_lens[3];
+  void *got[3];
+  CHECK_OK(tagc_store_set_many(s, keys, vals, lens, 3));
+  CHECK_OK(tagc_store_get_many(s, keys, 3, 1.0, got, got_lens, NULL));
+  for (int i = 0; i < 3; i++) {
+    CHECK(got_lens[i] == lens[i] && memcmp(got[i], vals[i], lens[i]) == 0);
+    free(got[i]);
+  }
+  const char *some_missing[3] = {"m/1/0", "m/1/9", "m/10/0"};
+  int missing = -2;
+  CHECK_EQ_INT(tagc_store_get_many(s, some_missing, 3, 0.2, got, got_lens, &missing),
+               TAGC_ETIMEDOUT);
+  CHECK_EQ_INT(missing, 1);
+  CHECK(got[0] == NULL && got[1] == NULL && got[2] == NULL);
+  CHECK_EQ_INT(tagc_store_set_many(s, keys, NULL, lens, 3), TAGC_EINVAL);
   tagc_store_free(s);
   CHECK_OK(tagc_store_file_remove_all(dir));
   CHECK(access(dir, F_OK) != 0);

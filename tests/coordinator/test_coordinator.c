@@ -491,7 +491,7 @@ static void failure_rules(const char *url, tagc_etcd *c) {
   json_decref(plan);
 
   /* a blames rank 2 (x), which stays silent: x is excluded after the suspect window. */
-  CHECK_OK(tagc_member_report_failure(a, g, "timeout", 5, 2, "recv from rank 2 timed out"));
+  CHECK_OK(tagc_member_report_failure(a, g, "timeout", 5, 2, NULL, 0, "recv from rank 2 timed out"));
   plan = wait_plan_members(c, "tf", "a,b", 10);
   CHECK(plan && strstr(json_string_value(json_object_get(plan, "reason")), "excluded x"));
   json_decref(plan);
@@ -509,7 +509,7 @@ static void failure_rules(const char *url, tagc_etcd *c) {
   json_decref(plan);
 
   /* b runs out of memory: its micro-batch halves from the job's 8. */
-  CHECK_OK(tagc_member_report_failure(b, g, "oom", 7, -1, "allocation of 2 GiB failed"));
+  CHECK_OK(tagc_member_report_failure(b, g, "oom", 7, -1, NULL, 0, "allocation of 2 GiB failed"));
   CHECK_OK(tagc_member_wait_plan(b, g, 10, &p));
   CHECK(p.rank == 1 && p.world == 3);
   CHECK_EQ_INT(p.micro_batch, 4);
@@ -520,8 +520,8 @@ static void failure_rules(const char *url, tagc_etcd *c) {
   int rounds = 0, world = 3;
   while (world == 3 && rounds < 4) {
     rounds++;
-    CHECK_OK(tagc_member_report_failure(a, g, "timeout", 9, 2, "partition"));
-    CHECK_OK(tagc_member_report_failure(x, g, "timeout", 9, 0, "partition"));
+    CHECK_OK(tagc_member_report_failure(a, g, "timeout", 9, 2, NULL, 0, "partition"));
+    CHECK_OK(tagc_member_report_failure(x, g, "timeout", 9, 0, NULL, 0, "partition"));
     if (tagc_member_wait_plan(a, g, 10, &p) != TAGC_OK)
       break;
     g = p.gen;

@@ -2,7 +2,9 @@
  * least two) reported and named, while it reported nothing itself, went silent for all of
  * them (a hang, a stopped or dead process) and is excluded at once, without the suspect
  * window; everything short of that (one accuser, a bystander naming someone else, a member yet
- * to report, the suspect's own report: mutual suspicion) still waits or counts pairs. And a
+ * to report, the suspect's own report: mutual suspicion) still waits or counts pairs. Members
+ * killed together, each named by every survivor (as its suspect or a broken link), all go at
+ * once. And a
  * new generation is "settled" when every member is accounted for, so the leader need not wait
  * out its settle window. */
 #include <string.h>
@@ -200,8 +202,54 @@ static void test_settled(void) {
   json_decref(plan);
 }
 
+/* Two of eight killed together (ranks 2 and 5, c and f): every survivor's collective failed on
+ * one of them (its suspect: c for most, f for one) and its report's broken links name both.
+ * Both go at once, settled, without a window. Without the broken links (each survivor names
+ * only its suspect) f, named by nobody, holds c back too: the window runs. With one survivor
+ * still to report, nobody is excluded at once either. */
+static void test_killed_together(void) {
+  json_t *plan = json_pack("{s:i, s:[s,s,s,s,s,s,s,s], s:{s:i,s:i,s:i,s:i,s:i,s:i,s:i,s:i}}",
+                           "gen", 3, "members", "a", "b", "c", "d", "e", "f", "g", "h",
+                           "registrations", "a", 1, "b", 2, "c", 3, "d", 4, "e", 5, "f", 6,
+                           "g", 7, "h", 8);
+  const tagc_planner_worker eight[] = {{"a", 1}, {"b", 2}, {"c", 3}, {"d", 4},
+                                       {"e", 5}, {"f", 6}, {"g", 7}, {"h", 8}};
+  tagc_planner_report r[] = {{"a", "crash", 40, 2, 100.0}, {"b", "crash", 40, 2, 100.0},
+                             {"d", "crash", 40, 2, 100.0}, {"e", "crash", 40, 5, 100.0},
+                             {"g", "crash", 40, 2, 100.0}, {"h", "crash", 40, 2, 100.0}};
+  json_t *failures = json_object();
+  for (size_t i = 0; i < 6; i++)
+    json_object_set_new(failures, r[i].worker, json_pack("{s:s, s:[i,i]}", "kind", "crash",
+                                                         "peers", 2, 5));
+  tagc_planner_input in = {.gen = 3, .plan = plan, .workers = eight, .n_workers = 8,
+                           .reports = r, .n_reports = 6, .failures = failures, .now = 100.1};
+  tagc_planner_decision d;
+  char buf[256];
+  CHECK_OK(tagc_planner_decide(&cfg, &in, &d));
+  CHECK_EQ_INT(d.action, TAGC_PLANNER_NEW);
+  CHECK_EQ_STR(plan_members_text(d.plan, buf, sizeof buf), "a,b,d,e,g,h");
+  CHECK(is_excluded(d.plan, "c") && is_excluded(d.plan, "f"));
+  CHECK(strstr(d.reason, "all 6 members that reported named it") != NULL);
+  CHECK(d.settled);
+  tagc_planner_decision_free(&d);
+
+  in.failures = NULL;
+  CHECK_OK(tagc_planner_decide(&cfg, &in, &d));
+  CHECK_EQ_INT(d.action, TAGC_PLANNER_WAIT);
+  tagc_planner_decision_free(&d);
+
+  in.failures = failures;
+  in.n_reports = 5; /* h has not reported */
+  CHECK_OK(tagc_planner_decide(&cfg, &in, &d));
+  CHECK_EQ_INT(d.action, TAGC_PLANNER_WAIT);
+  tagc_planner_decision_free(&d);
+  json_decref(failures);
+  json_decref(plan);
+}
+
 int main(void) {
   test_hang_excluded_at_once();
+  test_killed_together();
   test_suspect_reported();
   test_collateral_not_mutual();
   test_two_members();
