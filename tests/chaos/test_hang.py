@@ -4,9 +4,11 @@
 1. SIGSTOP of 1 of 3 workers for STOP_S (10 s). The others' collectives pass their deadline,
    the hung worker is excluded and training continues with 2; after SIGCONT the worker comes
    back as a new member at the next planning point (a generation of 3 again), and the job
-   finishes. summary.json reports the stop honestly: max_pause_s and max_recovery_s (the
-   worst over the final generation's ranks, the stopped worker among them) are >= STOP_S,
-   since recovery counts from the last step completed before the fault.
+   finishes. summary.json reports the stop honestly: max_pause_s (the worst over the final
+   generation's ranks, the stopped worker among them) is >= STOP_S, and max_recovery_s, which
+   counts from the last step completed before the fault, is at least the survivors' op
+   timeout (the stopped worker's own reaches STOP_S unless the stop fell after its step's
+   last collective: then that step completes after SIGCONT).
 2. --fault hang@STEP in one worker: the others wait out --op-timeout (T) before they report it,
    so max_pause_s and max_recovery_s are >= T. And not much more: the two survivors report the
    moment their collective gives up, the coordinator excludes the worker they both name at
@@ -38,12 +40,13 @@ common = job_args(STEPS, 20, 12, "none", "--op-timeout", str(OP_TIMEOUT_S))
 check = Checks()
 
 
-def figures(out, what, at_least):
+def figures(out, what, at_least, recovery_at_least=None):
     s = json.load(open(out + "/summary.json"))
+    recovery_at_least = at_least if recovery_at_least is None else recovery_at_least
     check(s["steps"] == STEPS, "%s: finished %d steps" % (what, s["steps"]))
     check(s["max_pause_s"] >= at_least, "%s: max_pause_s %.2f >= %.1f" % (what, s["max_pause_s"], at_least))
-    check(s["max_recovery_s"] >= at_least,
-          "%s: max_recovery_s %.2f >= %.1f" % (what, s["max_recovery_s"], at_least))
+    check(s["max_recovery_s"] >= recovery_at_least,
+          "%s: max_recovery_s %.2f >= %.1f" % (what, s["max_recovery_s"], recovery_at_least))
 
 
 c = Cluster(bindir)
@@ -66,7 +69,11 @@ try:
     rc = [c.wait("w%d" % i, 120) for i in range(3)]
     check(rc == [0, 0, 0], "all 3 workers finished with status 0 (%s)" % rc)
     check("excluded w2" in c.log("coord0") or "lost w2" in c.log("coord0"), "the coordinator excluded w2")
-    figures(out, "SIGSTOP %.0f s" % STOP_S, STOP_S)
+    # the stop shows in the pause (>= STOP_S); the recovery is >= the survivors' op timeout, and
+    # >= STOP_S only when the stop landed inside a collective: stopped between its step's last
+    # collective and the step's end, w2 completes that step after SIGCONT, so its recovery
+    # counts from then
+    figures(out, "SIGSTOP %.0f s" % STOP_S, STOP_S, OP_TIMEOUT_S)
 except RuntimeError as e:  # a wait that timed out: fail with the processes' logs
     check(False, "SIGSTOP %.0f s: %s" % (STOP_S, e))
 finally:
