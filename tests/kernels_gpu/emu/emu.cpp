@@ -1,9 +1,16 @@
 /* Fiber scheduler and host stand-ins for the CUDA runtime calls of the kernels and tests
  * (see cuda_runtime.h in this directory). Device memory is host memory; streams and
- * events are tokens; every call completes before it returns. */
+ * events are tokens; every call completes before it returns.
+ *
+ * On x86-64 a fiber switch is a few instructions (callee-saved registers, the stack
+ * pointer, MXCSR and the x87 control word), not ucontext's swapcontext, whose signal-mask
+ * system call per switch made a GPT-2-shape step spend most of its time in the kernel;
+ * other machines use ucontext. */
 #include "cuda_runtime.h"
 
+#if !defined(__x86_64__)
 #include <ucontext.h>
+#endif
 
 #include <cstdio>
 #include <cstdlib>
@@ -13,8 +20,49 @@ emu_thread_state *emu_cur;
 
 namespace {
 
+#if defined(__x86_64__)
+/* Saves the callee-saved state on the current stack, stores the stack pointer in *save and
+ * resumes the context whose stack pointer is `next` (System V ABI). */
+extern "C" void emu_switch(void **save, void *next);
+asm(R"(
+    .text
+    .p2align 4
+    .type emu_switch, @function
+emu_switch:
+    pushq %rbp
+    pushq %rbx
+    pushq %r12
+    pushq %r13
+    pushq %r14
+    pushq %r15
+    subq $8, %rsp
+    stmxcsr (%rsp)
+    fnstcw 4(%rsp)
+    movq %rsp, (%rdi)
+    movq %rsi, %rsp
+    ldmxcsr (%rsp)
+    fldcw 4(%rsp)
+    addq $8, %rsp
+    popq %r15
+    popq %r14
+    popq %r13
+    popq %r12
+    popq %rbx
+    popq %rbp
+    ret
+    .size emu_switch, .-emu_switch
+)");
+struct context {
+  void *sp;
+};
+#else
+struct context {
+  ucontext_t uc;
+};
+#endif
+
 struct fiber {
-  ucontext_t ctx;
+  context ctx;
   emu_thread_state st;
   bool done;
   std::vector<char> stack;
@@ -31,7 +79,7 @@ struct warp {
   uint64_t slot[32];
 };
 
-ucontext_t scheduler;
+context scheduler;
 std::vector<fiber> fibers;
 std::vector<warp> warps;
 barrier block_bar;
@@ -40,7 +88,45 @@ fiber *running;
 
 unsigned linear_tid(void) { return emu_cur->tid.x + emu_cur->tid.y * emu_cur->bdim.x; }
 
-void yield(void) { swapcontext(&running->ctx, &scheduler); }
+void fiber_main(void);
+
+#if defined(__x86_64__)
+void switch_to(context *from, context *to) { emu_switch(&from->sp, to->sp); }
+
+/* Never returns: fiber_main switches back to the scheduler when the body ends. */
+extern "C" void emu_fiber_entry(void) { fiber_main(); }
+
+/* A fresh stack whose first switch "returns" into emu_fiber_entry with the current
+ * floating-point control state and the alignment of a function entry. */
+void start_context(fiber *f) {
+  uintptr_t top = (reinterpret_cast<uintptr_t>(f->stack.data()) + f->stack.size()) & ~uintptr_t{15};
+  void **sp = reinterpret_cast<void **>(top);
+  *--sp = nullptr;                                      /* emu_fiber_entry's return slot */
+  *--sp = reinterpret_cast<void *>(&emu_fiber_entry);   /* emu_switch's ret */
+  for (int i = 0; i < 6; i++)                           /* rbp rbx r12 r13 r14 r15 */
+    *--sp = nullptr;
+  uint32_t mxcsr = 0;
+  uint16_t fpcw = 0;
+  asm volatile("stmxcsr %0" : "=m"(mxcsr));
+  asm volatile("fnstcw %0" : "=m"(fpcw));
+  *--sp = nullptr;
+  std::memcpy(sp, &mxcsr, 4);
+  std::memcpy(reinterpret_cast<char *>(sp) + 4, &fpcw, 2);
+  f->ctx.sp = sp;
+}
+#else
+void switch_to(context *from, context *to) { swapcontext(&from->uc, &to->uc); }
+
+void start_context(fiber *f) {
+  getcontext(&f->ctx.uc);
+  f->ctx.uc.uc_stack.ss_sp = f->stack.data();
+  f->ctx.uc.uc_stack.ss_size = f->stack.size();
+  f->ctx.uc.uc_link = &scheduler.uc;
+  makecontext(&f->ctx.uc, fiber_main, 0);
+}
+#endif
+
+void yield(void) { switch_to(&running->ctx, &scheduler); }
 
 /* Releases the waiters when every running thread has arrived. */
 void release_if_complete(barrier *b) {
@@ -66,6 +152,7 @@ void fiber_main(void) {
   barrier *w = &warps[linear_tid() / 32].bar;
   w->alive--;
   release_if_complete(w);
+  switch_to(&running->ctx, &scheduler); /* a finished fiber is never resumed */
 }
 
 }  // namespace
@@ -115,11 +202,7 @@ void emu_launch(dim3 grid, dim3 block, std::function<void()> kernel_body) {
           f.st.gdim = grid;
           if (f.stack.empty())
             f.stack.resize(128 * 1024);
-          getcontext(&f.ctx);
-          f.ctx.uc_stack.ss_sp = f.stack.data();
-          f.ctx.uc_stack.ss_size = f.stack.size();
-          f.ctx.uc_link = &scheduler;
-          makecontext(&f.ctx, fiber_main, 0);
+          start_context(&f);
         }
         for (unsigned left = n; left > 0;) {
           left = 0;
@@ -129,7 +212,7 @@ void emu_launch(dim3 grid, dim3 block, std::function<void()> kernel_body) {
               continue;
             running = &f;
             emu_cur = &f.st;
-            swapcontext(&scheduler, &f.ctx);
+            switch_to(&scheduler, &f.ctx);
             left += !f.done;
           }
         }
