@@ -1,14 +1,16 @@
 /* Host stand-ins for the runtime calls the model adds to tests/kernels_gpu/emu, and a
- * reference cuBLAS (the two strided batched GEMMs the model uses, as plain loops in
- * column-major order, products summed in double), so that test_model_gpu runs the whole
- * CUDA model on the host. The real cublas_v2.h declares the functions defined here. */
+ * reference cuBLAS (the two strided batched GEMMs the model uses, each product in double
+ * through OpenBLAS), so that test_model_gpu runs the whole CUDA model on the host. The real cublas_v2.h declares the functions defined here. */
 #include "cuda_runtime.h"
 
+#include <cblas.h>
 #include <cublas_v2.h>
 
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <vector>
+#include <algorithm>
 
 namespace {
 
@@ -30,7 +32,10 @@ double at(const T *x, cublasOperation_t op, int ld, int r, int c) {
     return v;
 }
 
-/* The argument checks cuBLAS documents (CUBLAS_STATUS_INVALID_VALUE), then the product. */
+/* The argument checks cuBLAS documents (CUBLAS_STATUS_INVALID_VALUE), then the product:
+ * op(A) and op(B) of each matrix packed to double, multiplied by OpenBLAS's dgemm (products
+ * summed in double, so the rounding is that of the final store to float; a GPT-2-shape step
+ * is then seconds of GEMM instead of hours of loops). */
 template <typename T>
 cublasStatus_t gemm(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
                     float alpha, const T *A, int lda, long long sa, const T *B, int ldb,
@@ -39,15 +44,27 @@ cublasStatus_t gemm(cublasOperation_t ta, cublasOperation_t tb, int m, int n, in
   if (m < 0 || n < 0 || k < 0 || batch < 0 || !at_least(lda, ta == CUBLAS_OP_N ? m : k) ||
       !at_least(ldb, tb == CUBLAS_OP_N ? k : n) || !at_least(ldc, m))
     return CUBLAS_STATUS_INVALID_VALUE;
+  if (m == 0 || n == 0)
+    return CUBLAS_STATUS_SUCCESS;
+  std::vector<double> pa((size_t)m * k), pb((size_t)k * n), pc((size_t)m * n);
   for (int i = 0; i < batch; i++) {
     const T *a = A + i * sa, *b = B + i * sb;
     float *c = C + i * sc;
+    for (int p = 0; p < k; p++) /* column-major op(A) (m x k) and op(B) (k x n) */
+      for (int row = 0; row < m; row++)
+        pa[(size_t)p * m + row] = at(a, ta, lda, row, p);
+    for (int col = 0; col < n; col++)
+      for (int p = 0; p < k; p++)
+        pb[(size_t)col * k + p] = at(b, tb, ldb, p, col);
+    if (k > 0)
+      cblas_dgemm(CblasColMajor, CblasNoTrans, CblasNoTrans, m, n, k, 1.0, pa.data(), m,
+                  pb.data(), k, 0.0, pc.data(), m);
+    else
+      std::fill(pc.begin(), pc.end(), 0.0);
     for (int col = 0; col < n; col++)
       for (int row = 0; row < m; row++) {
-        double s = 0;
-        for (int p = 0; p < k; p++)
-          s += at(a, ta, lda, row, p) * at(b, tb, ldb, p, col);
         float *out = &c[(size_t)col * ldc + row];
+        double s = pc[(size_t)col * m + row];
         *out = (float)(alpha * s + (beta != 0.0f ? beta * *out : 0.0f));
       }
   }
