@@ -150,13 +150,17 @@ static tagc_status cpu_sumsq_many(void *impl, const float *const *x, const size_
   return TAGC_OK;
 }
 
-static tagc_status cpu_adamw(void *impl, const tagc_model_layout *layout, size_t arena_lo,
-                             size_t n, float *params, const float *grads, float *m, float *v,
+static tagc_status cpu_adamw(void *impl, const tagc_model_layout *layout,
+                             const tagc_adamw_segment *segs, int count,
                              const tagc_adamw_config *cfg, int64_t step, float lr,
                              float grad_scale) {
   (void)impl;
-  return tagc_adamw_update_range(layout, arena_lo, n, params, grads, m, v, cfg, step, lr,
-                                 grad_scale);
+  for (int i = 0; i < count; i++)
+    if (segs[i].n > 0)
+      TAGC_CHECK(tagc_adamw_update_range(layout, segs[i].arena_lo, segs[i].n, segs[i].params,
+                                         segs[i].grads, segs[i].m, segs[i].v, cfg, step, lr,
+                                         grad_scale));
+  return TAGC_OK;
 }
 
 static tagc_status cpu_host_alloc(void *impl, size_t bytes, void **out) {
@@ -400,11 +404,10 @@ tagc_status tagc_device_sumsq_many(tagc_device *d, const float *const *x, const 
   return count > 0 ? d->ops->sumsq_many(d->impl, x, n, count, out) : TAGC_OK;
 }
 
-tagc_status tagc_device_adamw(tagc_device *d, const tagc_model_layout *layout, size_t arena_lo,
-                              size_t n, float *params, const float *grads, float *m, float *v,
+tagc_status tagc_device_adamw(tagc_device *d, const tagc_model_layout *layout,
+                              const tagc_adamw_segment *segs, int count,
                               const tagc_adamw_config *cfg, int64_t step, float lr,
                               float grad_scale) {
-  return n ? d->ops->adamw(d->impl, layout, arena_lo, n, params, grads, m, v, cfg, step, lr,
-                           grad_scale)
-           : TAGC_OK;
+  return count > 0 ? d->ops->adamw(d->impl, layout, segs, count, cfg, step, lr, grad_scale)
+                   : TAGC_OK;
 }

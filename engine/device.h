@@ -156,10 +156,11 @@ tagc_status tagc_device_model_backward(tagc_device_model *m, tagc_unit_hooks *ho
 tagc_status tagc_device_sumsq_many(tagc_device *d, const float *const *x, const size_t *n,
                                    int count, double *out);
 
-/* tagc_adamw_update_range on device shards, on the compute lane. A non-finite gradient is
- * the caller's to rule out first (the engine checks the global norm). */
-tagc_status tagc_device_adamw(tagc_device *d, const tagc_model_layout *layout, size_t arena_lo,
-                              size_t n, float *params, const float *grads, float *m, float *v,
+/* tagc_adamw_update_range on `count` device shard ranges, on the compute lane (on CUDA a
+ * few launches for all of them: tagc_adamw_many_cuda). A non-finite gradient is the
+ * caller's to rule out first (the engine checks the global norm). */
+tagc_status tagc_device_adamw(tagc_device *d, const tagc_model_layout *layout,
+                              const tagc_adamw_segment *segs, int count,
                               const tagc_adamw_config *cfg, int64_t step, float lr,
                               float grad_scale);
 

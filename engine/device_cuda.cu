@@ -226,13 +226,13 @@ static tagc_status cuda_sumsq_many(void *impl, const float *const *x, const size
   return TAGC_OK;
 }
 
-static tagc_status cuda_adamw(void *impl, const tagc_model_layout *layout, size_t arena_lo,
-                              size_t n, float *params, const float *grads, float *m, float *v,
+static tagc_status cuda_adamw(void *impl, const tagc_model_layout *layout,
+                              const tagc_adamw_segment *segs, int count,
                               const tagc_adamw_config *cfg, int64_t step, float lr,
                               float grad_scale) {
   cuda_dev *c = use(impl);
-  return tagc_adamw_update_range_cuda(layout, arena_lo, n, params, grads, m, v, cfg, step, lr,
-                                      grad_scale, c->nonfinite, c->lane[TAGC_LANE_COMPUTE]);
+  return tagc_adamw_many_cuda(layout, segs, count, cfg, step, lr, grad_scale, c->nonfinite,
+                              c->lane[TAGC_LANE_COMPUTE]);
 }
 
 /* Page-locked host memory: device copies to and from it are DMA at the bus's speed (pageable

@@ -33,9 +33,9 @@ typedef struct tagc_device_ops {
                           float loss_scale);
   tagc_status (*sumsq_many)(void *impl, const float *const *x, const size_t *n, int count,
                             double *out);
-  tagc_status (*adamw)(void *impl, const tagc_model_layout *layout, size_t arena_lo, size_t n,
-                       float *params, const float *grads, float *m, float *v,
-                       const tagc_adamw_config *cfg, int64_t step, float lr, float grad_scale);
+  tagc_status (*adamw)(void *impl, const tagc_model_layout *layout, const tagc_adamw_segment *segs,
+                       int count, const tagc_adamw_config *cfg, int64_t step, float lr,
+                       float grad_scale);
   tagc_status (*host_alloc)(void *impl, size_t bytes, void **out); /* page-locked on CUDA */
   void (*host_free)(void *impl, void *p);
 } tagc_device_ops;

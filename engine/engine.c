@@ -97,9 +97,10 @@ static tagc_status build_segments(tagc_engine *e) {
   e->seg_numel = malloc((size_t)e->n_segs * sizeof(int64_t));
   e->sq_x = malloc((size_t)e->n_segs * sizeof *e->sq_x);
   e->sq_n = malloc((size_t)e->n_segs * sizeof *e->sq_n);
+  e->opt_segs = malloc((size_t)e->n_segs * sizeof *e->opt_segs);
   e->sq = malloc((size_t)e->n_segs * sizeof *e->sq);
   if (!e->scalars_packed || !e->scalars_all || !e->seg_names || !e->seg_numel || !e->sq_x ||
-      !e->sq_n || !e->sq)
+      !e->sq_n || !e->sq || !e->opt_segs)
     return tagc_errorf(TAGC_ENOMEM, "engine tables");
   for (int i = 0; i < e->n_segs; i++) {
     e->seg_names[i] = e->segs[i].name;
@@ -356,6 +357,7 @@ void tagc_engine_free(tagc_engine *e) {
   free(e->scalars_all);
   free(e->sq_x);
   free(e->sq_n);
+  free(e->opt_segs);
   free(e->sq);
   free(e->seg_names);
   free(e->seg_numel);
@@ -646,9 +648,10 @@ tagc_status tagc_engine_step(tagc_engine *e, const tagc_corpus *corpus, int64_t 
   for (int i = 0; i < e->n_segs; i++) {
     engine_segment *s = &e->segs[i];
     size_t n, off = engine_shard_range(e, s, &n);
-    TAGC_CHECK(tagc_device_adamw(e->dev, e->L, s->off + off, n, s->p, s->g, s->m, s->v,
-                                 &e->cfg.adam, step + 1, (float)stats->lr, clip));
+    e->opt_segs[i] = (tagc_adamw_segment){s->off + off, n, s->p, s->g, s->m, s->v};
   }
+  TAGC_CHECK(tagc_device_adamw(e->dev, e->L, e->opt_segs, e->n_segs, &e->cfg.adam, step + 1,
+                               (float)stats->lr, clip));
   TAGC_CHECK(tagc_device_sync(e->dev, TAGC_LANE_COMPUTE)); /* the next gathers read the shards */
   e->optimizer_s = tagc_now() - t_opt;
   finish_stats(e, stats, &c0, t0);

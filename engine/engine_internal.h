@@ -113,6 +113,7 @@ struct tagc_engine {
   const float **sq_x;  /* per segment: reduced gradient shard, its length, its sum of squares */
   size_t *sq_n;
   double *sq;
+  tagc_adamw_segment *opt_segs; /* per segment: its shard's optimizer range */
 };
 
 /* ---- engine_comm.c: the communication thread and its FIFO ---- */

@@ -55,4 +55,12 @@ tagc_status tagc_adamw_update_range(const tagc_model_layout *layout, size_t aren
                                     const tagc_adamw_config *cfg, int64_t step, float lr,
                                     float grad_scale);
 
+/* One range of a multi-segment AdamW step (tagc_adamw_update_range's arguments). */
+typedef struct tagc_adamw_segment {
+  size_t arena_lo, n;
+  float *params;
+  const float *grads;
+  float *m, *v;
+} tagc_adamw_segment;
+
 #endif

@@ -1,6 +1,7 @@
 /* AdamW and the sum of squares on the device (see adamw_cuda.h). The update is the
  * element-wise formula of model/adamw.c with the per-step constants computed the same way
- * on the host; one launch per run of consecutive tensors with the same `decay` flag. */
+ * on the host; a launch takes up to TAGC_ADAMW_MANY_MAX runs of consecutive tensors with the
+ * same `decay` flag, each block a fixed chunk of one run. */
 #include <cuda_runtime.h>
 #include <math.h>
 #include <string.h>
@@ -9,14 +10,8 @@
 #include "model/adamw_cuda.h"
 
 #define THREADS 256
-#define MAX_GRID 65535
 /* First pass of the sum of squares: this many blocks, each over a fixed contiguous range. */
 #define SUMSQ_BLOCKS 1024
-
-static unsigned blocks_for(size_t n) {
-  size_t g = (n + 4 * THREADS - 1) / (4 * THREADS);
-  return (unsigned)(g < 1 ? 1 : g < MAX_GRID ? g : MAX_GRID);
-}
 
 /* Block tree sum of v over THREADS threads (fixed order); result in thread 0. */
 __device__ double block_sum(double v) {
@@ -102,19 +97,55 @@ typedef struct adamw_step {
   float neg_step_size, bc2_sqrt, eps, decay_mul, grad_scale;
 } adamw_step;
 
-__global__ void nonfinite_kernel(int *flag, const float *g, size_t n) {
-  for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
-       i += (size_t)gridDim.x * blockDim.x)
+/* Elements each block of the multi-range kernels takes (a fixed chunk of one run). */
+#define ADAMW_CHUNK (8 * THREADS)
+
+/* The runs of one launch (a kernel parameter of under 3 KiB): run r is n[r] elements at
+ * p[r], g[r], m[r], v[r]; its chunks are blocks first_block[r] .. first_block[r + 1] - 1. */
+typedef struct adamw_list {
+  float *p[TAGC_ADAMW_MANY_MAX];
+  const float *g[TAGC_ADAMW_MANY_MAX];
+  float *m[TAGC_ADAMW_MANY_MAX], *v[TAGC_ADAMW_MANY_MAX];
+  size_t n[TAGC_ADAMW_MANY_MAX];
+  unsigned first_block[TAGC_ADAMW_MANY_MAX + 1];
+  unsigned char decay[TAGC_ADAMW_MANY_MAX];
+  int count;
+} adamw_list;
+
+/* The run this block's chunk belongs to (the last r with first_block[r] <= blockIdx.x), and
+ * the chunk's element range [*lo, *hi) in it. */
+__device__ int chunk_of(const adamw_list *l, size_t *lo, size_t *hi) {
+  int a = 0, b = l->count - 1;
+  while (a < b) {
+    int mid = (a + b + 1) / 2;
+    if (l->first_block[mid] <= blockIdx.x)
+      a = mid;
+    else
+      b = mid - 1;
+  }
+  *lo = (size_t)(blockIdx.x - l->first_block[a]) * ADAMW_CHUNK;
+  *hi = *lo + ADAMW_CHUNK < l->n[a] ? *lo + ADAMW_CHUNK : l->n[a];
+  return a;
+}
+
+__global__ void nonfinite_kernel(int *flag, adamw_list l) {
+  size_t lo, hi;
+  int r = chunk_of(&l, &lo, &hi);
+  const float *g = l.g[r];
+  for (size_t i = lo + threadIdx.x; i < hi; i += THREADS)
     if (!isfinite(g[i]))
       *flag = 1; /* every writer stores the same value */
 }
 
-__global__ void adamw_kernel(adamw_step s, int decay, float *p, const float *grads, float *m,
-                             float *v, size_t n, const int *flag) {
+__global__ void adamw_kernel(adamw_step s, adamw_list l, const int *flag) {
   if (*flag)
     return;
-  for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
-       i += (size_t)gridDim.x * blockDim.x) {
+  size_t lo, hi;
+  int r = chunk_of(&l, &lo, &hi);
+  float *p = l.p[r], *m = l.m[r], *v = l.v[r];
+  const float *grads = l.g[r];
+  int decay = l.decay[r];
+  for (size_t i = lo + threadIdx.x; i < hi; i += THREADS) {
     float g = __fmul_rn(grads[i], s.grad_scale);
     float pi = decay ? __fmul_rn(p[i], s.decay_mul) : p[i];
     float mi = __fadd_rn(__fmul_rn(m[i], s.beta1), __fmul_rn(g, s.one_minus_beta1));
@@ -126,29 +157,82 @@ __global__ void adamw_kernel(adamw_step s, int decay, float *p, const float *gra
   }
 }
 
-extern "C" tagc_status tagc_adamw_update_range_cuda(const tagc_model_layout *layout,
-                                                    size_t arena_lo, size_t n, float *params,
-                                                    const float *grads, float *m, float *v,
-                                                    const tagc_adamw_config *cfg, int64_t step,
-                                                    float lr, float grad_scale,
-                                                    int *nonfinite_dev, tagc_stream stream) {
-  if (arena_lo > layout->n_params || n > layout->n_params - arena_lo)
-    return tagc_errorf(TAGC_EINVAL, "adamw_cuda: range [%zu, %zu) outside the arena of %zu floats",
-                       arena_lo, arena_lo + n, layout->n_params);
+/* Launches the check (`check`) or the update over the runs gathered in l. */
+static tagc_status flush(adamw_list *l, size_t blocks, int check, const adamw_step *s, int *flag,
+                         tagc_stream stream) {
+  if (l->count == 0)
+    return TAGC_OK;
+  l->first_block[l->count] = (unsigned)blocks;
+  if (check)
+    TAGC_LAUNCH(nonfinite_kernel, (unsigned)blocks, THREADS, stream)(flag, *l);
+  else
+    TAGC_LAUNCH(adamw_kernel, (unsigned)blocks, THREADS, stream)(*s, *l, flag);
+  TAGC_CHECK(cuda_launched(check ? "adamw_cuda nonfinite check" : "adamw_cuda update"));
+  l->count = 0;
+  return TAGC_OK;
+}
+
+/* The ranges as runs of one decay flag (a range split where its tensors' flag changes), in
+ * launches of at most TAGC_ADAMW_MANY_MAX runs. */
+static tagc_status launch_runs(const tagc_model_layout *layout, const tagc_adamw_segment *segs,
+                               int count, int check, const adamw_step *s, int *flag,
+                               tagc_stream stream) {
+  adamw_list l;
+  memset(&l, 0, sizeof l);
+  size_t blocks = 0;
+  for (int i = 0; i < count; i++) {
+    const tagc_adamw_segment *sg = &segs[i];
+    size_t hi = sg->arena_lo + sg->n, run_lo = sg->arena_lo;
+    for (int t = 0; t < layout->n_tensors && run_lo < hi; t++) {
+      const tagc_tensor_info *ti = &layout->tensors[t];
+      size_t end = ti->offset + ti->numel < hi ? ti->offset + ti->numel : hi;
+      if (end <= run_lo)
+        continue;
+      if (!(t + 1 == layout->n_tensors || end == hi || layout->tensors[t + 1].decay != ti->decay))
+        continue;
+      size_t k = run_lo - sg->arena_lo, len = end - run_lo;
+      size_t nb = (len + ADAMW_CHUNK - 1) / ADAMW_CHUNK;
+      if (l.count == TAGC_ADAMW_MANY_MAX || blocks + nb > (size_t)INT32_MAX) {
+        TAGC_CHECK(flush(&l, blocks, check, s, flag, stream));
+        blocks = 0;
+      }
+      int r = l.count++;
+      l.p[r] = sg->params + k;
+      l.g[r] = sg->grads + k;
+      l.m[r] = sg->m + k;
+      l.v[r] = sg->v + k;
+      l.n[r] = len;
+      l.decay[r] = (unsigned char)(ti->decay != 0);
+      l.first_block[r] = (unsigned)blocks;
+      blocks += nb;
+      run_lo = end;
+    }
+  }
+  return flush(&l, blocks, check, s, flag, stream);
+}
+
+extern "C" tagc_status tagc_adamw_many_cuda(const tagc_model_layout *layout,
+                                            const tagc_adamw_segment *segs, int count,
+                                            const tagc_adamw_config *cfg, int64_t step, float lr,
+                                            float grad_scale, int *nonfinite_dev,
+                                            tagc_stream stream) {
+  if (count < 0 || (count > 0 && !segs) || !nonfinite_dev)
+    return tagc_errorf(TAGC_EINVAL, "adamw_cuda: NULL pointer or count %d", count);
+  for (int i = 0; i < count; i++) {
+    const tagc_adamw_segment *sg = &segs[i];
+    if (sg->arena_lo > layout->n_params || sg->n > layout->n_params - sg->arena_lo)
+      return tagc_errorf(TAGC_EINVAL, "adamw_cuda: range [%zu, %zu) outside the arena of %zu "
+                         "floats", sg->arena_lo, sg->arena_lo + sg->n, layout->n_params);
+    if (sg->n > 0 && (!sg->params || !sg->grads || !sg->m || !sg->v))
+      return tagc_errorf(TAGC_EINVAL, "adamw_cuda: NULL pointer in range %d", i);
+  }
   if (step < 1)
     return tagc_errorf(TAGC_EINVAL, "adamw_cuda: step must be >= 1 (got %lld)", (long long)step);
-  if (!nonfinite_dev || (n > 0 && (!params || !grads || !m || !v)))
-    return tagc_errorf(TAGC_EINVAL, "adamw_cuda: NULL pointer");
   if (!isfinite(grad_scale) || !isfinite(lr))
     return tagc_errorf(TAGC_ENUMERIC, "adamw_cuda: lr %g or grad_scale %g is not finite", lr,
                        grad_scale);
   TAGC_CHECK(tagc_cuda_status(cudaMemsetAsync(nonfinite_dev, 0, sizeof(int), stream),
                               "adamw_cuda: clearing the flag"));
-  if (n == 0)
-    return TAGC_OK;
-  TAGC_LAUNCH(nonfinite_kernel, blocks_for(n), THREADS, stream)(nonfinite_dev, grads, n);
-  TAGC_CHECK(cuda_launched("adamw_cuda nonfinite check"));
-
   double b1 = cfg->beta1, b2 = cfg->beta2;
   adamw_step s = {
       cfg->beta1,
@@ -161,24 +245,17 @@ extern "C" tagc_status tagc_adamw_update_range_cuda(const tagc_model_layout *lay
       (float)(1.0 - (double)lr * (double)cfg->weight_decay),
       grad_scale,
   };
-  /* Runs of consecutive tensors with the same decay flag, clipped to the range. */
-  size_t hi = arena_lo + n, run_lo = arena_lo;
-  for (int t = 0; t < layout->n_tensors; t++) {
-    const tagc_tensor_info *ti = &layout->tensors[t];
-    size_t end = ti->offset + ti->numel < hi ? ti->offset + ti->numel : hi;
-    if (end <= run_lo)
-      continue;
-    int last = t + 1 == layout->n_tensors || end == hi ||
-               layout->tensors[t + 1].decay != ti->decay;
-    if (!last)
-      continue;
-    size_t k = run_lo - arena_lo, len = end - run_lo;
-    TAGC_LAUNCH(adamw_kernel, blocks_for(len), THREADS, stream)(
-        s, ti->decay, params + k, grads + k, m + k, v + k, len, nonfinite_dev);
-    TAGC_CHECK(cuda_launched("adamw_cuda update"));
-    run_lo = end;
-    if (end == hi)
-      break;
-  }
-  return TAGC_OK;
+  /* every check before any update: a non-finite gradient anywhere leaves every range as is */
+  TAGC_CHECK(launch_runs(layout, segs, count, 1, &s, nonfinite_dev, stream));
+  return launch_runs(layout, segs, count, 0, &s, nonfinite_dev, stream);
+}
+
+extern "C" tagc_status tagc_adamw_update_range_cuda(const tagc_model_layout *layout,
+                                                    size_t arena_lo, size_t n, float *params,
+                                                    const float *grads, float *m, float *v,
+                                                    const tagc_adamw_config *cfg, int64_t step,
+                                                    float lr, float grad_scale,
+                                                    int *nonfinite_dev, tagc_stream stream) {
+  tagc_adamw_segment seg = {arena_lo, n, params, grads, m, v};
+  return tagc_adamw_many_cuda(layout, &seg, 1, cfg, step, lr, grad_scale, nonfinite_dev, stream);
 }

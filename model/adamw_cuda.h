@@ -42,16 +42,27 @@ tagc_status tagc_sumsq_cuda(const float *x, size_t n, double *out_dev, void *wor
 tagc_status tagc_sumsq_many_cuda(const float *const *x, const size_t *n, int count,
                                  double *out_dev, void *workspace, tagc_stream stream);
 
-/* One AdamW step on the arena range [arena_lo, arena_lo + n): the math of
- * tagc_adamw_update_range (same per-step constants computed on the host in double, decay
- * only on tensors with `decay`, gradient = grads * grad_scale, bias corrections with the
- * 1-based `step`). params, grads, m, v are device pointers at element arena_lo of their
- * arenas. Non-finite gradients: a first kernel checks the range and sets *nonfinite_dev
- * (one device int, set to 0 or 1 by the call) and, when any gradient is not finite, the
- * update kernels leave params, m and v untouched; the caller reads the flag when it next
- * synchronises (the CPU version returns TAGC_ENUMERIC instead). Errors on the host:
- * TAGC_EINVAL (range outside the layout, step < 1, NULL), TAGC_ENUMERIC (lr or grad_scale
- * not finite), TAGC_EINTERNAL (launch). */
+/* Ranges one launch of tagc_adamw_many_cuda takes (more are done in several). */
+#define TAGC_ADAMW_MANY_MAX 64
+
+/* One AdamW step on `count` arena ranges (segs[i]: [arena_lo, arena_lo + n) with device
+ * pointers at element arena_lo of their arenas): the math of tagc_adamw_update_range (same
+ * per-step constants computed on the host in double, decay only on tensors with `decay`,
+ * gradient = grads * grad_scale, bias corrections with the 1-based `step`), each element bit
+ * for bit what one range at a time gives. Launches: one flag clear, then per
+ * TAGC_ADAMW_MANY_MAX runs (a range split where the decay flag changes) one check and one
+ * update, each block a fixed chunk of one run, instead of three or more launches per range.
+ * Non-finite gradients: the check sets *nonfinite_dev (one device int, set to 0 or 1 by the
+ * call) when a gradient of any range is not finite, and then no range is updated (params,
+ * m and v untouched); the caller reads the flag when it next synchronises (the CPU version
+ * returns TAGC_ENUMERIC instead). Errors on the host: TAGC_EINVAL (a range outside the
+ * layout, step < 1, NULL, count < 0), TAGC_ENUMERIC (lr or grad_scale not finite),
+ * TAGC_EINTERNAL (launch). */
+tagc_status tagc_adamw_many_cuda(const tagc_model_layout *layout, const tagc_adamw_segment *segs,
+                                 int count, const tagc_adamw_config *cfg, int64_t step, float lr,
+                                 float grad_scale, int *nonfinite_dev, tagc_stream stream);
+
+/* tagc_adamw_many_cuda on the one range [arena_lo, arena_lo + n). */
 tagc_status tagc_adamw_update_range_cuda(const tagc_model_layout *layout, size_t arena_lo,
                                          size_t n, float *params, const float *grads, float *m,
                                          float *v, const tagc_adamw_config *cfg, int64_t step,

@@ -130,7 +130,11 @@ static void test_compute(tagc_device *d) {
     g[i] = (float)((int)(i % 13) - 6) * 1e-3f;
   tagc_adamw_config ac = {.lr = 1e-3f, .min_lr_ratio = 0.1f, .total_steps = 10, .beta1 = 0.9f,
                           .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.1f, .grad_clip = 1.0f};
-  CHECK_OK(tagc_device_adamw(d, &lay, 0, np, p1, g, m1, v1, &ac, 1, ac.lr, 0.5f));
+  /* two ranges split inside a tensor, as two shards' segments */
+  size_t split = np / 3;
+  tagc_adamw_segment segs[2] = {{0, split, p1, g, m1, v1},
+                                {split, np - split, p1 + split, g + split, m1 + split, v1 + split}};
+  CHECK_OK(tagc_device_adamw(d, &lay, segs, 2, &ac, 1, ac.lr, 0.5f));
   CHECK_OK(tagc_adamw_update_range(&lay, 0, np, p2, g, m2, v2, &ac, 1, ac.lr, 0.5f));
   CHECK(memcmp(p1, p2, bytes) == 0 && memcmp(m1, m2, bytes) == 0 && memcmp(v1, v2, bytes) == 0);
   CHECK(memcmp(p1, g, bytes) != 0);

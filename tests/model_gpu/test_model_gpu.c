@@ -596,6 +596,80 @@ static void adamw_test(void) {
   free(p), free(g), free(m), free(v), free(out);
 }
 
+/* The multi-range AdamW: 70 ranges (more runs than one launch takes, one of them empty,
+ * boundaries inside tensors) give, bit for bit, what one call per range gives; a NaN in the
+ * last range leaves every range untouched. */
+static void adamw_many_test(void) {
+  tagc_model_config cfg = {.vocab = 256, .ctx = 16, .n_layer = 2, .n_head = 2, .d_model = 32};
+  static tagc_model_layout lay;
+  CHECK_OK(tagc_model_layout_init(&lay, &cfg));
+  size_t np = lay.n_params, bytes = np * sizeof(float);
+  float *h[4], *one[4], *many[4], *out = malloc(bytes), *p0 = malloc(bytes);
+  for (int k = 0; k < 4; k++) {
+    h[k] = malloc(bytes);
+    fill(h[k], np, k == 3 ? 0 : -0.1f, k == 3 ? 1e-4f : 0.1f); /* p, g, m, v (v >= 0) */
+    one[k] = dev_upload(h[k], bytes);
+    many[k] = dev_upload(h[k], bytes);
+  }
+  memcpy(p0, h[0], bytes);
+  enum { NSEG = 70 };
+  tagc_adamw_segment segs[NSEG];
+  int *flag = dev_alloc(sizeof(int)), nonfinite = -1;
+  tagc_adamw_config ac = {.lr = 3e-3f, .min_lr_ratio = 0.1f, .total_steps = 10, .beta1 = 0.9f,
+                          .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.1f, .grad_clip = 1.0f};
+  for (int i = 0; i < NSEG; i++) {
+    size_t lo = np * (size_t)i / NSEG, hi = i == 9 ? lo : np * (size_t)(i + 1) / NSEG;
+    if (i == 10)
+      lo = np * 9 / NSEG; /* takes over the empty one's part */
+    segs[i] = (tagc_adamw_segment){lo, hi - lo, many[0] + lo, many[1] + lo, many[2] + lo,
+                                   many[3] + lo};
+    CHECK_OK(tagc_adamw_update_range_cuda(&lay, lo, hi - lo, one[0] + lo, one[1] + lo,
+                                          one[2] + lo, one[3] + lo, &ac, 2, ac.lr, 0.8f, flag,
+                                          NULL));
+  }
+  CHECK_OK(tagc_adamw_many_cuda(&lay, segs, NSEG, &ac, 2, ac.lr, 0.8f, flag, NULL));
+  download(&nonfinite, flag, sizeof nonfinite);
+  CHECK_EQ_INT(nonfinite, 0);
+  int same = 1;
+  size_t moved = 0;
+  for (int k = 0; k < 4; k++) {
+    download(out, many[k], bytes);
+    download(h[k], one[k], bytes);
+    same &= memcmp(out, h[k], bytes) == 0;
+  }
+  download(out, many[0], bytes);
+  for (size_t i = 0; i < np; i++)
+    moved += out[i] != p0[i];
+  printf("adamw many: %d ranges, %s one range at a time; %zu of %zu parameters moved\n", NSEG,
+         same ? "bit-identical to" : "DIFFERENT from", moved, np);
+  CHECK(same);
+  CHECK(moved > np * 9 / 10);
+
+  /* a NaN in the last range: the flag, and no range moves */
+  float nan_ = NAN;
+  cudaMemcpy(many[1] + np - 1, &nan_, sizeof nan_, cudaMemcpyHostToDevice);
+  download(h[0], many[0], bytes);
+  download(h[2], many[2], bytes);
+  CHECK_OK(tagc_adamw_many_cuda(&lay, segs, NSEG, &ac, 3, ac.lr, 0.8f, flag, NULL));
+  download(&nonfinite, flag, sizeof nonfinite);
+  CHECK_EQ_INT(nonfinite, 1);
+  download(out, many[0], bytes);
+  CHECK(memcmp(out, h[0], bytes) == 0);
+  download(out, many[2], bytes);
+  CHECK(memcmp(out, h[2], bytes) == 0);
+
+  CHECK(tagc_adamw_many_cuda(&lay, segs, -1, &ac, 3, ac.lr, 1, flag, NULL) == TAGC_EINVAL);
+  segs[3].n = np; /* past the arena's end */
+  CHECK(tagc_adamw_many_cuda(&lay, segs, NSEG, &ac, 3, ac.lr, 1, flag, NULL) == TAGC_EINVAL);
+  CHECK(tagc_adamw_many_cuda(&lay, segs, 0, &ac, 3, NAN, 1, flag, NULL) == TAGC_ENUMERIC);
+  for (int k = 0; k < 4; k++) {
+    cudaFree(one[k]), cudaFree(many[k]);
+    free(h[k]);
+  }
+  cudaFree(flag);
+  free(out), free(p0);
+}
+
 #ifndef TEST_EMU /* the host emulation has no device memory limit */
 /* A context larger than the device: TAGC_ENOMEM naming the buffer; the device still works. */
 static void oom_test(void) {
@@ -696,6 +770,7 @@ int main(void) {
   test_embedding_vocab(50257);
   test_crossentropy_padded();
   adamw_test();
+  adamw_many_test();
   tagc_model_config small = {.vocab = 256, .ctx = 64, .n_layer = 2, .n_head = 4, .d_model = 64};
   tagc_model_config medium = {.vocab = 256, .ctx = 128, .n_layer = 3, .n_head = 4, .d_model = 128};
   step_test(&small, 4, TAGC_COMPUTE_FP32);
