@@ -261,10 +261,11 @@ typedef struct operand {
   const float *p;
   int ld;
   long long stride;
+  const uint16_t *b16; /* bf16 compute: p's region already rounded (same layout); NULL: not */
 } operand;
 
 static operand op(const float *p, int ld, long long stride) {
-  operand o = {p, ld, stride};
+  operand o = {p, ld, stride, NULL};
   return o;
 }
 
@@ -291,9 +292,15 @@ static tagc_status mm(tagc_model_cuda *m, bool ta, bool tb, int M, int N, int K,
                                                 B.stride, A.p, A.ld, A.stride, &beta, C, ldc,
                                                 strideC, batch),
                       "sgemm");
-  uint16_t *a16 = (uint16_t *)m->buf[D_BF_A], *b16 = (uint16_t *)m->buf[D_BF_B];
-  TAGC_CHECK(operand_to_bf16(m, a16, A, ta ? K : M, ta ? M : K, batch));
-  TAGC_CHECK(operand_to_bf16(m, b16, B, tb ? N : K, tb ? K : N, batch));
+  const uint16_t *a16 = A.b16, *b16 = B.b16;
+  if (!a16) {
+    TAGC_CHECK(operand_to_bf16(m, (uint16_t *)m->buf[D_BF_A], A, ta ? K : M, ta ? M : K, batch));
+    a16 = (const uint16_t *)m->buf[D_BF_A];
+  }
+  if (!b16) {
+    TAGC_CHECK(operand_to_bf16(m, (uint16_t *)m->buf[D_BF_B], B, tb ? N : K, tb ? K : N, batch));
+    b16 = (const uint16_t *)m->buf[D_BF_B];
+  }
   return blas_check(cublasGemmStridedBatchedEx(m->blas, opb, opa, N, M, K, &alpha, b16,
                                                CUDA_R_16BF, B.ld, B.stride, a16, CUDA_R_16BF,
                                                A.ld, A.stride, &beta, C, CUDA_R_32F, ldc, strideC,
@@ -313,19 +320,20 @@ static tagc_status linear_forward(tagc_model_cuda *m, float *out, const float *a
   return mm(m, false, true, N, OC, IC, 1.0f, op(inp, IC, 0), op(w, IC, 0), beta, out, OC, 0, 1);
 }
 
-/* dinp (N, IC) = dout (N, OC) @ w (OC, IC). */
-static tagc_status linear_backward_input(tagc_model_cuda *m, float *dinp, const float *dout,
-                                         const float *w, int N, int IC, int OC) {
-  return mm(m, false, false, N, IC, OC, 1.0f, op(dout, OC, 0), op(w, IC, 0), 0.0f, dinp, IC, 0,
-            1);
-}
-
-/* dw (OC, IC) += dout^T @ inp; dbias += column sums of dout (NULL = no bias). */
-static tagc_status linear_backward_params(tagc_model_cuda *m, float *dw, float *dbias,
-                                          const float *dout, const float *inp, int N, int IC,
-                                          int OC) {
-  TAGC_CHECK(mm(m, true, false, OC, IC, N, 1.0f, op(dout, OC, 0), op(inp, IC, 0), 1.0f, dw, IC,
-                0, 1));
+/* A linear layer's backward, both products from one bf16 rounding of dout (the rounding is
+ * the same RNE of the same values, so the results are those of rounding it per product):
+ * dinp (N, IC) = dout (N, OC) @ w (OC, IC); dw (OC, IC) += dout^T @ inp; dbias += column sums
+ * of dout (NULL = no bias). */
+static tagc_status linear_backward(tagc_model_cuda *m, float *dinp, float *dw, float *dbias,
+                                   const float *dout, const float *inp, const float *w, int N,
+                                   int IC, int OC) {
+  operand d = op(dout, OC, 0);
+  if (m->dtype == TAGC_COMPUTE_BF16) {
+    TAGC_CHECK(operand_to_bf16(m, (uint16_t *)m->buf[D_BF_A], d, N, OC, 1));
+    d.b16 = (const uint16_t *)m->buf[D_BF_A];
+  }
+  TAGC_CHECK(mm(m, false, false, N, IC, OC, 1.0f, d, op(w, IC, 0), 0.0f, dinp, IC, 0, 1));
+  TAGC_CHECK(mm(m, true, false, OC, IC, N, 1.0f, d, op(inp, IC, 0), 1.0f, dw, IC, 0, 1));
   if (!dbias)
     return TAGC_OK;
   return tagc_gpu_colsum_add(dbias, dout, N, OC, (float *)m->buf[D_COLSUM], m->stream);
@@ -478,11 +486,10 @@ static tagc_status head_backward(tagc_model_cuda *m, const float *p, float *g, f
   float *logits = F(D_LOGITS), *dlnf = F(D_DLN2);
   TAGC_CHECK(tagc_gpu_crossentropy_backward(logits, (const uint16_t *)m->buf[D_TARGETS], N, V,
                                             loss_scale, m->stream));
-  TAGC_CHECK(linear_backward_input(m, dlnf, logits, p + toff(&m->lay, u, K_HEAD_W), N, C, V));
+  TAGC_CHECK(linear_backward(m, dlnf, g + toff(&m->lay, u, K_HEAD_W), NULL, logits, F(D_LNF),
+                             p + toff(&m->lay, u, K_HEAD_W), N, C, V));
   TAGC_CHECK(tagc_gpu_layernorm_backward_input(m->dres, NULL, dlnf, x, F(D_LNFS), lnf_w, N, C,
                                                m->stream));
-  TAGC_CHECK(linear_backward_params(m, g + toff(&m->lay, u, K_HEAD_W), NULL, logits, F(D_LNF), N,
-                                    C, V));
   return tagc_gpu_layernorm_backward_params(g + toff(&m->lay, u, K_LNF_W),
                                             g + toff(&m->lay, u, K_LNF_B), dlnf, x, F(D_LNFS), N,
                                             C, F(D_COLSUM), m->stream);
@@ -500,22 +507,22 @@ static tagc_status block_backward(tagc_model_cuda *m, int l, const float *p, flo
   float *ws = F(D_COLSUM);
 #define P(k) (p + toff(&m->lay, u, k))
 #define G(k) (g + toff(&m->lay, u, k))
-  TAGC_CHECK(linear_backward_input(m, dfch, d3, P(K_MPROJ_W), N, 4 * C, C));
+  /* each gradient's products right after it is made, while its bf16 rounding is at hand */
+  TAGC_CHECK(linear_backward(m, dfch, G(K_MPROJ_W), G(K_MPROJ_B), d3, la.fch_gelu, P(K_MPROJ_W),
+                             N, 4 * C, C));
   TAGC_CHECK(tagc_gpu_gelu_backward(dfch, la.fch, (size_t)N * 4 * C, s));
-  TAGC_CHECK(linear_backward_input(m, dln2, dfch, P(K_FC_W), N, C, 4 * C));
+  TAGC_CHECK(linear_backward(m, dln2, G(K_FC_W), G(K_FC_B), dfch, la.ln2, P(K_FC_W), N, C, 4 * C));
   TAGC_CHECK(tagc_gpu_layernorm_backward_input(dres2, d3, dln2, la.res2, la.ln2_stat, P(K_LN2_W),
                                                N, C, s));
-  TAGC_CHECK(linear_backward_input(m, dattn, dres2, P(K_PROJ_W), N, C, C));
-  TAGC_CHECK(attention_backward(m, &d, dqkv, dattn, la.att, la.qkv));
-  TAGC_CHECK(linear_backward_input(m, dln1, dqkv, P(K_QKV_W), N, C, 3 * C));
-  TAGC_CHECK(tagc_gpu_layernorm_backward_input(d1, dres2, dln1, la.input, la.ln1_stat, P(K_LN1_W),
-                                               N, C, s));
-  TAGC_CHECK(linear_backward_params(m, G(K_MPROJ_W), G(K_MPROJ_B), d3, la.fch_gelu, N, 4 * C, C));
-  TAGC_CHECK(linear_backward_params(m, G(K_FC_W), G(K_FC_B), dfch, la.ln2, N, C, 4 * C));
   TAGC_CHECK(tagc_gpu_layernorm_backward_params(G(K_LN2_W), G(K_LN2_B), dln2, la.res2,
                                                 la.ln2_stat, N, C, ws, s));
-  TAGC_CHECK(linear_backward_params(m, G(K_PROJ_W), G(K_PROJ_B), dres2, la.atty, N, C, C));
-  TAGC_CHECK(linear_backward_params(m, G(K_QKV_W), G(K_QKV_B), dqkv, la.ln1, N, C, 3 * C));
+  TAGC_CHECK(linear_backward(m, dattn, G(K_PROJ_W), G(K_PROJ_B), dres2, la.atty, P(K_PROJ_W), N,
+                             C, C));
+  TAGC_CHECK(attention_backward(m, &d, dqkv, dattn, la.att, la.qkv));
+  TAGC_CHECK(linear_backward(m, dln1, G(K_QKV_W), G(K_QKV_B), dqkv, la.ln1, P(K_QKV_W), N, C,
+                             3 * C));
+  TAGC_CHECK(tagc_gpu_layernorm_backward_input(d1, dres2, dln1, la.input, la.ln1_stat, P(K_LN1_W),
+                                               N, C, s));
   TAGC_CHECK(tagc_gpu_layernorm_backward_params(G(K_LN1_W), G(K_LN1_B), dln1, la.input,
                                                 la.ln1_stat, N, C, ws, s));
 #undef P
