@@ -6,9 +6,11 @@ if(NOT TARGET tagc_model_cuda)
     ${CMAKE_SOURCE_DIR}/model/model_cuda.cu
     ${CMAKE_SOURCE_DIR}/model/model_kernels_cuda.cu
     ${CMAKE_SOURCE_DIR}/model/adamw_cuda.cu
+    ${CMAKE_SOURCE_DIR}/model/gemm_lt_cuda.cu
   )
   target_include_directories(tagc_model_cuda PUBLIC ${CMAKE_SOURCE_DIR})
-  target_link_libraries(tagc_model_cuda PUBLIC tagc_model CUDA::cudart CUDA::cublas tagc_common)
+  target_link_libraries(tagc_model_cuda PUBLIC tagc_model CUDA::cudart CUDA::cublas
+                        CUDA::cublasLt tagc_common)
   # IEEE fp32 like the CPU oracle: denormals kept, correctly rounded division and sqrt.
   target_compile_options(tagc_model_cuda PRIVATE
     $<$<COMPILE_LANGUAGE:CUDA>:-ftz=false -prec-div=true -prec-sqrt=true>)

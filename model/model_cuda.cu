@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "common/cuda_status.h"
+#include "model/gemm_lt_cuda.h"
 #include "model/model_cuda.h"
 #include "model/model_hooks.h"
 #include "model/model_kernels_cuda.h"
@@ -50,6 +51,7 @@ struct tagc_model_cuda {
   tagc_compute_dtype dtype;
   cudaStream_t stream;
   cublasHandle_t blas;
+  tagc_gemm_lt *lt; /* biased linear layers with the bias in cuBLASLt's epilogue; NULL: off */
   int B, have_forward;
   size_t bytes;
   size_t bf_cap; /* elements of each bf16 operand buffer */
@@ -168,6 +170,7 @@ extern "C" void tagc_model_cuda_destroy(tagc_model_cuda *m) {
     return;
   cudaSetDevice(m->device);
   cudaStreamSynchronize(m->stream);
+  tagc_gemm_lt_destroy(m->lt);
   if (m->blas)
     cublasDestroy(m->blas);
   for (int i = 0; i < D_COUNT; i++)
@@ -214,7 +217,10 @@ static tagc_status setup(tagc_model_cuda *m) {
   TAGC_CHECK(blas_check(cublasSetMathMode(m->blas, CUBLAS_DEFAULT_MATH), "set math mode"));
   TAGC_CHECK(blas_check(cublasSetAtomicsMode(m->blas, CUBLAS_ATOMICS_NOT_ALLOWED),
                         "set atomics mode"));
-  return blas_check(cublasSetPointerMode(m->blas, CUBLAS_POINTER_MODE_HOST), "set pointer mode");
+  TAGC_CHECK(blas_check(cublasSetPointerMode(m->blas, CUBLAS_POINTER_MODE_HOST),
+                        "set pointer mode"));
+  /* the workspace is shared: cuBLAS and cuBLASLt run one after the other on the stream */
+  return tagc_gemm_lt_create(m->stream, m->buf[D_BLAS_WS], CUBLAS_WORKSPACE_BYTES, &m->lt);
 }
 
 extern "C" tagc_status tagc_model_cuda_create(const tagc_model_layout *layout, int max_batch,
@@ -308,10 +314,26 @@ static tagc_status mm(tagc_model_cuda *m, bool ta, bool tb, int M, int N, int K,
                     "bf16 gemm");
 }
 
-/* out (N, OC) = add + bias + inp (N, IC) @ w (OC, IC)^T; add and bias may be NULL. */
+/* out (N, OC) = add + bias + inp (N, IC) @ w (OC, IC)^T; add and bias may be NULL. With a
+ * bias, one cuBLASLt product with the bias in its epilogue where it has an algorithm; else
+ * add + bias written into out first and the product added (beta 1). */
 static tagc_status linear_forward(tagc_model_cuda *m, float *out, const float *add,
                                   const float *inp, const float *w, const float *bias, int N,
                                   int IC, int OC) {
+  int bf16 = m->dtype == TAGC_COMPUTE_BF16, usable = 0;
+  const void *a = inp, *b = w;
+  if (bf16) { /* the bf16 operands go to the scratch buffers (their alignment: cudaMalloc's) */
+    a = m->buf[D_BF_A];
+    b = m->buf[D_BF_B];
+  }
+  TAGC_CHECK(tagc_gemm_lt_usable(m->lt, out, add, a, b, bias, N, IC, OC, bf16, &usable));
+  if (usable) {
+    if (bf16) {
+      TAGC_CHECK(operand_to_bf16(m, (uint16_t *)m->buf[D_BF_A], op(inp, IC, 0), N, IC, 1));
+      TAGC_CHECK(operand_to_bf16(m, (uint16_t *)m->buf[D_BF_B], op(w, IC, 0), OC, IC, 1));
+    }
+    return tagc_gemm_lt_linear(m->lt, out, add, a, b, bias, N, IC, OC, bf16);
+  }
   float beta = 0.0f;
   if (add || bias) {
     TAGC_CHECK(tagc_gpu_add_bias(out, add, bias, N, OC, m->stream));

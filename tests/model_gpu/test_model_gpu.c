@@ -749,6 +749,10 @@ static void test_embedding_vocab(int V) {
   free(dout), free(dwte), free(dwpe), free(tok);
 }
 
+#ifdef TEST_EMU
+extern long emu_lt_matmuls; /* emu/emu_model.cpp: cuBLASLt products run */
+#endif
+
 int main(void) {
   int count = 0;
   if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0)
@@ -777,6 +781,23 @@ int main(void) {
   step_test(&medium, 2, TAGC_COMPUTE_FP32);
   step_test(&small, 4, TAGC_COMPUTE_BF16);
   step_test(&medium, 2, TAGC_COMPUTE_BF16);
+  /* the biased linear layers without cuBLASLt (TAGC_CUBLASLT=0), and (emulation) with a
+     heuristic that offers no algorithm: the cuBLAS path, same checks */
+#ifdef TEST_EMU
+  CHECK_MSG(emu_lt_matmuls > 0, "no cuBLASLt product ran");
+  long lt_before = emu_lt_matmuls;
+#endif
+  setenv("TAGC_CUBLASLT", "0", 1);
+  step_test(&small, 4, TAGC_COMPUTE_FP32);
+  step_test(&small, 4, TAGC_COMPUTE_BF16);
+  unsetenv("TAGC_CUBLASLT");
+#ifdef TEST_EMU
+  setenv("TAGC_EMU_LT_NONE", "1", 1);
+  step_test(&small, 4, TAGC_COMPUTE_FP32);
+  unsetenv("TAGC_EMU_LT_NONE");
+  CHECK_MSG(emu_lt_matmuls == lt_before, "%ld cuBLASLt products ran with it off",
+            emu_lt_matmuls - lt_before);
+#endif
   /* token ids above 255 and a padded vocabulary (300 -> 384 rows) through the whole model */
   tagc_model_config padded = {.vocab = 300, .ctx = 16, .n_layer = 1, .n_head = 2, .d_model = 32};
   step_test(&padded, 2, TAGC_COMPUTE_FP32);
