@@ -151,6 +151,10 @@ __device__ __forceinline__ float warp_max(float v) {
   return v;
 }
 
+/* The query tile of a block whose work grows with the tile index (the causal loops): the
+ * longest ones are scheduled first, so the short ones fill the tail of the grid. */
+__device__ __forceinline__ int last_tile_first() { return (int)(gridDim.x - 1 - blockIdx.x); }
+
 /* dst (rows x HD, stride operand<T>::LD) = rows row0 .. row0 + rows - 1 of src (row stride
  * `stride`, HD columns) rounded to T; rows at or past T_ are zero. */
 template <typename T>
@@ -220,7 +224,7 @@ __global__ void __launch_bounds__(THREADS)
     flash_forward_kernel(float *y, float *lse, const float *qkv, int T_, int NH, float scale) {
   constexpr int LD = operand<T>::LD;
   __shared__ fwd_smem<T> sm;
-  int qt = blockIdx.x, h = blockIdx.y, b = blockIdx.z, C = NH * HD, q0 = qt * BQ;
+  int qt = last_tile_first(), h = blockIdx.y, b = blockIdx.z, C = NH * HD, q0 = qt * BQ;
   size_t C3 = 3 * (size_t)C;
   const float *base = qkv + (size_t)b * T_ * C3 + (size_t)h * HD;
   load_tile(sm.q, base, C3, q0, BQ, T_);
@@ -385,7 +389,7 @@ __global__ void __launch_bounds__(THREADS)
                              const float *D, int T_, int NH, float scale) {
   constexpr int LD = operand<T>::LD, LDP = operand<T>::LDP;
   __shared__ bwd_smem<T> sm;
-  int qt = blockIdx.x, h = blockIdx.y, b = blockIdx.z, q0 = qt * BQ;
+  int qt = last_tile_first(), h = blockIdx.y, b = blockIdx.z, q0 = qt * BQ;
   size_t C = (size_t)NH * HD, C3 = 3 * C, bh = (size_t)b * NH + h;
   const float *base = qkv + (size_t)b * T_ * C3 + (size_t)h * HD;
   const float *dyb = dy + (size_t)b * T_ * C + (size_t)h * HD;
