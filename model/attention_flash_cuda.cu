@@ -33,8 +33,8 @@ static_assert(BK == 32, "the row passes give each lane of a warp one key");
 
 /* Shared-memory layout of a tile of operand type T: row strides in elements. fp32 uses odd
  * strides (a column walk hits 32 different banks); bf16 wmma needs strides that keep every
- * 16-row fragment 32-byte aligned. P and dS overwrite the fp32 scores in place when they are
- * fp32 themselves. */
+ * 16-row fragment 32-byte aligned. In the backward, fp32 P and dS overwrite the fp32 scores
+ * and dY V^T in place (which keeps the fp32 kernels under 48 KiB). */
 template <typename T> struct operand;
 template <> struct operand<float> {
   static constexpr int LD = HD + 1;  /* q, k, v, dy tiles (rows x HD) */
