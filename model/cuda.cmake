@@ -7,6 +7,7 @@ if(NOT TARGET tagc_model_cuda)
     ${CMAKE_SOURCE_DIR}/model/model_kernels_cuda.cu
     ${CMAKE_SOURCE_DIR}/model/adamw_cuda.cu
     ${CMAKE_SOURCE_DIR}/model/gemm_lt_cuda.cu
+    ${CMAKE_SOURCE_DIR}/model/attention_flash_cuda.cu
   )
   target_include_directories(tagc_model_cuda PUBLIC ${CMAKE_SOURCE_DIR})
   target_link_libraries(tagc_model_cuda PUBLIC tagc_model CUDA::cudart CUDA::cublas
