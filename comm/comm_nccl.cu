@@ -8,6 +8,11 @@
 // CUDA event and ncclCommGetAsyncError until done, failed, aborted or past the deadline.
 // Every NCCL call on the communicator happens under `lock`, so abort() from another thread
 // can call ncclCommAbort between two polls; the polling thread then finds comm == NULL.
+// Shrink (NCCL >= 2.27) derives a child from a working communicator with ncclCommShrink.
+// Non-blocking, it runs as a job of the parent: NCCL sets the child handle only when the job
+// is done, and reports progress through the parent's ncclCommGetAsyncError, so the parent is
+// what is polled, and aborting the parent (timeout, cancel, abort() from another thread)
+// aborts the child's init with it.
 // Local steps (copy, bf16 rounding, the rank-order reduction) run on the same stream and
 // copy/reduce wait for it, so results are complete when an operation returns.
 #include <cuda_runtime.h>
@@ -67,8 +72,9 @@ void abort_locked(NcclComm *n) {
   }
 }
 
-// Polls until the communicator leaves ncclInProgress (init or a non-blocking group call);
-// cfg (the create's config, NULL otherwise) may cancel the wait (tagc_comm_config.cancelled).
+// Polls until the communicator leaves ncclInProgress (init, a shrink of it or a
+// non-blocking group call); cfg (the create's or shrink's config, NULL otherwise) may cancel
+// the wait (tagc_comm_config.cancelled).
 tagc_status wait_ready(NcclComm *n, double deadline, const char *what,
                        const tagc_comm_config *cfg = nullptr) {
   for (;;) {
@@ -340,3 +346,73 @@ extern "C" tagc_status comm_nccl_create(const tagc_comm_config *cfg,
   *impl = c;
   return TAGC_OK;
 }
+
+#if NCCL_VERSION_CODE < NCCL_VERSION(2, 27, 0)
+extern "C" tagc_status comm_nccl_shrink(void *, const int *, int, const tagc_comm_config *,
+                                        const comm_backend_ops **, void **) {
+  return tagc_errorf(TAGC_EUNSUPPORTED, "nccl shrink: built with NCCL %d, needs 2.27",
+                     NCCL_VERSION_CODE);
+}
+#else
+// Starts ncclCommShrink of p into c (the child's handle is set once the job is done);
+// NCCL_SHRINK_DEFAULT because p is working and idle (every operation returns complete).
+static tagc_status start_shrink(NcclComm *p, NcclComm *c, const int *excluded, int n_excluded) {
+  int *list = static_cast<int *>(malloc(sizeof(int) * n_excluded)); // NCCL sorts it in place
+  if (!list)
+    return tagc_errorf(TAGC_ENOMEM, "nccl shrink: out of memory");
+  memcpy(list, excluded, sizeof(int) * n_excluded);
+  // No resource sharing, so that destroying (aborting) the parent later leaves the child be.
+  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+  config.blocking = 0;
+  config.shrinkShare = 0;
+  tagc_status st = TAGC_OK;
+  pthread_mutex_lock(&p->lock);
+  if (!p->comm) {
+    st = tagc_errorf(TAGC_EUNSUPPORTED, "nccl shrink: the communicator was aborted");
+  } else {
+    ncclResult_t r = ncclCommShrink(p->comm, list, n_excluded, &c->comm, &config,
+                                    NCCL_SHRINK_DEFAULT);
+    if (r != ncclSuccess && r != ncclInProgress)
+      st = nccl_error(r, "shrink");
+  }
+  pthread_mutex_unlock(&p->lock);
+  free(list);
+  return st;
+}
+
+extern "C" tagc_status comm_nccl_shrink(void *parent, const int *excluded, int n_excluded,
+                                        const tagc_comm_config *cfg,
+                                        const comm_backend_ops **ops, void **impl) {
+  int version = 0;
+  ncclResult_t r = ncclGetVersion(&version);
+  if (r != ncclSuccess)
+    return nccl_error(r, "version");
+  if (version < NCCL_VERSION(2, 27, 0))
+    return tagc_errorf(TAGC_EUNSUPPORTED, "nccl shrink: NCCL %d at run time, needs 2.27",
+                       version);
+  NcclComm *p = use_device(parent);
+  if (cfg->device != p->device)
+    return tagc_errorf(TAGC_EUNSUPPORTED, "nccl shrink: device %d, the communicator's is %d",
+                       cfg->device, p->device);
+  NcclComm *c = new (std::nothrow) NcclComm();
+  if (!c)
+    return tagc_errorf(TAGC_ENOMEM, "nccl shrink: out of memory");
+  double deadline = tagc_now() + cfg->timeout_s;
+  tagc_status st = init_device(c, p->device);
+  if (st == TAGC_OK)
+    st = start_shrink(p, c, excluded, n_excluded);
+  // On failure wait_ready aborts the parent, which ends the shrink job (and the child's
+  // init) before it returns; only then is c->comm safe to read.
+  if (st == TAGC_OK)
+    st = wait_ready(p, deadline, "shrink", cfg);
+  if (st == TAGC_OK && !c->comm)
+    st = tagc_errorf(TAGC_EIO, "nccl shrink: no communicator came back");
+  if (st != TAGC_OK) {
+    nccl_destroy(c);
+    return st;
+  }
+  *ops = &nccl_ops;
+  *impl = c;
+  return TAGC_OK;
+}
+#endif
