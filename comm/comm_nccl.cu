@@ -19,6 +19,7 @@
 #include <nccl.h>
 #include <pthread.h>
 
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -40,6 +41,10 @@ struct NcclComm {
   int device = 0;
   void *scratch = nullptr;
   size_t scratch_bytes = 0;
+  // Outgrown scratch buffers, freed by destroy (see nccl_scratch); doubling from 1 MiB
+  // outgrows at most 44 before size_t overflows.
+  void *retired[64] = {};
+  int n_retired = 0;
   pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 };
 
@@ -228,18 +233,29 @@ tagc_status nccl_reduce(void *impl, void *out, const void *rows, int nrows, size
   return sync_stream(c, "reduce");
 }
 
+// Smallest scratch allocation: the barrier's few bytes do not start a chain of tiny buffers.
+constexpr size_t kMinScratch = size_t(1) << 20;
+
+// Grow-only, in powers of two, and nothing freed before destroy: cudaFree synchronises the
+// whole device, which would stall the step's compute streams in the middle of a step. An
+// outgrown buffer is kept until destroy (no sync needed: the stream may still read it); the
+// outgrown ones add up to less than the current one, itself under twice the largest request
+// (or 1 MiB), and growth stops once the largest exchange of a step has been seen.
 tagc_status nccl_scratch(void *impl, size_t bytes, void **out) {
   NcclComm *c = use_device(impl);
   if (bytes > c->scratch_bytes) {
-    TAGC_CHECK(sync_stream(c, "scratch"));
-    cudaFree(c->scratch);
-    c->scratch = nullptr;
-    c->scratch_bytes = 0;
+    size_t size = kMinScratch;
+    while (size < bytes && size <= SIZE_MAX / 2)
+      size *= 2;
+    if (size < bytes)
+      return tagc_errorf(TAGC_ENOMEM, "nccl backend: scratch of %zu bytes", bytes);
     void *p = nullptr;
-    TAGC_CHECK(tagc_cuda_status(cudaMalloc(&p, bytes), "nccl backend: scratch of %zu bytes",
-                                bytes));
+    TAGC_CHECK(tagc_cuda_status(cudaMalloc(&p, size), "nccl backend: scratch of %zu bytes",
+                                size));
+    if (c->scratch)
+      c->retired[c->n_retired++] = c->scratch;
     c->scratch = p;
-    c->scratch_bytes = bytes;
+    c->scratch_bytes = size;
   }
   *out = c->scratch;
   return TAGC_OK;
@@ -259,6 +275,8 @@ void nccl_destroy(void *impl) {
   if (c->stream)
     cudaStreamSynchronize(c->stream);
   cudaFree(c->scratch);
+  for (int i = 0; i < c->n_retired; i++)
+    cudaFree(c->retired[i]);
   if (c->done)
     cudaEventDestroy(c->done);
   if (c->stream)
