@@ -159,8 +159,10 @@ tagc_status tagc_comm_shrink(tagc_comm *old, const int *excluded, int n_excluded
   tagc_status st = comm_nccl_shrink(old->impl, excluded, n_excluded, cfg, &c->ops, &c->impl);
   if (st != TAGC_OK) {
     free(c);
-    if (st != TAGC_EUNSUPPORTED) /* a failed shrink aborted old's NCCL communicator */
+    if (st != TAGC_EUNSUPPORTED) { /* old was touched: broken, like after a failed operation */
       mark_broken(old, st, -1);
+      old->ops->abort(old->impl);
+    }
     return st;
   }
   comm_ready(c, cfg);
