@@ -21,16 +21,24 @@
 
 static char store_dir[] = "/tmp/tagc-comm-nccl-XXXXXX";
 
+static tagc_comm_config nccl_config(int rank, int world, tagc_store *store, const char *prefix) {
+  tagc_comm_config cfg;
+  tagc_comm_config_init(&cfg);
+  cfg.backend = TAGC_COMM_NCCL;
+  cfg.rank = rank;
+  cfg.world_size = world;
+  cfg.store = store;
+  cfg.prefix = prefix;
+  cfg.timeout_s = 30.0;
+  return cfg;
+}
+
+/* Rank 0 of world over the store in store_dir. */
 static tagc_status make_comm(const char *prefix, int world, double timeout_s,
                              tagc_comm **out) {
   tagc_store *store = NULL;
   TAGC_CHECK(tagc_store_file_new(store_dir, &store));
-  tagc_comm_config cfg;
-  tagc_comm_config_init(&cfg);
-  cfg.backend = TAGC_COMM_NCCL;
-  cfg.world_size = world;
-  cfg.store = store;
-  cfg.prefix = prefix;
+  tagc_comm_config cfg = nccl_config(0, world, store, prefix);
   cfg.timeout_s = timeout_s;
   tagc_status st = tagc_comm_create(&cfg, out);
   tagc_store_free(store);
@@ -142,18 +150,6 @@ static int device_count(void) {
 }
 
 enum { SHRINK_WORLD = 3, LEAVER = 1, FLOATS = 4096, GATHER_BYTES = 64 };
-
-static tagc_comm_config nccl_config(int rank, int world, tagc_store *store, const char *prefix) {
-  tagc_comm_config cfg;
-  tagc_comm_config_init(&cfg);
-  cfg.backend = TAGC_COMM_NCCL;
-  cfg.rank = rank;
-  cfg.world_size = world;
-  cfg.store = store;
-  cfg.prefix = prefix;
-  cfg.timeout_s = 30.0;
-  return cfg;
-}
 
 /* An all-reduce (sum) and an all-gather give the exact bytes expected: rank r adds
  * (r + 1) * (1 + i % 7) to element i and gathers 64 bytes of r * 16 + j. */
