@@ -155,7 +155,7 @@ tagc_status tagc_comm_create_ex(const tagc_comm_config *cfg, tagc_comm **out, in
  * config the full rebuild would get (tagc_comm_create) and must name old's backend, world
  * size old - n_excluded and rank old rank - (excluded ranks below it). Collective over the
  * survivors: each of them calls it with the same list; the excluded ranks do not (they
- * destroy their communicator). Uses neither cfg->store nor cfg->prefix.
+ * destroy their communicator). cfg->store and cfg->prefix are checked but not used.
  * NCCL 2.27 or later at run time, old still working: ncclCommShrink without resource
  * sharing, non-blocking, polled against cfg->timeout_s and cfg->cancelled like init.
  * TAGC_EUNSUPPORTED means "do the full rebuild", old untouched: Gloo, an older NCCL, no rank
