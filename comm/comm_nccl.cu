@@ -136,8 +136,8 @@ tagc_status nccl_exchange(void *impl, const comm_tag *, const comm_xfer *x, int 
     return cuda_error(e, "event record");
   for (;;) {
     e = cudaEventQuery(c->done);
-    if (e == cudaSuccess)
-      return TAGC_OK;
+    if (e == cudaSuccess) // an abort ends the kernels early too: done only if none came
+      return wait_ready(c, deadline, "send/recv");
     if (e != cudaErrorNotReady)
       return cuda_error(e, "event query");
     TAGC_CHECK(wait_ready(c, deadline, "send/recv"));
