@@ -350,6 +350,9 @@ extern "C" tagc_status comm_nccl_create(const tagc_comm_config *cfg,
   if (st == TAGC_OK) {
     ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
     config.blocking = 0;
+#if NCCL_VERSION_CODE >= NCCL_VERSION(2, 27, 0)
+    config.shrinkShare = 0; // see start_shrink
+#endif
     ncclResult_t r = ncclCommInitRankConfig(&c->comm, cfg->world_size, id, cfg->rank, &config);
     if (r != ncclSuccess && r != ncclInProgress)
       st = nccl_error(r, "init");
@@ -379,7 +382,9 @@ static tagc_status start_shrink(NcclComm *p, NcclComm *c, const int *excluded, i
   if (!list)
     return tagc_errorf(TAGC_ENOMEM, "nccl shrink: out of memory");
   memcpy(list, excluded, sizeof(int) * n_excluded);
-  // No resource sharing, so that destroying (aborting) the parent later leaves the child be.
+  // No resource sharing, so that destroying (aborting) the parent later leaves the child be:
+  // a child sharing the parent's resources shares its abort flag too. NCCL takes the choice
+  // from the parent's config (set at init), this one's is for the child's own shrinks.
   ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
   config.blocking = 0;
   config.shrinkShare = 0;
