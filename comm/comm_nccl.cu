@@ -384,7 +384,8 @@ static tagc_status start_shrink(NcclComm *p, NcclComm *c, const int *excluded, i
   memcpy(list, excluded, sizeof(int) * n_excluded);
   // No resource sharing, so that destroying (aborting) the parent later leaves the child be:
   // a child sharing the parent's resources shares its abort flag too. NCCL takes the choice
-  // from the parent's config (set at init), this one's is for the child's own shrinks.
+  // from the parent's config (set at init; NCCL_COMM_SHRINK_SHARE_RESOURCES overrides it,
+  // which comm_nccl_shrink refuses), this one's is for the child's own shrinks.
   ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
   config.blocking = 0;
   config.shrinkShare = 0;
@@ -413,6 +414,11 @@ extern "C" tagc_status comm_nccl_shrink(void *parent, const int *excluded, int n
   if (version < NCCL_VERSION(2, 27, 0))
     return tagc_errorf(TAGC_EUNSUPPORTED, "nccl shrink: NCCL %d at run time, needs 2.27",
                        version);
+  // NCCL lets this variable override the shrinkShare of the config (see start_shrink).
+  const char *share = getenv("NCCL_COMM_SHRINK_SHARE_RESOURCES");
+  if (share && atoi(share) != 0)
+    return tagc_errorf(TAGC_EUNSUPPORTED, "nccl shrink: NCCL_COMM_SHRINK_SHARE_RESOURCES=%s "
+                       "would tie the new communicator to the old one's abort", share);
   NcclComm *p = use_device(parent);
   if (cfg->device != p->device)
     return tagc_errorf(TAGC_EUNSUPPORTED, "nccl shrink: device %d, the communicator's is %d",
