@@ -56,6 +56,24 @@ static tagc_status validate_config(const tagc_comm_config *cfg) {
   return TAGC_OK;
 }
 
+/* Records the first failure; later ones keep the first status and peer. */
+static void mark_broken(tagc_comm *c, tagc_status st, int peer) {
+  int expected = TAGC_OK;
+  if (atomic_compare_exchange_strong(&c->state, &expected, (int)st))
+    atomic_store(&c->failed_peer, peer);
+}
+
+/* Fills in the front end of c, whose backend cfg has just connected. */
+static void comm_ready(tagc_comm *c, const tagc_comm_config *cfg) {
+  c->backend = cfg->backend;
+  c->rank = cfg->rank;
+  c->world = cfg->world_size;
+  c->default_timeout = cfg->timeout_s;
+  atomic_init(&c->state, TAGC_OK);
+  atomic_init(&c->failed_peer, -1);
+  pthread_mutex_init(&c->stats_lock, NULL);
+}
+
 tagc_status tagc_comm_create(const tagc_comm_config *cfg, tagc_comm **out) {
   return tagc_comm_create_ex(cfg, out, NULL);
 }
@@ -87,16 +105,69 @@ tagc_status tagc_comm_create_ex(const tagc_comm_config *cfg, tagc_comm **out, in
     free(c);
     return st;
   }
-  c->backend = cfg->backend;
-  c->rank = cfg->rank;
-  c->world = cfg->world_size;
-  c->default_timeout = cfg->timeout_s;
-  atomic_init(&c->state, TAGC_OK);
-  atomic_init(&c->failed_peer, -1);
-  pthread_mutex_init(&c->stats_lock, NULL);
+  comm_ready(c, cfg);
   LOG_DEBUG("comm", "%s communicator %s: rank %d of %d connected in %.3f s",
             c->backend == TAGC_COMM_GLOO ? "gloo" : "nccl", cfg->prefix, c->rank, c->world,
             tagc_now() - t0);
+  *out = c;
+  return TAGC_OK;
+}
+
+/* Whether the new world of cfg is old's survivors once excluded[0..n) leave (see
+ * tagc_comm_shrink); TAGC_EINVAL for a malformed list, TAGC_EUNSUPPORTED for another world. */
+static tagc_status check_survivors(const tagc_comm *old, const int *excluded, int n,
+                                   const tagc_comm_config *cfg) {
+  if (n < 0 || (n > 0 && !excluded))
+    return tagc_errorf(TAGC_EINVAL, "comm shrink: %d excluded ranks%s", n,
+                       n > 0 ? " and no list" : "");
+  int below = 0;
+  for (int i = 0; i < n; i++) {
+    if (excluded[i] < 0 || excluded[i] >= old->world || (i > 0 && excluded[i] <= excluded[i - 1]))
+      return tagc_errorf(TAGC_EINVAL, "comm shrink: excluded ranks must ascend below %d "
+                         "(entry %d is %d)", old->world, i, excluded[i]);
+    if (excluded[i] == old->rank)
+      return tagc_errorf(TAGC_EINVAL, "comm shrink: rank %d is itself excluded", old->rank);
+    below += excluded[i] < old->rank;
+  }
+  if (n == 0)
+    return tagc_errorf(TAGC_EUNSUPPORTED, "comm shrink: no rank excluded");
+  if (cfg->backend != old->backend)
+    return tagc_errorf(TAGC_EUNSUPPORTED, "comm shrink: the new communicator has another backend");
+  if (cfg->world_size != old->world - n || cfg->rank != old->rank - below)
+    return tagc_errorf(TAGC_EUNSUPPORTED, "comm shrink: rank %d of %d is not the survivor rank "
+                       "%d of %d (joiners or a new order)", cfg->rank, cfg->world_size,
+                       old->rank - below, old->world - n);
+  return TAGC_OK;
+}
+
+tagc_status tagc_comm_shrink(tagc_comm *old, const int *excluded, int n_excluded,
+                             const tagc_comm_config *cfg, tagc_comm **out) {
+  if (!old || !out)
+    return tagc_errorf(TAGC_EINVAL, "comm shrink: NULL %s", old ? "output" : "communicator");
+  TAGC_CHECK(validate_config(cfg));
+  TAGC_CHECK(check_survivors(old, excluded, n_excluded, cfg));
+  if (old->backend != TAGC_COMM_NCCL)
+    return tagc_errorf(TAGC_EUNSUPPORTED, "comm shrink: the gloo backend has no shrink");
+  tagc_status broken = (tagc_status)atomic_load(&old->state);
+  if (broken != TAGC_OK)
+    return tagc_errorf(TAGC_EUNSUPPORTED, "comm shrink: the communicator already failed (%s)",
+                       tagc_strerror(broken));
+  tagc_comm *c = calloc(1, sizeof *c);
+  if (!c)
+    return tagc_errorf(TAGC_ENOMEM, "comm shrink: out of memory");
+  double t0 = tagc_now();
+  tagc_status st = comm_nccl_shrink(old->impl, excluded, n_excluded, cfg, &c->ops, &c->impl);
+  if (st != TAGC_OK) {
+    free(c);
+    if (st != TAGC_EUNSUPPORTED) { /* old was touched: broken, like after a failed operation */
+      mark_broken(old, st, -1);
+      old->ops->abort(old->impl);
+    }
+    return st;
+  }
+  comm_ready(c, cfg);
+  LOG_DEBUG("comm", "nccl communicator shrunk by %d ranks: rank %d of %d in %.3f s", n_excluded,
+            c->rank, c->world, tagc_now() - t0);
   *out = c;
   return TAGC_OK;
 }
@@ -107,13 +178,6 @@ void tagc_comm_destroy(tagc_comm *comm) {
   comm->ops->destroy(comm->impl);
   pthread_mutex_destroy(&comm->stats_lock);
   free(comm);
-}
-
-/* Records the first failure; later ones keep the first status and peer. */
-static void mark_broken(tagc_comm *c, tagc_status st, int peer) {
-  int expected = TAGC_OK;
-  if (atomic_compare_exchange_strong(&c->state, &expected, (int)st))
-    atomic_store(&c->failed_peer, peer);
 }
 
 void tagc_comm_abort(tagc_comm *comm) {

@@ -149,6 +149,27 @@ tagc_status tagc_comm_create(const tagc_comm_config *cfg, tagc_comm **out);
  * blame it for a link that works. Errors, blocking and ownership as for tagc_comm_create(). */
 tagc_status tagc_comm_create_ex(const tagc_comm_config *cfg, tagc_comm **out, int *failed_peer);
 
+/* Builds the next generation's communicator from a working one without a new bootstrap,
+ * when the new world is exactly old's ranks minus excluded[0..n_excluded) (ascending, at
+ * least one, this rank not among them) in their old order, with no joiners: cfg is the
+ * config the full rebuild would get (tagc_comm_create) and must name old's backend, world
+ * size old - n_excluded and rank old rank - (excluded ranks below it). Collective over the
+ * survivors: each of them calls it with the same list; the excluded ranks do not (they
+ * destroy their communicator). cfg->store and cfg->prefix are checked but not used.
+ * NCCL 2.27 or later at run time, old still working: ncclCommShrink without resource
+ * sharing, non-blocking, polled against cfg->timeout_s and cfg->cancelled like init.
+ * TAGC_EUNSUPPORTED means "do the full rebuild", old untouched: Gloo, an older NCCL, no rank
+ * excluded, a world or rank that is not the survivors', another device or backend, or old
+ * already failed or aborted (every NCCL failure aborts the communicator at once, so nothing
+ * is left to shrink). Other errors as for tagc_comm_create(), and they leave old broken;
+ * TAGC_EINVAL for a malformed list or config. old is borrowed: no other call may use it
+ * meanwhile except tagc_comm_abort() from another thread, which ends the shrink with
+ * TAGC_EABORTED. Afterwards old may only be destroyed, on success too (it still spans the
+ * excluded ranks). On success *out is a new communicator (tagc_comm_destroy) with fresh
+ * counters. Blocks. */
+tagc_status tagc_comm_shrink(tagc_comm *old, const int *excluded, int n_excluded,
+                             const tagc_comm_config *cfg, tagc_comm **out);
+
 /* Closes connections and frees the communicator; NULL is a no-op. Does not block on peers.
  * Must not be called while an operation runs on another thread (abort and wait for it). */
 void tagc_comm_destroy(tagc_comm *comm);

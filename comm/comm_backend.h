@@ -84,6 +84,14 @@ tagc_status comm_gloo_create(const tagc_comm_config *cfg, const comm_backend_ops
 tagc_status comm_nccl_create(const tagc_comm_config *cfg, const comm_backend_ops **ops,
                              void **impl);
 
+/* tagc_comm_shrink() for NCCL: parent is a working NCCL backend's impl (borrowed; its abort
+ * may run on another thread meanwhile), excluded and cfg checked by the caller against the
+ * parent's rank and world. Returns the new backend as comm_nccl_create() does; errors as for
+ * tagc_comm_shrink(). */
+tagc_status comm_nccl_shrink(void *parent, const int *excluded, int n_excluded,
+                             const tagc_comm_config *cfg, const comm_backend_ops **ops,
+                             void **impl);
+
 #ifdef __cplusplus
 }
 #endif

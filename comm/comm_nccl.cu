@@ -8,12 +8,18 @@
 // CUDA event and ncclCommGetAsyncError until done, failed, aborted or past the deadline.
 // Every NCCL call on the communicator happens under `lock`, so abort() from another thread
 // can call ncclCommAbort between two polls; the polling thread then finds comm == NULL.
+// Shrink (NCCL >= 2.27) derives a child from a working communicator with ncclCommShrink.
+// Non-blocking, it runs as a job of the parent: NCCL sets the child handle only when the job
+// is done, and reports progress through the parent's ncclCommGetAsyncError, so the parent is
+// what is polled, and aborting the parent (timeout, cancel, abort() from another thread)
+// aborts the child's init with it.
 // Local steps (copy, bf16 rounding, the rank-order reduction) run on the same stream and
 // copy/reduce wait for it, so results are complete when an operation returns.
 #include <cuda_runtime.h>
 #include <nccl.h>
 #include <pthread.h>
 
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -35,6 +41,10 @@ struct NcclComm {
   int device = 0;
   void *scratch = nullptr;
   size_t scratch_bytes = 0;
+  // Outgrown scratch buffers, freed by destroy (see nccl_scratch); doubling from 1 MiB
+  // outgrows at most 44 before size_t overflows.
+  void *retired[64] = {};
+  int n_retired = 0;
   pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 };
 
@@ -67,8 +77,9 @@ void abort_locked(NcclComm *n) {
   }
 }
 
-// Polls until the communicator leaves ncclInProgress (init or a non-blocking group call);
-// cfg (the create's config, NULL otherwise) may cancel the wait (tagc_comm_config.cancelled).
+// Polls until the communicator leaves ncclInProgress (init, a shrink of it or a
+// non-blocking group call); cfg (the create's or shrink's config, NULL otherwise) may cancel
+// the wait (tagc_comm_config.cancelled).
 tagc_status wait_ready(NcclComm *n, double deadline, const char *what,
                        const tagc_comm_config *cfg = nullptr) {
   for (;;) {
@@ -125,8 +136,8 @@ tagc_status nccl_exchange(void *impl, const comm_tag *, const comm_xfer *x, int 
     return cuda_error(e, "event record");
   for (;;) {
     e = cudaEventQuery(c->done);
-    if (e == cudaSuccess)
-      return TAGC_OK;
+    if (e == cudaSuccess) // an abort ends the kernels early too: done only if none came
+      return wait_ready(c, deadline, "send/recv");
     if (e != cudaErrorNotReady)
       return cuda_error(e, "event query");
     TAGC_CHECK(wait_ready(c, deadline, "send/recv"));
@@ -222,18 +233,29 @@ tagc_status nccl_reduce(void *impl, void *out, const void *rows, int nrows, size
   return sync_stream(c, "reduce");
 }
 
+// Smallest scratch allocation: the barrier's few bytes do not start a chain of tiny buffers.
+constexpr size_t kMinScratch = size_t(1) << 20;
+
+// Grow-only, in powers of two, and nothing freed before destroy: cudaFree synchronises the
+// whole device, which would stall the step's compute streams in the middle of a step. An
+// outgrown buffer is kept until destroy (no sync needed: the stream may still read it); the
+// outgrown ones add up to less than the current one, itself under twice the largest request
+// (or 1 MiB), and growth stops once the largest exchange of a step has been seen.
 tagc_status nccl_scratch(void *impl, size_t bytes, void **out) {
   NcclComm *c = use_device(impl);
   if (bytes > c->scratch_bytes) {
-    TAGC_CHECK(sync_stream(c, "scratch"));
-    cudaFree(c->scratch);
-    c->scratch = nullptr;
-    c->scratch_bytes = 0;
+    size_t size = kMinScratch;
+    while (size < bytes && size <= SIZE_MAX / 2)
+      size *= 2;
+    if (size < bytes)
+      return tagc_errorf(TAGC_ENOMEM, "nccl backend: scratch of %zu bytes", bytes);
     void *p = nullptr;
-    TAGC_CHECK(tagc_cuda_status(cudaMalloc(&p, bytes), "nccl backend: scratch of %zu bytes",
-                                bytes));
+    TAGC_CHECK(tagc_cuda_status(cudaMalloc(&p, size), "nccl backend: scratch of %zu bytes",
+                                size));
+    if (c->scratch)
+      c->retired[c->n_retired++] = c->scratch;
     c->scratch = p;
-    c->scratch_bytes = bytes;
+    c->scratch_bytes = size;
   }
   *out = c->scratch;
   return TAGC_OK;
@@ -253,6 +275,8 @@ void nccl_destroy(void *impl) {
   if (c->stream)
     cudaStreamSynchronize(c->stream);
   cudaFree(c->scratch);
+  for (int i = 0; i < c->n_retired; i++)
+    cudaFree(c->retired[i]);
   if (c->done)
     cudaEventDestroy(c->done);
   if (c->stream)
@@ -326,6 +350,9 @@ extern "C" tagc_status comm_nccl_create(const tagc_comm_config *cfg,
   if (st == TAGC_OK) {
     ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
     config.blocking = 0;
+#if NCCL_VERSION_CODE >= NCCL_VERSION(2, 27, 0)
+    config.shrinkShare = 0; // see start_shrink
+#endif
     ncclResult_t r = ncclCommInitRankConfig(&c->comm, cfg->world_size, id, cfg->rank, &config);
     if (r != ncclSuccess && r != ncclInProgress)
       st = nccl_error(r, "init");
@@ -340,3 +367,81 @@ extern "C" tagc_status comm_nccl_create(const tagc_comm_config *cfg,
   *impl = c;
   return TAGC_OK;
 }
+
+#if NCCL_VERSION_CODE < NCCL_VERSION(2, 27, 0)
+extern "C" tagc_status comm_nccl_shrink(void *, const int *, int, const tagc_comm_config *,
+                                        const comm_backend_ops **, void **) {
+  return tagc_errorf(TAGC_EUNSUPPORTED, "nccl shrink: built with NCCL %d, needs 2.27",
+                     NCCL_VERSION_CODE);
+}
+#else
+// Starts ncclCommShrink of p into c (the child's handle is set once the job is done);
+// NCCL_SHRINK_DEFAULT because p is working and idle (every operation returns complete).
+static tagc_status start_shrink(NcclComm *p, NcclComm *c, const int *excluded, int n_excluded) {
+  int *list = static_cast<int *>(malloc(sizeof(int) * n_excluded)); // NCCL sorts it in place
+  if (!list)
+    return tagc_errorf(TAGC_ENOMEM, "nccl shrink: out of memory");
+  memcpy(list, excluded, sizeof(int) * n_excluded);
+  // No resource sharing, so that destroying (aborting) the parent later leaves the child be:
+  // a child sharing the parent's resources shares its abort flag too. NCCL takes the choice
+  // from the parent's config (set at init; NCCL_COMM_SHRINK_SHARE_RESOURCES overrides it,
+  // which comm_nccl_shrink refuses), this one's is for the child's own shrinks.
+  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+  config.blocking = 0;
+  config.shrinkShare = 0;
+  tagc_status st = TAGC_OK;
+  pthread_mutex_lock(&p->lock);
+  if (!p->comm) {
+    st = tagc_errorf(TAGC_EUNSUPPORTED, "nccl shrink: the communicator was aborted");
+  } else {
+    ncclResult_t r = ncclCommShrink(p->comm, list, n_excluded, &c->comm, &config,
+                                    NCCL_SHRINK_DEFAULT);
+    if (r != ncclSuccess && r != ncclInProgress)
+      st = nccl_error(r, "shrink");
+  }
+  pthread_mutex_unlock(&p->lock);
+  free(list);
+  return st;
+}
+
+extern "C" tagc_status comm_nccl_shrink(void *parent, const int *excluded, int n_excluded,
+                                        const tagc_comm_config *cfg,
+                                        const comm_backend_ops **ops, void **impl) {
+  int version = 0;
+  ncclResult_t r = ncclGetVersion(&version);
+  if (r != ncclSuccess)
+    return nccl_error(r, "version");
+  if (version < NCCL_VERSION(2, 27, 0))
+    return tagc_errorf(TAGC_EUNSUPPORTED, "nccl shrink: NCCL %d at run time, needs 2.27",
+                       version);
+  // NCCL lets this variable override the shrinkShare of the config (see start_shrink).
+  const char *share = getenv("NCCL_COMM_SHRINK_SHARE_RESOURCES");
+  if (share && atoi(share) != 0)
+    return tagc_errorf(TAGC_EUNSUPPORTED, "nccl shrink: NCCL_COMM_SHRINK_SHARE_RESOURCES=%s "
+                       "would tie the new communicator to the old one's abort", share);
+  NcclComm *p = use_device(parent);
+  if (cfg->device != p->device)
+    return tagc_errorf(TAGC_EUNSUPPORTED, "nccl shrink: device %d, the communicator's is %d",
+                       cfg->device, p->device);
+  NcclComm *c = new (std::nothrow) NcclComm();
+  if (!c)
+    return tagc_errorf(TAGC_ENOMEM, "nccl shrink: out of memory");
+  double deadline = tagc_now() + cfg->timeout_s;
+  tagc_status st = init_device(c, p->device);
+  if (st == TAGC_OK)
+    st = start_shrink(p, c, excluded, n_excluded);
+  // On failure wait_ready aborts the parent, which ends the shrink job (and the child's
+  // init) before it returns; only then is c->comm safe to read.
+  if (st == TAGC_OK)
+    st = wait_ready(p, deadline, "shrink", cfg);
+  if (st == TAGC_OK && !c->comm)
+    st = tagc_errorf(TAGC_EIO, "nccl shrink: no communicator came back");
+  if (st != TAGC_OK) {
+    nccl_destroy(c);
+    return st;
+  }
+  *ops = &nccl_ops;
+  *impl = c;
+  return TAGC_OK;
+}
+#endif
