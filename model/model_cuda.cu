@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "common/cuda_status.h"
+#include "model/attention_flash_cuda.h"
 #include "model/gemm_lt_cuda.h"
 #include "model/model_cuda.h"
 #include "model/model_hooks.h"
@@ -52,6 +53,7 @@ struct tagc_model_cuda {
   cudaStream_t stream;
   cublasHandle_t blas;
   tagc_gemm_lt *lt; /* biased linear layers with the bias in cuBLASLt's epilogue; NULL: off */
+  int flash;        /* the fused attention (use_flash) */
   int B, have_forward;
   size_t bytes;
   size_t bf_cap; /* elements of each bf16 operand buffer */
@@ -90,6 +92,15 @@ static tagc_status blas_check(cublasStatus_t st, const char *what) {
 #ifndef TAGC_ATT_SCRATCH_FLOATS
 #define TAGC_ATT_SCRATCH_FLOATS ((size_t)16 << 20)
 #endif
+
+/* The fused attention (attention_flash_cuda.h) instead of the chunked cuBLAS one: with
+ * TAGC_ATTENTION=flash in the environment, where the kernels take the shape. Which is faster
+ * is for a GPU to measure (bench_model_gpu times both); the chunked path is the default. */
+static int use_flash(const tagc_model_config *c) {
+  const char *env = getenv("TAGC_ATTENTION");
+  return env && strcmp(env, "flash") == 0 &&
+         tagc_flash_attention_supported(c->ctx, c->n_head, c->d_model / c->n_head);
+}
 
 static int att_rows(const tagc_model_config *c) {
   size_t T = (size_t)c->ctx, NH = (size_t)c->n_head;
@@ -135,7 +146,8 @@ static void plan(const tagc_model_config *c, size_t B, tagc_compute_dtype dtype,
       bytes[D_DLN1] = BT * C * f;
   bytes[D_DBIG] = BT * 4 * C * f;
   bytes[D_DQKV] = BT * 3 * C * f;
-  bytes[D_DATT] = 2 * att_scratch_floats(c) * f; /* a chunk's scores and dS */
+  bytes[D_DATT] = use_flash(c) ? tagc_flash_attention_workspace_bytes((int)B, (int)T, (int)NH)
+                               : 2 * att_scratch_floats(c) * f; /* a chunk's scores and dS */
   bytes[D_COLSUM] = tagc_gpu_colsum_workspace_floats(4 * c->d_model) * f;
   bytes[D_ENC_WS] = tagc_gpu_encoder_backward_workspace_bytes((int)BT, c->vocab);
   bytes[D_BF_A] = bytes[D_BF_B] = dtype == TAGC_COMPUTE_BF16 ? bf16_elems(c, B) * 2 : 0;
@@ -158,6 +170,10 @@ extern "C" size_t tagc_model_cuda_bytes_needed(const tagc_model_layout *layout, 
 }
 
 extern "C" size_t tagc_model_cuda_bytes(const tagc_model_cuda *m) { return m ? m->bytes : 0; }
+
+extern "C" int tagc_model_cuda_attention_fused(const tagc_model_cuda *m) {
+  return m ? m->flash : 0;
+}
 
 extern "C" tagc_event tagc_model_cuda_unit_event(const tagc_model_cuda *m, int unit) {
   if (!m || unit < 0 || unit >= m->lay.n_units)
@@ -247,6 +263,7 @@ extern "C" tagc_status tagc_model_cuda_create(const tagc_model_layout *layout, i
   m->device = device;
   m->dtype = dtype;
   m->stream = stream;
+  m->flash = use_flash(&layout->cfg);
   tagc_status st = setup(m);
   if (st != TAGC_OK) {
     tagc_model_cuda_destroy(m);
@@ -381,6 +398,9 @@ static att_dims dims_of(const tagc_model_config *c, int B) {
  * backward, which recomputes the probabilities: no T x T matrix is kept. */
 static tagc_status attention_forward(tagc_model_cuda *m, const att_dims *d, float *y, float *lse,
                                      const float *qkv) {
+  if (m->flash)
+    return tagc_flash_attention_forward(y, lse, qkv, d->B, d->T, d->NH, d->hd,
+                                        m->dtype == TAGC_COMPUTE_BF16, m->stream);
   int C3 = 3 * d->C, T = d->T, hd = d->hd, rows = att_rows(&m->lay.cfg);
   float *s = (float *)m->buf[D_DATT];
   for (int b = 0; b < d->B; b++) {
@@ -403,7 +423,14 @@ static tagc_status attention_forward(tagc_model_cuda *m, const att_dims *d, floa
  * P recomputed from the scores and lse, dV += P^T dY, dS from dP = dY V^T, dQ = dS K,
  * dK += dS^T Q (dK and dV accumulate over the chunks in order: deterministic). */
 static tagc_status attention_backward(tagc_model_cuda *m, const att_dims *d, float *dqkv,
-                                      const float *dy, const float *lse, const float *qkv) {
+                                      const float *dy, const float *y, const float *lse,
+                                      const float *qkv) {
+  if (m->flash) {
+    size_t ws = tagc_flash_attention_workspace_bytes(d->B, d->T, d->NH);
+    return tagc_flash_attention_backward(dqkv, dy, qkv, y, lse, d->B, d->T, d->NH, d->hd,
+                                         m->dtype == TAGC_COMPUTE_BF16, m->buf[D_DATT], ws,
+                                         m->stream);
+  }
   int C3 = 3 * d->C, T = d->T, hd = d->hd, rows = att_rows(&m->lay.cfg);
   float *s = (float *)m->buf[D_DATT], *ds = s + att_scratch_floats(&m->lay.cfg);
   TAGC_CHECK(cuda_check(cudaMemsetAsync(dqkv, 0, (size_t)d->B * T * C3 * sizeof(float), m->stream),
@@ -540,7 +567,7 @@ static tagc_status block_backward(tagc_model_cuda *m, int l, const float *p, flo
                                                 la.ln2_stat, N, C, ws, s));
   TAGC_CHECK(linear_backward(m, dattn, G(K_PROJ_W), G(K_PROJ_B), dres2, la.atty, P(K_PROJ_W), N,
                              C, C));
-  TAGC_CHECK(attention_backward(m, &d, dqkv, dattn, la.att, la.qkv));
+  TAGC_CHECK(attention_backward(m, &d, dqkv, dattn, la.atty, la.att, la.qkv));
   TAGC_CHECK(linear_backward(m, dln1, G(K_QKV_W), G(K_QKV_B), dqkv, la.ln1, P(K_QKV_W), N, C,
                              3 * C));
   TAGC_CHECK(tagc_gpu_layernorm_backward_input(d1, dres2, dln1, la.input, la.ln1_stat, P(K_LN1_W),

@@ -72,6 +72,11 @@ void tagc_model_cuda_destroy(tagc_model_cuda *m);
 /* Device bytes this context holds (what create allocated). */
 size_t tagc_model_cuda_bytes(const tagc_model_cuda *m);
 
+/* 1 when the context runs the fused attention (model/attention_flash_cuda.h: chosen by
+ * TAGC_ATTENTION=flash in the environment at create, where the shape allows), 0 for the
+ * chunked cuBLAS attention. */
+int tagc_model_cuda_attention_fused(const tagc_model_cuda *m);
+
 /* Event recorded on the stream after the last kernel of unit u in the latest pass (forward
  * or backward) that visited it; valid for the life of the context. NULL if u is out of
  * range. */

@@ -19,8 +19,8 @@ JOBS=${JOBS:-$(nproc)}
 ARCHS=${CMAKE_CUDA_ARCHITECTURES:-80;90}
 CUDA_LIB=${CUDA_LIB:-/usr/local/cuda/lib64}
 MAX_MIB=40
-PROGRAMS=(test_kernels_gpu test_model_gpu test_engine_gpu test_comm_nccl bench_kernels_gpu
-          bench_model_gpu tagc-worker)
+PROGRAMS=(test_kernels_gpu test_model_gpu test_attention_flash test_engine_gpu test_comm_nccl
+          bench_kernels_gpu bench_model_gpu tagc-worker)
 # provided by the GPU machine (the toolkit or PyTorch's nvidia-* wheels) or by its C runtime
 SYSTEM_RE='^(linux-vdso|ld-linux|libc\.|libm\.|libdl\.|librt\.|libpthread\.|libresolv\.|libgcc_s\.|libstdc\+\+\.|libcuda\.|libcudart\.|libcublas|libcublasLt|libnccl\.|libnvidia)'
 

@@ -129,6 +129,7 @@ grep -h '^ceiling' "$LOGS/ceilings.log" >>"$FIGURES" 2>/dev/null
 B=$BUNDLE/bin
 step test_kernels_gpu 90 "$B/test_kernels_gpu"
 step test_model_gpu 150 "$B/test_model_gpu"
+step test_attention_flash 60 "$B/test_attention_flash"
 step test_engine_gpu 150 "$B/test_engine_gpu"
 step test_comm_nccl 90 "$B/test_comm_nccl"
 grep -h -i -E 'nccl.*(init|abort|rebuild|shrink).*s\b' "$LOGS/test_comm_nccl.log" 2>/dev/null | head -n 6 | sed 's/^/nccl: /' >>"$FIGURES"
@@ -170,7 +171,7 @@ fi
 rm -f "$shard"
 
 # 4. timings, then the sanitizers on the kernel test
-step bench_model_gpu 100 "$B/bench_model_gpu" 10 16
+step bench_model_gpu 130 "$B/bench_model_gpu" 10 16
 grep -h -E '^(device|fp32|bf16)' "$LOGS/bench_model_gpu.log" 2>/dev/null | sed 's/^/model: /' >>"$FIGURES"
 step bench_kernels_gpu 60 "$B/bench_kernels_gpu" 10
 grep -h -E 'GB/s' "$LOGS/bench_kernels_gpu.log" 2>/dev/null | head -n 20 | sed 's/^/kernels: /' >>"$FIGURES"

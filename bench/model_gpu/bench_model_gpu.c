@@ -1,5 +1,6 @@
 /* Training-step benchmark of the CUDA model (model/model_cuda.h): a GPT-2-small-shaped
- * config (L=12, C=768, NH=12, T=1024, V=256 bytes) at world size 1, fp32 and bf16 compute.
+ * config (L=12, C=768, NH=12, T=1024, V=256 bytes) at world size 1: fp32, bf16, and bf16 with
+ * the fused attention (TAGC_ATTENTION=flash) against the chunked one.
  * A step is forward (with its loss sync), backward, the device sum of squares and AdamW
  * over the whole arena. Prints tokens/s and an MFU estimate.
  *
@@ -67,9 +68,10 @@ static double env_or(const char *name, double fallback) {
     }                                                                                        \
   } while (0)
 
-/* Times `steps` training steps with compute dtype `dtype`; 0 on success. */
+/* Times `steps` training steps with compute dtype `dtype`, printed under `label`; 0 on
+ * success. */
 static int bench(const tagc_model_layout *lay, const float *host_params, int steps, int batch,
-                 tagc_compute_dtype dtype) {
+                 tagc_compute_dtype dtype, const char *label) {
   const tagc_model_config *c = &lay->cfg;
   size_t np = lay->n_params, bytes = np * sizeof(float), arena_bytes = 4 * bytes;
   size_t free_b = 0, total_b = 0;
@@ -77,7 +79,7 @@ static int bench(const tagc_model_layout *lay, const float *host_params, int ste
   while (batch > 1 &&
          tagc_model_cuda_bytes_needed(lay, batch, dtype) + arena_bytes > free_b / 10 * 9)
     batch--;
-  const char *name = dtype == TAGC_COMPUTE_BF16 ? "bf16" : "fp32";
+  const char *name = label;
   cudaStream_t stream;
   CUDA_OR_FAIL(cudaStreamCreate(&stream));
   tagc_model_cuda *m = NULL;
@@ -176,8 +178,11 @@ int main(int argc, char **argv) {
   if (!params)
     return 1;
   tagc_model_init_params(&lay, 1, params);
-  int rc = bench(&lay, params, steps, batch, TAGC_COMPUTE_FP32);
-  rc |= bench(&lay, params, steps, batch, TAGC_COMPUTE_BF16);
+  int rc = bench(&lay, params, steps, batch, TAGC_COMPUTE_FP32, "fp32");
+  rc |= bench(&lay, params, steps, batch, TAGC_COMPUTE_BF16, "bf16");
+  setenv("TAGC_ATTENTION", "flash", 1); /* the fused attention against the chunked one */
+  rc |= bench(&lay, params, steps, batch, TAGC_COMPUTE_BF16, "bf16+flash");
+  unsetenv("TAGC_ATTENTION");
   free(params);
   return rc;
 }

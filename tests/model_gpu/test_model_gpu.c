@@ -413,6 +413,10 @@ static void step_test(const tagc_model_config *cfg, int B, tagc_compute_dtype dt
     return;
   CHECK(tagc_model_cuda_bytes(m) > 0 &&
         tagc_model_cuda_bytes(m) == tagc_model_cuda_bytes_needed(&lay, B, dtype));
+  const char *att = getenv("TAGC_ATTENTION");
+  int fused = att && strcmp(att, "flash") == 0; /* the configs run fused support its shape */
+  printf("  attention: %s\n", tagc_model_cuda_attention_fused(m) ? "fused" : "chunked");
+  CHECK_EQ_INT(tagc_model_cuda_attention_fused(m), fused);
   dev_hooks dh = {{0}, &lay, m, dev_upload(params, bytes), dev_alloc(bytes), lay.n_units - 1, 1};
   dh.hooks = (tagc_unit_hooks){.ctx = &dh, .unit_params = dh_params, .unit_grads = dh_grads,
                                .unit_backward_done = dh_done, .unit_release = NULL};
@@ -764,6 +768,9 @@ int main(void) {
                             .d_model = 768};
   step_test(&gpt2, 1, TAGC_COMPUTE_FP32);
   step_test(&gpt2, 1, TAGC_COMPUTE_BF16);
+  setenv("TAGC_ATTENTION", "flash", 1); /* the fused attention, tensor-core path */
+  step_test(&gpt2, 1, TAGC_COMPUTE_BF16);
+  unsetenv("TAGC_ATTENTION");
   return TEST_END();
 #endif
   test_layernorm();
@@ -798,6 +805,12 @@ int main(void) {
   CHECK_MSG(emu_lt_matmuls == lt_before, "%ld cuBLASLt products ran with it off",
             emu_lt_matmuls - lt_before);
 #endif
+  /* the fused attention (heads of 64, the width it takes) against the same oracle */
+  tagc_model_config wide = {.vocab = 256, .ctx = 80, .n_layer = 2, .n_head = 2, .d_model = 128};
+  setenv("TAGC_ATTENTION", "flash", 1);
+  step_test(&wide, 2, TAGC_COMPUTE_FP32);
+  step_test(&wide, 2, TAGC_COMPUTE_BF16);
+  unsetenv("TAGC_ATTENTION");
   /* token ids above 255 and a padded vocabulary (300 -> 384 rows) through the whole model */
   tagc_model_config padded = {.vocab = 300, .ctx = 16, .n_layer = 1, .n_head = 2, .d_model = 32};
   step_test(&padded, 2, TAGC_COMPUTE_FP32);
