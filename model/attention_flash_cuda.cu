@@ -20,6 +20,7 @@
 #include "kernels/cuda_common.cuh" /* TAGC_LAUNCH (the host emulation replaces it) */
 #include "kernels/bf16.h"
 #include "model/attention_flash_cuda.h"
+#include "model/warp_cuda.cuh"
 
 #define HD 64      /* the head width the kernels handle */
 #define BQ 32      /* query rows per tile */
@@ -138,18 +139,6 @@ template <int M, int N> struct acc<uint16_t, M, N> {
 
 /* ---------------------------------------------------------------------------------------- */
 /* Tiles                                                                                    */
-
-__device__ __forceinline__ float warp_sum(float v) {
-  for (int off = 16; off > 0; off >>= 1)
-    v += __shfl_xor_sync(0xFFFFFFFFu, v, off);
-  return v;
-}
-
-__device__ __forceinline__ float warp_max(float v) {
-  for (int off = 16; off > 0; off >>= 1)
-    v = fmaxf(v, __shfl_xor_sync(0xFFFFFFFFu, v, off));
-  return v;
-}
 
 /* The query tile of a block whose work grows with the tile index (the causal loops): the
  * longest ones are scheduled first, so the short ones fill the tail of the grid. */

@@ -7,6 +7,7 @@
 #include "kernels/cuda_common.cuh" /* TAGC_LAUNCH (the host emulation replaces it) */
 #include "kernels/bf16.h"
 #include "model/model_kernels_cuda.h"
+#include "model/warp_cuda.cuh"
 
 #define THREADS 256
 #define WARPS_PER_BLOCK (THREADS / 32)
@@ -24,18 +25,6 @@ static unsigned blocks_for(size_t n, size_t per_block) {
   if (g < 1)
     g = 1;
   return (unsigned)(g < MAX_GRID ? g : MAX_GRID);
-}
-
-__device__ __forceinline__ float warp_sum(float v) {
-  for (int off = 16; off > 0; off >>= 1)
-    v += __shfl_xor_sync(0xFFFFFFFFu, v, off);
-  return v;
-}
-
-__device__ __forceinline__ float warp_max(float v) {
-  for (int off = 16; off > 0; off >>= 1)
-    v = fmaxf(v, __shfl_xor_sync(0xFFFFFFFFu, v, off));
-  return v;
 }
 
 /* Global warp index and warp count of a grid-stride row loop. */

@@ -30,34 +30,10 @@
 #include "model/attention_flash_cuda.h"
 #include "model/model_kernels_cpu.h"
 
+#define GPU_TEST_SEED 0x5eed1234
+#include "gpu_util.h"
+
 #define HD 64
-
-static uint64_t rng_state = 0x5eed1234;
-
-static float rng_uniform(float lo, float hi) {
-  rng_state = rng_state * 6364136223846793005ULL + 1442695040888963407ULL;
-  return lo + (hi - lo) * (float)((uint32_t)(rng_state >> 33) & 0xFFFFFF) / 16777216.0f;
-}
-
-static void fill(float *x, size_t n, float lo, float hi) {
-  for (size_t i = 0; i < n; i++)
-    x[i] = rng_uniform(lo, hi);
-}
-
-static void *dev_alloc(size_t bytes) {
-  void *p = NULL;
-  if (cudaMalloc(&p, bytes ? bytes : 1) != cudaSuccess) {
-    fprintf(stderr, "cudaMalloc(%zu) failed\n", bytes);
-    exit(1);
-  }
-  return p;
-}
-
-static void *dev_upload(const void *host, size_t bytes) {
-  void *p = dev_alloc(bytes);
-  cudaMemcpy(p, host, bytes, cudaMemcpyHostToDevice);
-  return p;
-}
 
 static float *download(const void *dev, size_t n) {
   float *host = malloc(n * sizeof *host);

@@ -34,41 +34,10 @@
 #include "model/model_cuda.h"
 #include "model/model_kernels_cpu.h"
 #include "model/model_kernels_cuda.h"
+#include "gpu_util.h"
 
 /* ---------------------------------------------------------------------------------------- */
 /* Helpers                                                                                  */
-
-static uint64_t rng_state = 0x1234567;
-
-static uint32_t rng_u32(void) {
-  rng_state = rng_state * 6364136223846793005ULL + 1442695040888963407ULL;
-  return (uint32_t)(rng_state >> 33);
-}
-
-static float rng_uniform(float lo, float hi) {
-  return lo + (hi - lo) * (float)(rng_u32() & 0xFFFFFF) / 16777216.0f;
-}
-
-static void fill(float *x, size_t n, float lo, float hi) {
-  for (size_t i = 0; i < n; i++)
-    x[i] = rng_uniform(lo, hi);
-}
-
-static void *dev_alloc(size_t bytes) {
-  void *p = NULL;
-  if (cudaMalloc(&p, bytes) != cudaSuccess) {
-    fprintf(stderr, "cudaMalloc(%zu) failed\n", bytes);
-    exit(1);
-  }
-  cudaMemset(p, 0, bytes);
-  return p;
-}
-
-static void *dev_upload(const void *host, size_t bytes) {
-  void *p = dev_alloc(bytes);
-  cudaMemcpy(p, host, bytes, cudaMemcpyHostToDevice);
-  return p;
-}
 
 static void download(void *host, const void *dev, size_t bytes) {
   cudaError_t err = cudaMemcpy(host, dev, bytes, cudaMemcpyDeviceToHost);
