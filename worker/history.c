@@ -129,8 +129,11 @@ static tagc_status generation(tagc_history *h, size_t *cap, baseline *b, json_t 
   int n_left = first ? 0 : missing(b->members, members, left, sizeof left);
   tagc_status st = TAGC_OK;
   if (kind) {
-    snprintf(what, sizeof what, "%s%s%s%s (reports: %s), gen %lld on %zu", kind, n_left ? ", " : "",
-             n_left ? left : "", n_left ? " lost" : "", grew, (long long)gen, json_array_size(members));
+    int n = snprintf(what, sizeof what, "%s%s%s%s (reports: %s), gen %lld on %zu", kind,
+                     n_left ? ", " : "", n_left ? left : "", n_left ? " lost" : "", grew,
+                     (long long)gen, json_array_size(members));
+    if (n >= (int)sizeof what) /* a long report list: the line says it was cut */
+      memcpy(what + sizeof what - 4, "...", 4);
     json_object_set_new(h->failures, kind,
                         json_integer(json_integer_value(json_object_get(h->failures, kind)) + 1));
     st = add(h, cap, TAGC_HIST_FAILURE, t, gen, what);
